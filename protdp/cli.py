@@ -1,0 +1,56 @@
+"""`protdp <subcommand>`: one console script dispatching to each area's own CLI module.
+
+Each subcommand module exposes `main(argv: list[str]) -> int`. A `ProtdpError`
+is printed as one clear line (no traceback) with exit code 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from protdp.errors import ProtdpError
+
+# subcommand -> (module, one-line help)
+SUBCOMMANDS = {
+    "data": ("protdp.data.cli", "build and inspect the HDF5 family store"),
+    "train": ("protdp.train.cli", "pretrain with Megatron-style flags (same as pipelines/pretrain.py)"),
+    "report": ("protdp.train.report", "render loss/lDDT curves and the step-time breakdown of a run"),
+    "predict": ("protdp.inference.cli", "batch structure prediction with the confidence gate"),
+    "review": ("protdp.review.cli", "human review queue: reviewers, claims, decisions, web UI"),
+    "redteam": ("protdp.safety.redteam", "adversarial cases against the predictor and gate"),
+    "calibrate": ("protdp.safety.calibration", "pLDDT vs true lDDT calibration report"),
+    "plan": ("protdp.plan", "memory and parallelism planner"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: protdp <subcommand> [options]", "", "subcommands:"]
+    for name, (_, help_text) in SUBCOMMANDS.items():
+        lines.append(f"  {name:<10} {help_text}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0
+    if argv[0] in ("-V", "--version"):
+        from protdp import __version__
+        print(__version__)
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in SUBCOMMANDS:
+        print(f"protdp: unknown subcommand '{name}'\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(SUBCOMMANDS[name][0])
+    try:
+        return int(module.main(rest) or 0)
+    except ProtdpError as exc:
+        print(f"protdp {name}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

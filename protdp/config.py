@@ -1,0 +1,74 @@
+"""YAML <-> typed dataclass mapping shared by every config in protdp.
+
+Configs are dataclasses with a one-line docstring per field and validation in
+`__post_init__` (Megatron-core style). YAML files in `configs/` map 1:1 onto them:
+an unknown key is an error naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from pathlib import Path
+from typing import Any, Mapping, TypeVar
+
+import yaml
+
+from protdp.errors import ConfigError
+
+T = TypeVar("T")
+
+
+def read_yaml(path: str | Path) -> dict:
+    """Read a YAML mapping; a clear error names the file on syntax problems."""
+    path = Path(path)
+    try:
+        with open(path) as fh:
+            data = yaml.safe_load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def from_dict(cls: type[T], data: Mapping[str, Any], source: str = "<dict>") -> T:
+    """Build dataclass `cls` from a mapping, recursing into nested dataclass fields."""
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls} is not a dataclass")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"{source}: unknown key(s) {unknown} for {cls.__name__}; "
+                          f"expected some of {sorted(names)}")
+    kwargs = {}
+    for key, value in data.items():
+        ftype = hints.get(key)
+        if dataclasses.is_dataclass(ftype) and isinstance(value, Mapping):
+            value = from_dict(ftype, value, source=f"{source}:{key}")
+        kwargs[key] = value
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+
+
+def load_config(cls: type[T], path_or_obj: "str | Path | Mapping | T | None") -> T:
+    """Accept a YAML path, a mapping, an instance of `cls`, or None (defaults)."""
+    if path_or_obj is None:
+        return cls()
+    if isinstance(path_or_obj, cls):
+        return path_or_obj
+    if isinstance(path_or_obj, Mapping):
+        return from_dict(cls, path_or_obj)
+    return from_dict(cls, read_yaml(path_or_obj), source=str(path_or_obj))
+
+
+def to_dict(obj) -> dict:
+    """Dataclass -> plain dict (for YAML/JSON provenance and checkpoints)."""
+    return dataclasses.asdict(obj)
