@@ -1,0 +1,214 @@
+"""Megatron-style command-line flags for pretraining, mapped 1:1 onto a dataclass.
+
+Megatron-LM names (`--micro-batch-size`, `--global-batch-size`, `--overlap-grad-reduce`,
+`--use-distributed-optimizer`, `--train-iters`, `--save`, `--load`, `--lr-decay-style`, ...)
+so cluster users can start with the flags they know. Precedence: dataclass defaults <
+YAML file given by `--config configs/train/X.yaml` (keys are the flag names with `_` or `-`)
+< explicit flags. Every field has a one-line help text; validation happens in
+`__post_init__` (static checks) and `check_world` (checks that need the launcher's world size),
+all before any model is built, with errors that name the flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from protdp.config import from_dict, read_yaml
+from protdp.errors import ConfigError
+
+LR_DECAY_STYLES = ("constant", "linear", "cosine")
+WANDB_MODES = ("offline", "online", "disabled")
+
+
+def _f(default, help_text: str, **kw):
+    """A dataclass field carrying its flag's help text."""
+    return field(default=default, metadata={"help": help_text, **kw})
+
+
+@dataclass
+class TrainArgs:
+    """All pretraining options; field `foo_bar` is flag `--foo-bar` and YAML key `foo_bar`."""
+
+    # --- data / model
+    data: str | None = _f(None, "HDF5 family store built by `protdp data build` (required)")
+    model_config: str = _f("configs/model/small.yaml", "model YAML (configs/model/{tiny,small,af2}.yaml)")
+    crop_size: int = _f(256, "contiguous crop length in residues (AF2 initial training: 256)")
+    max_msa_rows: int = _f(128, "MSA rows sampled per example, query first (AF2 N_clust: 128)")
+    val_fraction: float = _f(0.1, "fraction of families held out for validation (at least one if > 0)")
+    val_families: str | None = _f(None, "comma-separated family ids to hold out (overrides --val-fraction)")
+    num_workers: int = _f(0, "background threads prefetching featurized micro-batches (0 = inline)")
+    # --- parallelism (Megatron names)
+    tensor_model_parallel_size: int = _f(1, "tensor model parallel size (only 1 is supported)")
+    pipeline_model_parallel_size: int = _f(1, "pipeline model parallel size (only 1 is supported)")
+    data_parallel_size: int | None = _f(None, "data parallel size; default: the launcher's world size")
+    micro_batch_size: int = _f(1, "examples per forward/backward on one rank")
+    global_batch_size: int | None = _f(None, "examples per optimizer step = micro x dp x accumulation")
+    overlap_grad_reduce: bool = _f(False, "launch each gradient bucket's reduction during backward")
+    use_distributed_optimizer: bool = _f(False, "shard optimizer state and master params across DP ranks")
+    overlap_param_gather: bool = _f(False, "overlap the distributed optimizer's param all-gather with forward")
+    bucket_size: int | None = _f(None, "gradient bucket size in elements (default: the engine's)")
+    distributed_timeout_minutes: float = _f(10.0, "timeout for every collective; a hung peer errors after it")
+    # --- optimisation (AF2 supplement 1.11.3 defaults)
+    train_iters: int = _f(200, "optimizer steps to train for")
+    lr: float = _f(1e-3, "peak learning rate after warmup (AF2: 1e-3)")
+    min_lr: float = _f(0.0, "learning rate at the end of decay")
+    lr_warmup_iters: int = _f(0, "linear warmup steps from 0 to --lr (AF2: 1000)")
+    lr_decay_style: str = _f("linear", "decay after warmup: " + "|".join(LR_DECAY_STYLES))
+    lr_decay_iters: int | None = _f(None, "steps over which lr decays to --min-lr (default --train-iters)")
+    weight_decay: float = _f(0.0, "AdamW decoupled weight decay (AF2: 0)")
+    adam_beta1: float = _f(0.9, "Adam beta1")
+    adam_beta2: float = _f(0.999, "Adam beta2")
+    adam_eps: float = _f(1e-6, "Adam epsilon (AF2: 1e-6)")
+    clip_grad: float = _f(0.1, "global gradient-norm clip (AF2: 0.1); 0 disables")
+    ema_decay: float = _f(0.999, "decay of the exponential moving average of weights (AF2: 0.999)")
+    num_recycles: int | None = _f(None, "max recycles sampled per step (default: the model config's)")
+    seed: int = _f(1234, "random seed (data order, features, dropout, recycles)")
+    # --- checkpoints
+    save: str | None = _f(None, "checkpoint directory to save to")
+    save_interval: int | None = _f(None, "save every N iterations (and at the end)")
+    load: str | None = _f(None, "checkpoint directory to resume from (latest complete checkpoint)")
+    keep_last: int = _f(3, "number of most recent checkpoints kept in --save")
+    # --- evaluation and logging
+    eval_interval: int = _f(50, "validate every N iterations on held-out families (EMA weights)")
+    eval_iters: int = _f(8, "held-out examples evaluated per rank per validation")
+    log_interval: int = _f(10, "print a breakdown line every N iterations (metrics.jsonl gets every step)")
+    log_dir: str | None = _f(None, "run directory for metrics.jsonl and wandb (default: --save, else runs/pretrain)")
+    wandb_mode: str = _f("offline", "wandb mode: " + "|".join(WANDB_MODES))
+    wandb_project: str = _f("protdp", "wandb project name")
+    wandb_exp_name: str | None = _f(None, "wandb run name")
+    progress_bar: bool = _f(True, "tqdm progress bar on rank 0")
+
+    def __post_init__(self):
+        def bad(flag: str, msg: str):
+            raise ConfigError(f"--{flag}: {msg}")
+
+        if self.tensor_model_parallel_size != 1:
+            bad("tensor-model-parallel-size", f"{self.tensor_model_parallel_size} is not supported; "
+                "protdp is data-parallel only: use --tensor-model-parallel-size 1 and scale with "
+                "--data-parallel-size (and --use-distributed-optimizer to shard optimizer memory)")
+        if self.pipeline_model_parallel_size != 1:
+            bad("pipeline-model-parallel-size", f"{self.pipeline_model_parallel_size} is not supported; "
+                "use --pipeline-model-parallel-size 1 with data parallelism (activation recompute "
+                "in the model config saves memory instead)")
+        for name in ("micro_batch_size", "train_iters", "crop_size", "max_msa_rows", "keep_last",
+                     "eval_interval", "log_interval"):
+            if getattr(self, name) < 1:
+                bad(name.replace("_", "-"), f"must be >= 1, got {getattr(self, name)}")
+        for name in ("data_parallel_size", "global_batch_size", "save_interval", "lr_decay_iters"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                bad(name.replace("_", "-"), f"must be >= 1, got {v}")
+        if self.eval_iters < 0 or self.num_workers < 0 or self.lr_warmup_iters < 0:
+            bad("eval-iters/num-workers/lr-warmup-iters", "must be >= 0")
+        if self.num_recycles is not None and self.num_recycles < 0:
+            bad("num-recycles", "must be >= 0")
+        if self.lr <= 0:
+            bad("lr", f"must be > 0, got {self.lr}")
+        if not 0 <= self.min_lr <= self.lr:
+            bad("min-lr", f"must be in [0, --lr={self.lr}], got {self.min_lr}")
+        if self.lr_decay_style not in LR_DECAY_STYLES:
+            bad("lr-decay-style", f"'{self.lr_decay_style}' is not one of {'|'.join(LR_DECAY_STYLES)}")
+        if self.lr_warmup_iters > self.decay_iters:
+            bad("lr-warmup-iters", f"{self.lr_warmup_iters} exceeds the decay horizon "
+                f"{self.decay_iters} (--lr-decay-iters or --train-iters)")
+        if not 0 <= self.ema_decay < 1:
+            bad("ema-decay", f"must be in [0, 1), got {self.ema_decay}")
+        if self.clip_grad < 0:
+            bad("clip-grad", f"must be >= 0, got {self.clip_grad}")
+        if not 0 <= self.val_fraction < 1:
+            bad("val-fraction", f"must be in [0, 1), got {self.val_fraction}")
+        if self.wandb_mode not in WANDB_MODES:
+            bad("wandb-mode", f"'{self.wandb_mode}' is not one of {'|'.join(WANDB_MODES)}")
+        if self.save_interval is not None and self.save is None:
+            bad("save-interval", "needs --save DIR to know where to write checkpoints")
+        if self.overlap_param_gather and not self.use_distributed_optimizer:
+            bad("overlap-param-gather", "needs --use-distributed-optimizer")
+        if self.data_parallel_size is not None:
+            self.check_batch(self.data_parallel_size)
+
+    @property
+    def decay_iters(self) -> int:
+        return self.lr_decay_iters if self.lr_decay_iters is not None else self.train_iters
+
+    def check_batch(self, dp: int) -> int:
+        """Validate global = micro x dp x accumulation; return the accumulation steps."""
+        gbs = self.global_batch_size if self.global_batch_size is not None else self.micro_batch_size * dp
+        per_step = self.micro_batch_size * dp
+        if gbs % per_step != 0:
+            raise ConfigError(
+                f"--global-batch-size {gbs} is not divisible by --micro-batch-size "
+                f"{self.micro_batch_size} x --data-parallel-size {dp} = {per_step}; "
+                f"use a multiple of {per_step} (e.g. {per_step * max(1, round(gbs / per_step))})")
+        return gbs // per_step
+
+    def check_world(self, world_size: int) -> "TrainArgs":
+        """Resolve the data-parallel size from the launcher's world and validate it."""
+        dp = self.data_parallel_size
+        if dp is None:
+            dp = world_size
+        expected = dp * self.tensor_model_parallel_size * self.pipeline_model_parallel_size
+        if expected != world_size:
+            raise ConfigError(
+                f"--data-parallel-size {dp} x tensor 1 x pipeline 1 = {expected} does not match the "
+                f"world size {world_size} given by the launcher; launch with "
+                f"`torchrun --nproc_per_node {expected} ...` (or `mpirun -np {expected}`) or pass "
+                f"--data-parallel-size {world_size}")
+        self.check_batch(dp)
+        return dataclasses.replace(self, data_parallel_size=dp,
+                                   global_batch_size=self.global_batch_size or self.micro_batch_size * dp)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.log_dir or self.save or "runs/pretrain")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _arg_type(tp):
+    """`int | None` -> int; used to convert flag strings."""
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    return args[0] if args else tp
+
+
+def build_parser(prog: str = "protdp train") -> argparse.ArgumentParser:
+    """argparse parser generated from `TrainArgs` (defaults suppressed so YAML can sit between)."""
+    parser = argparse.ArgumentParser(
+        prog=prog, argument_default=argparse.SUPPRESS,
+        description="Pretrain an Evoformer-style model data-parallel (Megatron-style flags).")
+    parser.add_argument("--config", help="YAML with any of these options (flags override it)")
+    hints = typing.get_type_hints(TrainArgs)
+    for f in dataclasses.fields(TrainArgs):
+        flag = "--" + f.name.replace("_", "-")
+        tp = _arg_type(hints[f.name])
+        helptext = f"{f.metadata['help']} (default: {f.default})"
+        if tp is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=helptext)
+        else:
+            parser.add_argument(flag, type=tp, help=helptext, metavar=f.name.upper())
+    return parser
+
+
+def parse_args(argv: list[str], prog: str = "protdp train") -> TrainArgs:
+    """Flags (and an optional YAML) -> validated `TrainArgs`. Raises ConfigError on bad values."""
+    parser = build_parser(prog)
+    ns = vars(parser.parse_args(argv))
+    merged: dict = {}
+    config_path = ns.pop("config", None)
+    if config_path is not None:
+        merged.update({k.replace("-", "_"): v for k, v in read_yaml(config_path).items()})
+    merged.update(ns)
+    return from_dict(TrainArgs, merged, source=config_path or "flags")
+
+
+def world_size_from_env() -> int:
+    """World size announced by torchrun / OpenMPI / SLURM, 1 without a launcher."""
+    for key in ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"):
+        if os.environ.get(key):
+            return int(os.environ[key])
+    return 1
