@@ -1,0 +1,105 @@
+"""Helpers shared by the review-queue tests: a throwaway PostgreSQL schema per test, queue
+URL fixtures for both backends, realistic gated items, and the multi-process claim worker.
+
+PostgreSQL comes from env PROTDP_TEST_PG_URL (.ci/run exports it) or the same default URL;
+an unreachable server makes the tests fail, never skip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from protdp.inference.gate import GatePolicy, route
+
+PG_DEFAULT_URL = "postgresql://protdp:protdp@127.0.0.1:5432/protdp_test"
+
+
+def pg_base_url() -> str:
+    return os.environ.get("PROTDP_TEST_PG_URL") or PG_DEFAULT_URL
+
+
+@contextlib.contextmanager
+def pg_schema_url():
+    """A fresh schema on the test server; yields a URL whose search_path points at it."""
+    base = make_url(pg_base_url())
+    admin_url = base.set(drivername="postgresql+psycopg2") if base.drivername == "postgresql" \
+        else base
+    admin = create_engine(admin_url)
+    schema = f"protdp_t_{uuid.uuid4().hex[:12]}"
+    with admin.begin() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        yield base.update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(
+            hide_password=False)
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def queue_url(request, tmp_path):
+    """The same test against a SQLite file and against a real PostgreSQL server."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "queue.sqlite")
+    else:
+        with pg_schema_url() as url:
+            yield url
+
+
+@pytest.fixture
+def sqlite_url(tmp_path):
+    return str(tmp_path / "queue.sqlite")
+
+
+def gated_item(i: int, *, target: str | None = None, mean: float = 55.0, length: int = 40,
+               out_dir: Path | None = None) -> dict:
+    """enqueue() kwargs for a prediction the real gate sends to review (a ramp of pLDDT)."""
+    plddt = np.clip(np.linspace(mean - 25, mean + 25, length), 0, 100)  # [L]
+    decision = route(plddt, length=length, msa_depth=12, training_crop=256, policy=GatePolicy())
+    assert decision.route == "needs_review"
+    paths = {}
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for kind, ext in (("pdb", "pdb"), ("cif", "cif")):
+            p = out_dir / f"pred{i}.{ext}"
+            p.write_text(f"REMARK prediction {i} ({kind})\n")
+            paths[kind] = str(p)
+    return dict(prediction_id=f"run1/target{i}", target=target or f"target{i}",
+                scores={"plddt": plddt, "mean_plddt": decision.mean_plddt,
+                        "afdb_bands": decision.afdb_bands},
+                paths=paths, reasons=decision.reasons, details=decision.details)
+
+
+def claim_worker(url: str, reviewer: str, barrier, out_path: str) -> None:
+    """Claim-and-decide until the queue is empty; write what this process did as JSON."""
+    from protdp.review.store import ReviewStore
+
+    store = ReviewStore(url)
+    claimed, errors = [], []
+    barrier.wait()
+    while True:
+        try:
+            item = store.claim(reviewer, lease_seconds=600)
+        except Exception as exc:  # recorded; the test fails on any
+            errors.append(f"claim: {exc!r}")
+            break
+        if item is None:
+            break
+        claimed.append(item["id"])
+        action = ("approve", "reject", "escalate")[item["id"] % 3]
+        try:
+            store.decide(item["id"], reviewer, action, comment=f"{action} by {reviewer}")
+        except Exception as exc:
+            errors.append(f"decide {item['id']}: {exc!r}")
+    store.close()
+    Path(out_path).write_text(json.dumps({"claimed": claimed, "errors": errors}))
