@@ -1,0 +1,190 @@
+"""Model configuration (Megatron-core style: one dataclass, one-line docstring per field,
+validation in `__post_init__`). YAML files in `configs/model/` map 1:1 onto it via
+`protdp.config.load_config(ModelConfig, path)`.
+
+Defaults are the AF2 monomer sizes of the supplement (Table/§1.5-1.8 hyper-parameters); the
+tiny/small YAMLs shrink the channel counts and depths only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class LossConfig:
+    """Loss weights and settings (AF2 supplement §1.9, Eq. 7 weights)."""
+
+    fape_weight: float = 0.5
+    """Weight of the final-layer FAPE over all backbone atoms (AF2 L_FAPE weight 0.5)."""
+    aux_weight: float = 0.5
+    """Weight of the auxiliary loss: backbone FAPE averaged over layers + torsion (AF2 0.5)."""
+    distogram_weight: float = 0.3
+    """Weight of the distogram cross-entropy (AF2 0.3)."""
+    masked_msa_weight: float = 2.0
+    """Weight of the masked-MSA cross-entropy (AF2 2.0)."""
+    plddt_weight: float = 0.01
+    """Weight of the pLDDT cross-entropy (AF2 0.01)."""
+    pae_weight: float = 0.01
+    """Weight of the PAE (predicted aligned error) loss; only used when the head is on (AF2 0.01)."""
+    fape_clamp: float | None = 10.0
+    """FAPE distance clamp in Å (None = unclamped)."""
+    fape_length_scale: float = 10.0
+    """FAPE normalisation length Z in Å."""
+    fape_eps: float = 1e-4
+    """Epsilon (Å²) under the square root of the FAPE distance."""
+    angle_norm_weight: float = 0.02
+    """Weight of the torsion angle-norm penalty inside the auxiliary loss (Alg. 27)."""
+    plddt_min_resolution: float = 0.1
+    """pLDDT loss only for structures with resolution >= this (Å; NaN resolution always counts)."""
+    plddt_max_resolution: float = 3.0
+    """pLDDT loss only for structures with resolution <= this (Å)."""
+
+    def __post_init__(self):
+        for name in ("fape_weight", "aux_weight", "distogram_weight", "masked_msa_weight",
+                     "plddt_weight", "pae_weight", "angle_norm_weight"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"loss.{name} must be >= 0, got {getattr(self, name)}")
+        if self.fape_clamp is not None and self.fape_clamp <= 0:
+            raise ValueError(f"loss.fape_clamp must be > 0 or null, got {self.fape_clamp}")
+        if self.fape_length_scale <= 0:
+            raise ValueError(f"loss.fape_length_scale must be > 0, got {self.fape_length_scale}")
+
+
+@dataclass
+class ModelConfig:
+    """Evoformer + structure module sizes, regularisation, recycling and memory options."""
+
+    # --- trunk sizes --------------------------------------------------------------------
+    c_m: int = 256
+    """MSA representation channels."""
+    c_z: int = 128
+    """Pair representation channels."""
+    c_s: int = 384
+    """Single representation channels (Evoformer output, structure module)."""
+    n_blocks: int = 48
+    """Number of Evoformer blocks."""
+    msa_heads: int = 8
+    """Heads of MSA row/column attention."""
+    c_hidden_msa_att: int = 32
+    """Per-head channels of MSA row/column attention."""
+    pair_heads: int = 4
+    """Heads of triangle attention."""
+    c_hidden_tri_att: int = 32
+    """Per-head channels of triangle attention."""
+    c_hidden_tri_mul: int = 128
+    """Hidden channels of the triangle multiplicative update."""
+    c_hidden_opm: int = 32
+    """Hidden channels of the outer product mean."""
+    transition_n: int = 4
+    """Expansion factor of MSA and pair transitions."""
+    relpos_k: int = 32
+    """Relative position clip (Alg. 4): 2k+1 one-hot bins."""
+    msa_dropout: float = 0.15
+    """Row-shared dropout after MSA row attention."""
+    pair_dropout: float = 0.25
+    """Row-/column-shared dropout after triangle updates and attentions."""
+
+    # --- extra MSA stack (Alg. 18-19) ----------------------------------------------------
+    extra_msa: bool = False
+    """Run the extra-MSA stack on MSA rows beyond `max_msa_clusters`."""
+    max_msa_clusters: int = 512
+    """MSA rows given to the main stack when the extra-MSA stack splits the MSA."""
+    c_e: int = 64
+    """Extra-MSA representation channels."""
+    n_extra_blocks: int = 4
+    """Number of extra-MSA stack blocks."""
+    c_hidden_extra_att: int = 8
+    """Per-head channels of extra-MSA row/global column attention."""
+
+    # --- structure module (Alg. 20-23) ---------------------------------------------------
+    sm_layers: int = 8
+    """Structure module layers (shared weights)."""
+    ipa_heads: int = 12
+    """Invariant point attention heads."""
+    c_ipa: int = 16
+    """Per-head scalar channels of IPA."""
+    ipa_qk_points: int = 4
+    """Query/key points per head in IPA."""
+    ipa_v_points: int = 8
+    """Value points per head in IPA."""
+    sm_transition_layers: int = 3
+    """Linear layers of the structure-module transition."""
+    sm_dropout: float = 0.1
+    """Dropout in the structure module."""
+    c_resnet: int = 128
+    """Hidden channels of the torsion-angle resnet (psi only: places the O atom)."""
+    position_scale: float = 10.0
+    """Backbone translations are predicted in nm and scaled to Å by this factor."""
+
+    # --- heads ---------------------------------------------------------------------------
+    distogram_bins: int = 64
+    """Distogram bins (first/last are open-ended)."""
+    distogram_min: float = 2.3125
+    """First distogram bin edge (Å)."""
+    distogram_max: float = 21.6875
+    """Last distogram bin edge (Å)."""
+    plddt_bins: int = 50
+    """pLDDT bins over [0, 1]."""
+    c_plddt: int = 128
+    """Hidden channels of the pLDDT head."""
+    pae_head: bool = False
+    """Predict aligned error (PAE) and pTM."""
+    pae_bins: int = 64
+    """PAE bins."""
+    pae_max: float = 31.0
+    """Last PAE bin edge (Å)."""
+
+    # --- recycling -----------------------------------------------------------------------
+    num_recycles: int = 3
+    """Recycling iterations at inference (and in training when none is sampled)."""
+    max_recycles: int = 3
+    """Upper bound for the number of recycles sampled per training step."""
+    recycle_min_bin: float = 3.25
+    """First recycling distance bin edge (Alg. 32, Å)."""
+    recycle_max_bin: float = 20.75
+    """Last recycling distance bin edge (Å)."""
+    recycle_bins: int = 15
+    """Recycling distance bins."""
+
+    # --- memory and precision ------------------------------------------------------------
+    recompute: bool = False
+    """Recompute each Evoformer block in backward (torch.utils.checkpoint)."""
+    chunk_size: int | None = None
+    """Chunk attention/transitions over rows with this many rows at a time (None = no chunking)."""
+    bf16: bool = False
+    """Run the trunk under bf16 autocast (CPU or CUDA); structure module and losses stay fp32."""
+
+    loss: LossConfig = field(default_factory=LossConfig)
+    """Loss weights and settings."""
+
+    def __post_init__(self):
+        if isinstance(self.loss, dict):
+            self.loss = LossConfig(**self.loss)
+        positive = ("c_m", "c_z", "c_s", "msa_heads", "c_hidden_msa_att", "pair_heads",
+                    "c_hidden_tri_att", "c_hidden_tri_mul", "c_hidden_opm", "transition_n",
+                    "relpos_k", "max_msa_clusters", "c_e", "sm_layers", "ipa_heads", "c_ipa",
+                    "ipa_qk_points", "ipa_v_points", "sm_transition_layers", "c_resnet",
+                    "distogram_bins", "plddt_bins", "c_plddt", "pae_bins", "recycle_bins",
+                    "c_hidden_extra_att")
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        for name in ("n_blocks", "n_extra_blocks", "num_recycles", "max_recycles"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+        for name in ("msa_dropout", "pair_dropout", "sm_dropout"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {value}")
+        if self.chunk_size is not None and (not isinstance(self.chunk_size, int)
+                                            or self.chunk_size <= 0):
+            raise ValueError(f"chunk_size must be a positive integer or null, got {self.chunk_size!r}")
+        if not self.distogram_min < self.distogram_max:
+            raise ValueError("distogram_min must be < distogram_max")
+        if not self.recycle_min_bin < self.recycle_max_bin:
+            raise ValueError("recycle_min_bin must be < recycle_max_bin")
+        if self.position_scale <= 0:
+            raise ValueError(f"position_scale must be > 0, got {self.position_scale}")

@@ -1,0 +1,234 @@
+"""Evoformer stack (AF2 supplement §1.6, Algorithms 6-15) and extra-MSA stack (Alg. 18-19).
+
+Every residual branch ends in a zero-initialised ("final") linear layer, so each block is the
+identity at initialisation. Masks: `msa_mask` [*, N_seq, N_res] masks attention keys and the
+outer-product-mean rows; `pair_mask` [*, N_res, N_res] masks triangle updates and attention keys,
+so padded rows/residues never change the outputs at real positions.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.utils.checkpoint
+from einops import rearrange
+
+from protdp.model.config import ModelConfig
+from protdp.model.primitives import (Attention, LayerNorm, Linear, MASK_NEG, SharedDropout,
+                                     Transition, chunk_rows)
+
+
+class MSARowAttentionWithPairBias(nn.Module):
+    """Algorithm 7: gated row-wise self-attention on the MSA, biased by the pair representation."""
+
+    def __init__(self, c_m: int, c_z: int, c_hidden: int, n_heads: int):
+        super().__init__()
+        self.norm_m = LayerNorm(c_m)
+        self.norm_z = LayerNorm(c_z)
+        self.linear_b = Linear(c_z, n_heads, bias=False)
+        self.attention = Attention(c_m, c_hidden, n_heads)
+
+    def forward(self, m, z, msa_mask, chunk_size=None):
+        # m [*, S, L, C_m], z [*, L, L, C_z], msa_mask [*, S, L]
+        bias = rearrange(self.linear_b(self.norm_z(z)), "... i j h -> ... h i j")  # [*, H, L, L]
+        return self.attention(self.norm_m(m), msa_mask, bias, chunk_size)
+
+
+class MSAColumnAttention(nn.Module):
+    """Algorithm 8: gated column-wise self-attention on the MSA (over sequences)."""
+
+    def __init__(self, c_m: int, c_hidden: int, n_heads: int):
+        super().__init__()
+        self.norm = LayerNorm(c_m)
+        self.attention = Attention(c_m, c_hidden, n_heads)
+
+    def forward(self, m, msa_mask, chunk_size=None):
+        m_t = m.transpose(-2, -3)                                    # [*, L, S, C_m]
+        out = self.attention(self.norm(m_t), msa_mask.transpose(-1, -2), None, chunk_size)
+        return out.transpose(-2, -3)
+
+
+class MSAColumnGlobalAttention(nn.Module):
+    """Algorithm 19: global column attention of the extra-MSA stack (one averaged query)."""
+
+    def __init__(self, c_e: int, c_hidden: int, n_heads: int):
+        super().__init__()
+        self.c_hidden, self.n_heads = c_hidden, n_heads
+        self.norm = LayerNorm(c_e)
+        self.linear_q = Linear(c_e, c_hidden * n_heads, bias=False, init="glorot")
+        self.linear_k = Linear(c_e, c_hidden, bias=False, init="glorot")
+        self.linear_v = Linear(c_e, c_hidden, bias=False, init="glorot")
+        self.linear_g = Linear(c_e, c_hidden * n_heads, init="gating")
+        self.linear_o = Linear(c_hidden * n_heads, c_e, init="final")
+
+    def _attend(self, e, mask):
+        # e [*, L, S, C_e] (columns as rows), mask [*, L, S]
+        mask_f = mask[..., None].to(e.dtype)
+        q_avg = (e * mask_f).sum(-2) / (mask_f.sum(-2) + 1e-10)       # [*, L, C_e]
+        q = rearrange(self.linear_q(q_avg), "... (h c) -> ... h c", h=self.n_heads)
+        q = q / self.c_hidden ** 0.5                                  # [*, L, H, c]
+        k, v = self.linear_k(e), self.linear_v(e)                     # [*, L, S, c]
+        logits = torch.einsum("...hc,...sc->...hs", q, k).float()    # [*, L, H, S]
+        logits = logits.masked_fill(mask[..., None, :] == 0, MASK_NEG)
+        w = torch.softmax(logits, -1).to(v.dtype)
+        o = torch.einsum("...hs,...sc->...hc", w, v)                  # [*, L, H, c]
+        g = rearrange(torch.sigmoid(self.linear_g(e)), "... s (h c) -> ... s h c", h=self.n_heads)
+        o = rearrange(g * o[..., None, :, :], "... s h c -> ... s (h c)")
+        return self.linear_o(o)                                       # [*, L, S, C_e]
+
+    def forward(self, e, msa_mask, chunk_size=None):
+        e_t = self.norm(e.transpose(-2, -3))
+        out = chunk_rows(self._attend, e_t, msa_mask.transpose(-1, -2), chunk_size)
+        return out.transpose(-2, -3)
+
+
+class OuterProductMean(nn.Module):
+    """Algorithm 10: MSA -> pair update by the mean outer product over sequences."""
+
+    def __init__(self, c_m: int, c_z: int, c_hidden: int):
+        super().__init__()
+        self.norm = LayerNorm(c_m)
+        self.linear_a = Linear(c_m, c_hidden)
+        self.linear_b = Linear(c_m, c_hidden)
+        self.linear_out = Linear(c_hidden * c_hidden, c_z, init="final")
+
+    def forward(self, m, msa_mask, chunk_size=None):
+        mask = msa_mask[..., None].to(m.dtype)                        # [*, S, L, 1]
+        m = self.norm(m)
+        a = self.linear_a(m) * mask                                   # [*, S, L, c]
+        b = self.linear_b(m) * mask
+        norm = torch.einsum("...si,...sj->...ij", msa_mask, msa_mask) + 1e-3  # [*, L, L]
+
+        def rows(a_t, norm_rows):
+            # a_t [*, I, S, c] (a chunk of residues i), norm_rows [*, I, L] -> [*, I, L, C_z]
+            outer = torch.einsum("...isc,...sjd->...ijcd", a_t, b)
+            return self.linear_out(rearrange(outer, "... c d -> ... (c d)")) / norm_rows[..., None]
+
+        return chunk_rows(rows, a.transpose(-2, -3), norm, chunk_size)
+
+
+class TriangleMultiplication(nn.Module):
+    """Algorithms 11 (outgoing edges) and 12 (incoming edges)."""
+
+    def __init__(self, c_z: int, c_hidden: int, outgoing: bool):
+        super().__init__()
+        self.outgoing = outgoing
+        self.norm_in = LayerNorm(c_z)
+        self.linear_a_p = Linear(c_z, c_hidden)
+        self.linear_a_g = Linear(c_z, c_hidden, init="gating")
+        self.linear_b_p = Linear(c_z, c_hidden)
+        self.linear_b_g = Linear(c_z, c_hidden, init="gating")
+        self.linear_g = Linear(c_z, c_z, init="gating")
+        self.norm_out = LayerNorm(c_hidden)
+        self.linear_z = Linear(c_hidden, c_z, init="final")
+
+    def forward(self, z, pair_mask):
+        # z [*, L, L, C_z], pair_mask [*, L, L]
+        mask = pair_mask[..., None].to(z.dtype)
+        z = self.norm_in(z)
+        a = torch.sigmoid(self.linear_a_g(z)) * self.linear_a_p(z) * mask  # [*, L, L, c]
+        b = torch.sigmoid(self.linear_b_g(z)) * self.linear_b_p(z) * mask
+        if self.outgoing:
+            x = torch.einsum("...ikc,...jkc->...ijc", a, b)
+        else:
+            x = torch.einsum("...kic,...kjc->...ijc", a, b)
+        return torch.sigmoid(self.linear_g(z)) * self.linear_z(self.norm_out(x))
+
+
+class TriangleAttention(nn.Module):
+    """Algorithms 13 (around the starting node) and 14 (around the ending node)."""
+
+    def __init__(self, c_z: int, c_hidden: int, n_heads: int, starting: bool):
+        super().__init__()
+        self.starting = starting
+        self.norm = LayerNorm(c_z)
+        self.linear_b = Linear(c_z, n_heads, bias=False)
+        self.attention = Attention(c_z, c_hidden, n_heads)
+
+    def forward(self, z, pair_mask, chunk_size=None):
+        if not self.starting:  # ending node = starting node on the transposed pair rep
+            z, pair_mask = z.transpose(-2, -3), pair_mask.transpose(-1, -2)
+        z = self.norm(z)
+        bias = rearrange(self.linear_b(z), "... j k h -> ... h j k")   # [*, H, L, L]
+        out = self.attention(z, pair_mask, bias, chunk_size)         # [*, L, L, C_z]
+        return out if self.starting else out.transpose(-2, -3)
+
+
+class EvoformerBlock(nn.Module):
+    """Algorithm 6 (and Alg. 18 for the extra-MSA stack with `global_column=True`)."""
+
+    def __init__(self, cfg: ModelConfig, c_m: int, c_hidden_msa: int, global_column: bool = False):
+        super().__init__()
+        self.msa_row = MSARowAttentionWithPairBias(c_m, cfg.c_z, c_hidden_msa, cfg.msa_heads)
+        self.msa_row_dropout = SharedDropout(cfg.msa_dropout, shared_dim=-3)
+        if global_column:
+            self.msa_col = MSAColumnGlobalAttention(c_m, c_hidden_msa, cfg.msa_heads)
+        else:
+            self.msa_col = MSAColumnAttention(c_m, c_hidden_msa, cfg.msa_heads)
+        self.msa_transition = Transition(c_m, cfg.transition_n)
+        self.opm = OuterProductMean(c_m, cfg.c_z, cfg.c_hidden_opm)
+        self.tri_mul_out = TriangleMultiplication(cfg.c_z, cfg.c_hidden_tri_mul, outgoing=True)
+        self.tri_mul_in = TriangleMultiplication(cfg.c_z, cfg.c_hidden_tri_mul, outgoing=False)
+        self.tri_att_start = TriangleAttention(cfg.c_z, cfg.c_hidden_tri_att, cfg.pair_heads, True)
+        self.tri_att_end = TriangleAttention(cfg.c_z, cfg.c_hidden_tri_att, cfg.pair_heads, False)
+        self.pair_transition = Transition(cfg.c_z, cfg.transition_n)
+        self.row_dropout = SharedDropout(cfg.pair_dropout, shared_dim=-3)
+        self.col_dropout = SharedDropout(cfg.pair_dropout, shared_dim=-2)
+        self.chunk_size = cfg.chunk_size
+
+    def forward(self, m, z, msa_mask, pair_mask):
+        # m [*, S, L, C_m], z [*, L, L, C_z]
+        cs = self.chunk_size
+        m = m + self.msa_row_dropout(self.msa_row(m, z, msa_mask, cs))
+        m = m + self.msa_col(m, msa_mask, cs)
+        m = m + self.msa_transition(m, msa_mask, cs)
+        z = z + self.opm(m, msa_mask, cs)
+        z = z + self.row_dropout(self.tri_mul_out(z, pair_mask))
+        z = z + self.row_dropout(self.tri_mul_in(z, pair_mask))
+        z = z + self.row_dropout(self.tri_att_start(z, pair_mask, cs))
+        z = z + self.col_dropout(self.tri_att_end(z, pair_mask, cs))
+        z = z + self.pair_transition(z, pair_mask, cs)
+        return m, z
+
+
+def run_blocks(blocks: nn.ModuleList, m, z, msa_mask, pair_mask, recompute: bool):
+    """Apply blocks in order; with `recompute`, each block's activations are recomputed in
+    backward (torch.utils.checkpoint; dropout RNG state is replayed)."""
+    for block in blocks:
+        if recompute and torch.is_grad_enabled():
+            m, z = torch.utils.checkpoint.checkpoint(block, m, z, msa_mask, pair_mask,
+                                                     use_reentrant=False)
+        else:
+            m, z = block(m, z, msa_mask, pair_mask)
+    return m, z
+
+
+class EvoformerStack(nn.Module):
+    """Algorithm 6 stack; the single representation is a projection of the first MSA row."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.blocks = nn.ModuleList(EvoformerBlock(cfg, cfg.c_m, cfg.c_hidden_msa_att)
+                                    for _ in range(cfg.n_blocks))
+        self.linear_s = Linear(cfg.c_m, cfg.c_s)
+        self.recompute = cfg.recompute
+
+    def forward(self, m, z, msa_mask, pair_mask):
+        m, z = run_blocks(self.blocks, m, z, msa_mask, pair_mask, self.recompute)
+        s = self.linear_s(m[..., 0, :, :])                             # [*, L, C_s]
+        return m, z, s
+
+
+class ExtraMSAStack(nn.Module):
+    """Algorithm 18: extra-MSA stack; only the pair representation is kept."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.blocks = nn.ModuleList(EvoformerBlock(cfg, cfg.c_e, cfg.c_hidden_extra_att,
+                                                   global_column=True)
+                                    for _ in range(cfg.n_extra_blocks))
+        self.recompute = cfg.recompute
+
+    def forward(self, e, z, msa_mask, pair_mask):
+        _, z = run_blocks(self.blocks, e, z, msa_mask, pair_mask, self.recompute)
+        return z

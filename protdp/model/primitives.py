@@ -1,0 +1,152 @@
+"""Building blocks shared by the Evoformer and the structure module (AF2 supplement §1.11).
+
+- `Linear` with the AF2 initialisers (§1.11.4): "default" (LeCun normal, fan-in),
+  "relu" (He normal), "glorot", "gating" (weights 0, bias 1) and "final" (all zeros, so every
+  residual branch starts as the identity).
+- `Attention`: gated multi-head attention with optional pair bias (Alg. 7 / 8 / 13 / 14 share it),
+  evaluated in chunks over the "row" dimension when `chunk_size` is set (§1.11.8).
+- `Transition`: 2-layer MLP (Alg. 9 / 15), also chunked.
+- `SharedDropout`: dropout whose mask is shared along rows or columns (§1.11.6).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from einops import rearrange
+
+INIT_SCHEMES = ("default", "relu", "glorot", "gating", "final")
+
+# Large negative value for masked attention logits (finite so fully-masked rows stay finite).
+MASK_NEG = -1e9
+
+
+def _trunc_normal_(weight: torch.Tensor, scale: float) -> None:
+    """Truncated normal with std = sqrt(scale / fan_in), corrected for truncation at 2 sigma."""
+    fan_in = weight.shape[1]
+    std = math.sqrt(scale / max(1, fan_in)) / 0.87962566103423978
+    with torch.no_grad():
+        nn.init.trunc_normal_(weight, mean=0.0, std=std, a=-2.0 * std, b=2.0 * std)
+
+
+class Linear(nn.Linear):
+    """nn.Linear with AF2 initialisation schemes."""
+
+    def __init__(self, in_dim: int, out_dim: int, bias: bool = True, init: str = "default"):
+        if init not in INIT_SCHEMES:
+            raise ValueError(f"unknown init {init!r}; expected one of {INIT_SCHEMES}")
+        self.init_scheme = init
+        super().__init__(in_dim, out_dim, bias=bias)
+
+    def reset_parameters(self) -> None:
+        init = getattr(self, "init_scheme", "default")
+        if init == "default":
+            _trunc_normal_(self.weight, 1.0)
+        elif init == "relu":
+            _trunc_normal_(self.weight, 2.0)
+        elif init == "glorot":
+            nn.init.xavier_uniform_(self.weight)
+        else:  # gating / final
+            nn.init.zeros_(self.weight)
+        if self.bias is not None:
+            nn.init.constant_(self.bias, 1.0 if init == "gating" else 0.0)
+
+
+LayerNorm = nn.LayerNorm
+
+
+def chunk_rows(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], x: torch.Tensor,
+               mask: torch.Tensor, chunk_size: int | None) -> torch.Tensor:
+    """Evaluate fn(x_rows, mask_rows) on slices of `chunk_size` rows (dim -3 of x, dim -2 of
+    mask) and concatenate; rows are independent, so the result equals fn(x, mask)."""
+    size = x.shape[-3]
+    if chunk_size is None or chunk_size >= size:
+        return fn(x, mask)
+    outs = []
+    for start in range(0, size, chunk_size):
+        n = min(chunk_size, size - start)
+        m = mask if mask.shape[-2] == 1 else mask.narrow(-2, start, n)
+        outs.append(fn(x.narrow(-3, start, n), m))
+    return torch.cat(outs, dim=-3)
+
+
+class Attention(nn.Module):
+    """Gated multi-head self-attention over the query axis of x [*, R, Q, C_in].
+
+    The rows R are independent attention problems ("batch"); `bias` [*, H, Q, Q] is shared by
+    all rows (pair bias / triangle bias) and `mask` [*, R, Q] masks keys.
+    """
+
+    def __init__(self, c_in: int, c_hidden: int, n_heads: int, gating: bool = True):
+        super().__init__()
+        self.c_hidden = c_hidden
+        self.n_heads = n_heads
+        hc = c_hidden * n_heads
+        self.linear_q = Linear(c_in, hc, bias=False, init="glorot")
+        self.linear_k = Linear(c_in, hc, bias=False, init="glorot")
+        self.linear_v = Linear(c_in, hc, bias=False, init="glorot")
+        self.linear_g = Linear(c_in, hc, init="gating") if gating else None
+        self.linear_o = Linear(hc, c_in, init="final")
+
+    def _attend(self, x: torch.Tensor, mask: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        h = self.n_heads
+        q = rearrange(self.linear_q(x), "... q (h c) -> ... h q c", h=h)  # [*, R, H, Q, c]
+        k = rearrange(self.linear_k(x), "... k (h c) -> ... h k c", h=h)
+        v = rearrange(self.linear_v(x), "... k (h c) -> ... h k c", h=h)
+        logits = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.c_hidden)  # [*, R, H, Q, K]
+        logits = logits.float()
+        if bias is not None:
+            logits = logits + bias.float().unsqueeze(-4)                          # bias [*, 1, H, Q, K]
+        logits = logits.masked_fill(mask[..., None, None, :] == 0, MASK_NEG)
+        weights = torch.softmax(logits, dim=-1).to(v.dtype)
+        o = rearrange(torch.matmul(weights, v), "... h q c -> ... q (h c)")     # [*, R, Q, H*c]
+        if self.linear_g is not None:
+            o = o * torch.sigmoid(self.linear_g(x))
+        return self.linear_o(o)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, bias: torch.Tensor | None = None,
+                chunk_size: int | None = None) -> torch.Tensor:
+        # x [*, R, Q, C], mask [*, R, Q], bias [*, H, Q, Q] -> [*, R, Q, C]
+        return chunk_rows(lambda xc, mc: self._attend(xc, mc, bias), x, mask, chunk_size)
+
+
+class Transition(nn.Module):
+    """LayerNorm -> Linear(relu) n*c -> Linear(final) c (Alg. 9 and 15), chunked over rows."""
+
+    def __init__(self, c: int, n: int):
+        super().__init__()
+        self.norm = LayerNorm(c)
+        self.linear_1 = Linear(c, n * c, init="relu")
+        self.linear_2 = Linear(n * c, c, init="final")
+
+    def _apply(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.linear_2(F.relu(self.linear_1(self.norm(x)))) * mask[..., None]
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, chunk_size: int | None = None) -> torch.Tensor:
+        # x [*, R, Q, C], mask [*, R, Q] -> [*, R, Q, C]
+        return chunk_rows(self._apply, x, mask, chunk_size)
+
+
+class SharedDropout(nn.Module):
+    """Dropout with the mask shared along one axis of [*, R, Q, C] (§1.11.6).
+
+    `shared_dim=-3` shares the mask across rows ("row-wise" dropout in AF2: one mask per
+    column position broadcast over all rows); `shared_dim=-2` shares it across columns.
+    """
+
+    def __init__(self, p: float, shared_dim: int):
+        super().__init__()
+        self.p = p
+        self.shared_dim = shared_dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        shape = list(x.shape)
+        shape[self.shared_dim] = 1
+        keep = torch.bernoulli(torch.full(shape, 1.0 - self.p, device=x.device, dtype=x.dtype))
+        return x * keep / (1.0 - self.p)
