@@ -104,6 +104,7 @@ def test_ema_matches_closed_form_and_swaps_back():
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
     w0 = model[0].weight.detach().clone()
     ema = EMA(model, decay=0.9)
+    ema.num_updates = 1000  # past the warm-up: d = 0.9
     for _ in range(3):
         with torch.no_grad():
             model[0].weight.add_(1.0)
@@ -111,21 +112,26 @@ def test_ema_matches_closed_form_and_swaps_back():
     # shadow = 0.9^3 w0 + 0.1 (0.9^2 (w0+1) + 0.9 (w0+2) + (w0+3))
     expected = 0.9 ** 3 * w0 + 0.1 * (0.81 * (w0 + 1) + 0.9 * (w0 + 2) + (w0 + 3))
     torch.testing.assert_close(ema.shadow["0.weight"], expected)
+    fresh = EMA(model, decay=0.999)  # warm-up: d_0 = 1/10, d_1 = 2/11
+    w = model[0].weight.detach().clone()
+    fresh.update(model)
+    torch.testing.assert_close(fresh.shadow["0.weight"], w)  # 0.1 w + 0.9 w
+    assert fresh.current_decay() == 2 / 11
     current = model[0].weight.detach().clone()
     with ema.swapped_into(model):
         torch.testing.assert_close(model[0].weight, expected)
     assert torch.equal(model[0].weight, current)
     other = EMA(model, decay=0.5)
     other.load_state_dict(ema.state_dict())
-    assert other.decay == 0.9 and torch.equal(other.shadow["0.weight"], ema.shadow["0.weight"])
+    assert other.decay == 0.9 and other.num_updates == 1003 and torch.equal(other.shadow["0.weight"], ema.shadow["0.weight"])
 
 
 def _fake_save(tmp_path, its, keep=2):
     saver = checkpointing.Saver(rank=0, world_size=1, barrier=lambda: None,
-                                save_optimizer=lambda p: p.mkdir(), keep_last=keep)
+                                save_engine=lambda p: p.mkdir(), keep_last=keep)
     for it in its:
-        checkpointing.save_checkpoint(saver, tmp_path, it, model_state={"w": torch.full((2,), float(it))},
-                                      ema_state={"decay": 0.9, "shadow": {}}, rank_state={"sampler": it},
+        checkpointing.save_checkpoint(saver, tmp_path, it, ema_state={"decay": 0.9, "shadow": {
+                                          "w": torch.full((2,), float(it))}}, rank_state={"sampler": it},
                                       config={"x": 1})
 
 
@@ -140,7 +146,8 @@ def test_checkpoints_keep_last_k_and_are_atomic(tmp_path):
     assert latest.name == "iter_0000015"
     got = checkpointing.load_checkpoint(latest, rank=0)
     assert got.iteration == 15 and got.rank_state["sampler"] == 15 and "rng" in got.rank_state
-    assert torch.equal(got.model_state["w"], torch.full((2,), 15.0))
+    assert torch.equal(got.ema_state["shadow"]["w"], torch.full((2,), 15.0))
+    assert (latest / checkpointing.ENGINE).is_dir()
     assert got.meta["code_version"]["protdp"]
     assert checkpointing.load_checkpoint(latest, rank=3).rank_state is None
     # tracker pointing at a missing folder falls back to a scan

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +40,6 @@ class TrainArgs:
     max_msa_rows: int = _f(128, "MSA rows sampled per example, query first (AF2 N_clust: 128)")
     val_fraction: float = _f(0.1, "fraction of families held out for validation (at least one if > 0)")
     val_families: str | None = _f(None, "comma-separated family ids to hold out (overrides --val-fraction)")
-    num_workers: int = _f(0, "background threads prefetching featurized micro-batches (0 = inline)")
     # --- parallelism (Megatron names)
     tensor_model_parallel_size: int = _f(1, "tensor model parallel size (only 1 is supported)")
     pipeline_model_parallel_size: int = _f(1, "pipeline model parallel size (only 1 is supported)")
@@ -66,7 +64,6 @@ class TrainArgs:
     adam_eps: float = _f(1e-6, "Adam epsilon (AF2: 1e-6)")
     clip_grad: float = _f(0.1, "global gradient-norm clip (AF2: 0.1); 0 disables")
     ema_decay: float = _f(0.999, "decay of the exponential moving average of weights (AF2: 0.999)")
-    num_recycles: int | None = _f(None, "max recycles sampled per step (default: the model config's)")
     seed: int = _f(1234, "random seed (data order, features, dropout, recycles)")
     # --- checkpoints
     save: str | None = _f(None, "checkpoint directory to save to")
@@ -103,10 +100,10 @@ class TrainArgs:
             v = getattr(self, name)
             if v is not None and v < 1:
                 bad(name.replace("_", "-"), f"must be >= 1, got {v}")
-        if self.eval_iters < 0 or self.num_workers < 0 or self.lr_warmup_iters < 0:
-            bad("eval-iters/num-workers/lr-warmup-iters", "must be >= 0")
-        if self.num_recycles is not None and self.num_recycles < 0:
-            bad("num-recycles", "must be >= 0")
+        if self.eval_iters < 0:
+            bad("eval-iters", f"must be >= 0, got {self.eval_iters}")
+        if self.lr_warmup_iters < 0:
+            bad("lr-warmup-iters", f"must be >= 0, got {self.lr_warmup_iters}")
         if self.lr <= 0:
             bad("lr", f"must be > 0, got {self.lr}")
         if not 0 <= self.min_lr <= self.lr:
@@ -205,10 +202,3 @@ def parse_args(argv: list[str], prog: str = "protdp train") -> TrainArgs:
     merged.update(ns)
     return from_dict(TrainArgs, merged, source=config_path or "flags")
 
-
-def world_size_from_env() -> int:
-    """World size announced by torchrun / OpenMPI / SLURM, 1 without a launcher."""
-    for key in ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"):
-        if os.environ.get(key):
-            return int(os.environ[key])
-    return 1

@@ -2,14 +2,15 @@
 
     SAVE/latest_checkpointed_iteration.txt     # Megatron's tracker file, replaced atomically
     SAVE/iter_0000020/meta.json                # iteration, config, code version, world size (written last)
-    SAVE/iter_0000020/model.pt, ema.pt         # full weights, written once (rank 0)
-    SAVE/iter_0000020/optimizer/               # the parallel engine's sharded optimizer state
+    SAVE/iter_0000020/engine/                  # protdp.parallel.save_checkpoint: model.pt (once)
+                                               #   + each rank's optimizer shard, reshardable
+    SAVE/iter_0000020/ema.pt                   # EMA weights (rank 0)
     SAVE/iter_0000020/rank_00001.pt            # per-rank sampler state and RNG states
 
 All ranks write into `iter_N.tmp/`; after a barrier rank 0 writes `meta.json`, renames the
 folder to `iter_N` and only then points the tracker at it, so a crash at any moment leaves
 the previous checkpoint loadable. Loading picks the newest folder holding `meta.json`.
-The optimizer shards are saved and loaded by `protdp.parallel` in a layout-independent form,
+Model and optimizer shards are saved and loaded by `protdp.parallel` in a layout-independent form,
 so a run may resume at another data-parallel size; RNG states of ranks that did not exist in
 the saved run are derived from the seed.
 """
@@ -32,6 +33,7 @@ import torch
 from protdp.errors import ConfigError
 
 TRACKER = "latest_checkpointed_iteration.txt"
+ENGINE = "engine"
 _ITER_RE = re.compile(r"^iter_(\d{7})$")
 
 
@@ -103,12 +105,12 @@ class Saver:
     rank: int
     world_size: int
     barrier: Callable[[], None]
-    save_optimizer: Callable[[Path], None]     # collective: every rank writes its shard under the path
+    save_engine: Callable[[Path], None]  # collective: model once + every rank's optimizer shard
     keep_last: int = 3
 
 
-def save_checkpoint(saver: Saver, save_dir: str | Path, iteration: int, *, model_state: dict,
-                    ema_state: dict, rank_state: dict, config: dict) -> Path:
+def save_checkpoint(saver: Saver, save_dir: str | Path, iteration: int, *, ema_state: dict,
+                    rank_state: dict, config: dict) -> Path:
     """Collective: every rank calls this at the same iteration. Returns the final folder."""
     save_dir = Path(save_dir)
     final = save_dir / iter_dir_name(iteration)
@@ -118,10 +120,9 @@ def save_checkpoint(saver: Saver, save_dir: str | Path, iteration: int, *, model
         shutil.rmtree(tmp, ignore_errors=True)  # leftovers of a crash during an earlier save
         tmp.mkdir()
     saver.barrier()
-    saver.save_optimizer(tmp / "optimizer")
+    saver.save_engine(tmp / ENGINE)
     torch.save({**rank_state, "rng": rng_state()}, tmp / f"rank_{saver.rank:05d}.pt")
     if saver.rank == 0:
-        torch.save(model_state, tmp / "model.pt")
         torch.save(ema_state, tmp / "ema.pt")
     saver.barrier()
     if saver.rank == 0:
@@ -142,12 +143,12 @@ def save_checkpoint(saver: Saver, save_dir: str | Path, iteration: int, *, model
 
 @dataclass
 class Loaded:
-    """A checkpoint read back for one rank."""
+    """A checkpoint read back for one rank (model + optimizer: `protdp.parallel.load_checkpoint`
+    on `path / ENGINE`)."""
 
     path: Path
     iteration: int
     meta: dict
-    model_state: dict
     ema_state: dict
     rank_state: dict | None   # None when this rank did not exist in the saved run
 
@@ -157,7 +158,7 @@ class Loaded:
 
 
 def load_checkpoint(path: Path, rank: int) -> Loaded:
-    """Read the full-model parts and this rank's own state (the optimizer is loaded separately)."""
+    """Read the EMA and this rank's own state (model and optimizer are loaded by the engine)."""
     meta_path = path / "meta.json"
     if not meta_path.exists():
         raise ConfigError(f"{path}: not a complete checkpoint (no meta.json)")
@@ -165,5 +166,4 @@ def load_checkpoint(path: Path, rank: int) -> Loaded:
     rank_file = path / f"rank_{rank:05d}.pt"
     rank_state = torch.load(rank_file, weights_only=False) if rank_file.exists() else None
     return Loaded(path=path, iteration=int(meta["iteration"]), meta=meta,
-                  model_state=torch.load(path / "model.pt", weights_only=True),
                   ema_state=torch.load(path / "ema.pt", weights_only=True), rank_state=rank_state)

@@ -1,0 +1,109 @@
+"""Weak scaling of pretraining, 1 -> 2 data-parallel ranks (1 intra-op thread each).
+
+Megatron concept: weak scaling keeps the per-rank work fixed (micro-batch 1, no accumulation,
+global batch = dp), so ideal throughput doubles; efficiency = throughput(2) / (2 x
+throughput(1)). Each configuration is a real `torchrun pipelines/pretrain.py` run on the small
+model; numbers come from its metrics.jsonl (first iterations dropped as warm-up). Also reports
+the fraction of step time that is exposed communication (time blocked in finish_grad_sync)
+with and without --overlap-grad-reduce. On this 2-core machine the two ranks and gloo's
+reduction threads share the same cores, so overlap cannot hide much (see benchmarks/netsim.sh
+for a simulated network); the ratio is what the run measured, not a claim about clusters.
+
+    .venv/bin/python benchmarks/scaling.py --data data.h5 [--iters 12] [--out benchmarks/results/scaling.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from protdp.train.launch import torchrun_cmd, worker_env  # noqa: E402
+from protdp.train.report import read_metrics  # noqa: E402
+
+CONFIGS = [  # name, dp, extra flags
+    ("dp1", 1, ["--overlap-grad-reduce", "--use-distributed-optimizer"]),
+    ("dp2_overlap_distopt", 2, ["--overlap-grad-reduce", "--use-distributed-optimizer"]),
+    ("dp2_no_overlap_distopt", 2, ["--no-overlap-grad-reduce", "--use-distributed-optimizer"]),
+    ("dp2_overlap", 2, ["--overlap-grad-reduce", "--no-use-distributed-optimizer"]),
+]
+
+
+def run_config(name: str, dp: int, extra: list[str], args, work: Path) -> dict:
+    run_dir = work / name
+    argv = ["--data", str(args.data), "--model-config", args.model_config,
+            "--crop-size", str(args.crop_size), "--max-msa-rows", str(args.max_msa_rows),
+            "--micro-batch-size", "1", "--global-batch-size", str(dp), "--data-parallel-size", str(dp),
+            "--train-iters", str(args.iters), "--eval-iters", "0", "--eval-interval", str(10 ** 6),
+            "--log-interval", str(args.iters), "--log-dir", str(run_dir), "--wandb-mode", "disabled",
+            "--no-progress-bar", "--val-fraction", "0", "--seed", "7", *extra]
+    t0 = time.time()
+    proc = subprocess.run(torchrun_cmd(argv, nproc=dp), env=worker_env(threads=1), cwd=REPO,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
+        raise SystemExit(f"{name}: run failed with exit code {proc.returncode}")
+    train, _ = read_metrics(run_dir / "metrics.jsonl")
+    steady = train[args.warmup:]
+    step = sum(r["time/step"] for r in steady)
+    res = {
+        "dp": dp, "flags": extra, "iterations_measured": len(steady), "wall_s": round(time.time() - t0, 1),
+        "samples_per_s": sum(r["samples"] for r in steady) / step,
+        "residues_per_s": sum(r["residues"] for r in steady) / step,
+        "median_step_s": statistics.median(r["time/step"] for r in steady),
+        "exposed_comm_fraction": sum(r["time/exposed_comm"] for r in steady) / step,
+    }
+    for phase in ("data_wait", "forward", "backward", "exposed_comm", "optimizer"):
+        res[f"mean_{phase}_s"] = statistics.fmean(r[f"time/{phase}"] for r in steady)
+    print(f"{name:<24} dp={dp} {res['samples_per_s']:.3f} samples/s  {res['residues_per_s']:.0f} res/s  "
+          f"step {1000 * res['median_step_s']:.0f} ms  exposed comm {100 * res['exposed_comm_fraction']:.1f}%",
+          flush=True)
+    return res
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", type=Path, required=True, help="HDF5 store (protdp data build)")
+    p.add_argument("--model-config", default="configs/model/small.yaml")
+    p.add_argument("--crop-size", type=int, default=64)
+    p.add_argument("--max-msa-rows", type=int, default=16)
+    p.add_argument("--iters", type=int, default=12)
+    p.add_argument("--warmup", type=int, default=2, help="iterations dropped from the statistics")
+    p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "scaling.json")
+    args = p.parse_args(argv)
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, dp, extra in CONFIGS:
+            results[name] = run_config(name, dp, extra, args, Path(tmp))
+    thr1 = results["dp1"]["samples_per_s"]
+    summary = {
+        "weak_scaling_efficiency_overlap_distopt": results["dp2_overlap_distopt"]["samples_per_s"] / (2 * thr1),
+        "weak_scaling_efficiency_no_overlap_distopt": results["dp2_no_overlap_distopt"]["samples_per_s"] / (2 * thr1),
+        "weak_scaling_efficiency_overlap_allreduce": results["dp2_overlap"]["samples_per_s"] / (2 * thr1),
+        "exposed_comm_fraction_with_overlap": results["dp2_overlap_distopt"]["exposed_comm_fraction"],
+        "exposed_comm_fraction_without_overlap": results["dp2_no_overlap_distopt"]["exposed_comm_fraction"],
+    }
+    out = {"benchmark": "weak scaling 1 -> 2 ranks, small model, 1 thread per rank",
+           "settings": {k: str(v) for k, v in vars(args).items()},
+           "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version(),
+                       "note": "shared 2-core machine: ranks and gloo threads compete for the same cores"},
+           "configs": results, "summary": summary}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1))
+    for k, v in summary.items():
+        print(f"{k}: {v:.3f}")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""`protdp train`: the same Megatron-style flags as `pipelines/pretrain.py`.
+
+Inside a launcher (torchrun, mpirun, srun) it runs this process's rank. Without one it runs a
+world of 1 in-process, or, when `--data-parallel-size N` > 1 asks for more ranks, re-launches
+itself as `torchrun --standalone --nproc_per_node N pipelines/pretrain.py <same flags>`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+from protdp.train.args import parse_args
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    from protdp.parallel.env import detect_launch_env
+
+    launch = detect_launch_env()
+    if launch.launcher == "none" and (args.data_parallel_size or 1) > 1:
+        from protdp.train.launch import torchrun_cmd, worker_env
+
+        cmd = torchrun_cmd(argv, nproc=args.data_parallel_size)
+        print("+ " + " ".join(cmd), flush=True)
+        return subprocess.run(cmd, env=worker_env()).returncode
+
+    import torch.distributed as dist
+
+    from protdp.train.trainer import pretrain
+
+    try:
+        pretrain(args)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return 0

@@ -1,0 +1,428 @@
+"""The pretraining loop: micro-batches with gradient accumulation over a data-parallel engine.
+
+Megatron's `pretrain()` / `train_step()` structure on AF2's recipe (supplement 1.11):
+per optimizer step every rank runs `num_micro_batches` forward/backward passes (all but the
+last under `no_sync()`), `finish_grad_sync()` completes the bucketed reduction, the (possibly
+distributed) AdamW steps with a per-step lr (linear warmup, then decay) and global-norm
+clipping, and an EMA of the weights (0.999) is updated; the EMA is what validation uses.
+Number of recycles, feature sampling and crops come from seeds derived from
+(seed, iteration, micro-batch[, rank]) so that every rank makes the same graph-shaping choice
+for a step and a resumed run replays exactly; dropout uses the per-rank torch RNG, which is
+checkpointed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import random
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from protdp.errors import ConfigError
+from protdp.parallel import load_checkpoint as engine_load
+from protdp.parallel import save_checkpoint as engine_save
+from protdp.train import checkpointing
+from protdp.train.args import TrainArgs
+from protdp.train.ema import EMA
+from protdp.train.logging import PHASES, RunLogger, StepTimer, max_memory_mb
+from protdp.train.schedule import lr_for_args
+
+
+def derive_seed(*parts: int) -> int:
+    """A 31-bit seed from integers (numpy SeedSequence: well mixed, platform independent)."""
+    return int(np.random.SeedSequence([int(p) & 0xFFFFFFFF for p in parts]).generate_state(1)[0] >> 1)
+
+
+def split_families(ids: list[str], args: TrainArgs) -> tuple[list[str], list[str]]:
+    """(train, validation) family ids; held-out ids chosen by a seeded permutation, or named."""
+    ids = sorted(ids)
+    if args.val_families:
+        val = [v.strip() for v in args.val_families.split(",") if v.strip()]
+        unknown = sorted(set(val) - set(ids))
+        if unknown:
+            raise ConfigError(f"--val-families: {unknown} not in the store")
+    elif args.val_fraction > 0:
+        n_val = max(1, round(args.val_fraction * len(ids)))
+        perm = np.random.default_rng(args.seed).permutation(len(ids))
+        val = [ids[i] for i in sorted(perm[:n_val])]
+    else:
+        val = []
+    train = [i for i in ids if i not in set(val)]
+    if not train:
+        raise ConfigError(f"no training families left after holding out {len(val)} for validation")
+    return train, sorted(val)
+
+
+@dataclass
+class StepResult:
+    loss: float
+    terms: dict
+    lddt_sum: float
+    lddt_count: int
+    samples: int
+    residues: int
+
+
+def _collective(op: str, fn, rank: int):
+    """The trainer's own collectives with the engine's error naming (timeouts never hang silently)."""
+    from protdp.parallel.collectives import run
+
+    return run(op, fn, rank)
+
+
+def summarize(records: list[dict], val: dict | None, iteration: int) -> dict:
+    """Mean step-time breakdown (first step excluded as warm-up) and final lDDT numbers."""
+    steady = records[1:] or records
+    out = {"iterations": iteration, "steps_this_run": len(records)}
+    if steady:
+        step = sum(r["time/step"] for r in steady)
+        out["mean_step_s"] = step / len(steady)
+        for p in PHASES:
+            out[f"mean_{p}_s"] = sum(r[f"time/{p}"] for r in steady) / len(steady)
+            out[f"fraction_{p}"] = sum(r[f"time/{p}"] for r in steady) / step
+        out["samples_per_s"] = sum(r["samples"] for r in steady) / step
+        out["residues_per_s"] = sum(r["residues"] for r in steady) / step
+        out["max_memory_mb"] = max(r["max_memory_mb"] for r in steady)
+        tail = [r["train_lddt_ca"] for r in records[-10:] if r.get("train_lddt_ca") is not None]
+        out["final_train_lddt_ca"] = sum(tail) / len(tail) if tail else None
+        out["final_loss"] = sum(r["loss"] for r in records[-10:]) / len(records[-10:])
+    if val:
+        out.update({k: v for k, v in val.items() if k.startswith("val_")})
+    return out
+
+
+def format_summary(s: dict) -> str:
+    lines = [f"trained to iteration {s['iterations']} ({s['steps_this_run']} steps in this run)"]
+    if "mean_step_s" in s:
+        lines.append(f"mean step {1000 * s['mean_step_s']:.0f} ms: " + ", ".join(
+            f"{p.replace('_', ' ')} {1000 * s[f'mean_{p}_s']:.0f} ms ({100 * s[f'fraction_{p}']:.0f}%)"
+            for p in PHASES))
+        lines.append(f"throughput {s['samples_per_s']:.2f} samples/s, {s['residues_per_s']:.0f} residues/s; "
+                     f"max memory {s['max_memory_mb']:.0f} MiB per rank")
+        tl = s.get("final_train_lddt_ca")
+        lines.append(f"final train loss {s['final_loss']:.4f}, train lDDT-Cα "
+                     f"{'n/a' if tl is None else f'{tl:.3f}'} (mean of the last 10 steps)")
+    if "val_lddt_ca" in s:
+        sp = s.get("val_plddt_spearman")
+        lines.append(f"final val lDDT-Cα (EMA weights) {s['val_lddt_ca']:.3f} on {s['val_families']} "
+                     f"held-out families; Spearman(pLDDT, true lDDT) "
+                     f"{'n/a' if sp is None else f'{sp:.3f}'}")
+    return "\n".join(lines)
+
+
+class Trainer:
+    """Model, engine, optimizer, data and logger built from `TrainArgs`; `train()` runs the loop."""
+
+    def __init__(self, args: TrainArgs):
+        from protdp.data.features import collate, featurize
+        from protdp.data.sampler import FamilySampler
+        from protdp.data.store import FamilyStore
+        from protdp.model import build_model
+        from protdp.model.losses import compute_loss
+        from protdp.parallel import DataParallel, DistributedOptimizer, ParallelConfig, init_distributed
+
+        self.featurize, self.collate, self.compute_loss = featurize, collate, compute_loss
+        if not args.data:
+            raise ConfigError("--data: an HDF5 store is required (build one with `protdp data build`)")
+        launch = init_distributed(timeout=args.distributed_timeout_minutes * 60.0)
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.launcher = launch.launcher
+        self.args = args = args.check_world(self.world)
+        self.num_micro = args.check_batch(self.world)
+        self.restart_count = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+        self.device = (torch.device("cuda", launch.local_rank) if torch.cuda.is_available()
+                       else torch.device("cpu"))
+
+        self.store = FamilyStore(args.data)
+        self.train_ids, self.val_ids = split_families(list(self.store.family_ids), args)
+
+        torch.manual_seed(args.seed)  # identical init everywhere (DataParallel broadcasts too)
+        model = build_model(args.model_config, verbose=self.rank == 0)
+        if self.device.type != "cpu":
+            model.to(self.device)
+        self.model_config = model.config
+        self.pcfg = ParallelConfig(
+            data_parallel_size=self.world, micro_batch_size=args.micro_batch_size,
+            global_batch_size=args.global_batch_size, overlap_grad_reduce=args.overlap_grad_reduce,
+            use_distributed_optimizer=args.use_distributed_optimizer,
+            overlap_param_gather=args.overlap_param_gather, bucket_size=args.bucket_size)
+        self.ddp = DataParallel(model, self.pcfg)
+        self.ddp.broadcast_params()
+        self.model = self.ddp.module
+        self.opt = DistributedOptimizer(
+            self.ddp, self.pcfg, lr=args.lr, weight_decay=args.weight_decay,
+            betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_eps,
+            clip_grad=args.clip_grad if args.clip_grad > 0 else None)
+        self.ema = EMA(self.model, args.ema_decay)
+        # per-rank streams (dropout); graph-shaping choices use derive_seed(seed, iteration, ...)
+        self._seed_rank_streams(args.seed, self.rank)
+
+        self.sampler = FamilySampler(
+            self.train_ids, [self.store.length(f) for f in self.train_ids], rank=self.rank,
+            world_size=self.world, micro_batch_size=args.micro_batch_size, seed=args.seed,
+            crop_size=args.crop_size)
+        self.iteration = 0
+        self.resumed_from: str | None = None
+        self._resume()
+        self._micro_iter = self._micro_batches()
+        self.logger = RunLogger(
+            args.run_dir, rank=self.rank, config={**args.to_dict(), "world_size": self.world},
+            start_iter=self.iteration, train_iters=args.train_iters, log_interval=args.log_interval,
+            wandb_mode=args.wandb_mode, wandb_project=args.wandb_project, wandb_name=args.wandb_exp_name,
+            progress_bar=args.progress_bar)
+        self.timer = StepTimer(self.device)
+        self.records: list[dict] = []
+        self.last_val: dict | None = None
+
+    # ------------------------------------------------------------------ set-up helpers
+    @staticmethod
+    def _seed_rank_streams(seed: int, rank: int) -> None:
+        torch.manual_seed(derive_seed(seed, 1, rank))
+        random.seed(derive_seed(seed, 2, rank))
+        np.random.seed(derive_seed(seed, 3, rank))
+
+    def _print(self, msg: str) -> None:
+        if self.rank == 0:
+            print(msg, flush=True)
+
+    def _resume(self) -> None:
+        """Load the latest checkpoint of --load (or of --save after an elastic restart)."""
+        args = self.args
+        load_dir = args.load or (args.save if self.restart_count > 0 else None)
+        if load_dir is None:
+            return
+        path = checkpointing.latest_checkpoint(load_dir)
+        if path is None:
+            self._print(f"no checkpoint in {load_dir}: starting from scratch")
+            return
+        ck = checkpointing.load_checkpoint(path, self.rank)
+        # model + optimizer shards, resharded to this run's dp size by the engine
+        engine_load(path / checkpointing.ENGINE, self.ddp, self.opt)
+        self.ema.load_state_dict(ck.ema_state)
+        same_world = ck.saved_world_size == self.world
+        sampler_state = (ck.rank_state if same_world else
+                         checkpointing.load_checkpoint(path, 0).rank_state)["sampler"]
+        self.sampler.load_state_dict(sampler_state)
+        if same_world:
+            checkpointing.set_rng_state(ck.rank_state["rng"])
+        else:  # resharded: ranks are new, derive their streams from (seed, iteration, rank)
+            self._seed_rank_streams(derive_seed(args.seed, ck.iteration), self.rank)
+        self.iteration = ck.iteration
+        self.resumed_from = str(path)
+        self._print(f"resumed from {path} at iteration {ck.iteration} (saved with dp="
+                    f"{ck.saved_world_size}, now dp={self.world}; restart #{self.restart_count})")
+
+    # ------------------------------------------------------------------ data
+    def _micro_batches(self):
+        """This rank's micro-batches (lists of family ids), epoch after epoch."""
+        while True:
+            for fids in self.sampler:
+                yield list(fids)
+            self.sampler.set_epoch(self.sampler.epoch + 1)
+
+    def _batch(self, fids: list[str], seed: int, training: bool = True) -> dict:
+        examples = [self.featurize(self.store.read(f), crop_size=self.args.crop_size,
+                                   max_msa_rows=self.args.max_msa_rows, seed=derive_seed(seed, k),
+                                   training=training) for k, f in enumerate(fids)]
+        batch = self.collate(examples)
+        return {k: (v.to(self.device) if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
+
+    # ------------------------------------------------------------------ model outputs
+    @staticmethod
+    def _pred_ca(outputs: dict) -> torch.Tensor:
+        return outputs["final_atom_positions"][..., 1, :]  # [B, L, 3]
+
+    @staticmethod
+    def _plddt(outputs: dict) -> torch.Tensor:
+        return outputs["plddt"]  # [B, L] in 0..100
+
+    @staticmethod
+    def _true_ca(batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        mask = batch["backbone_mask"][..., 1] * batch["seq_mask"]  # [B, L]
+        return batch["backbone_positions"][..., 1, :], mask  # [B, L, 3]
+
+    def _recycle_generator(self, *parts: int) -> torch.Generator:
+        """Seeded identically on every DP rank: all ranks run the same number of recycles."""
+        return torch.Generator().manual_seed(derive_seed(self.args.seed, 0x5EC, *parts))
+
+    # ------------------------------------------------------------------ one optimizer step
+    def train_step(self) -> dict:
+        from protdp.metrics import lddt_ca_tensor
+
+        args, it, timer = self.args, self.iteration, self.timer
+        lr = lr_for_args(it, args)
+        self.opt.set_lr(lr)
+        timer.reset()
+        self.ddp.zero_grad_buffer()
+        loss_sum, term_sums = 0.0, {}
+        lddt_sum, lddt_n, samples, residues = 0.0, 0, 0, 0
+        for micro in range(self.num_micro):
+            with timer.phase("data_wait"):
+                fids = next(self._micro_iter)
+                batch = self._batch(fids, derive_seed(args.seed, it, micro, self.rank))
+            last = micro == self.num_micro - 1
+            with (contextlib.nullcontext() if last else self.ddp.no_sync()):
+                with timer.phase("forward"):
+                    outputs = self.ddp(batch, recycle_generator=self._recycle_generator(it, micro))
+                    total, terms = self.compute_loss(outputs, batch, self.model_config)
+                with timer.phase("backward"):
+                    (total / self.num_micro).backward()
+            loss_sum += float(total.detach())
+            for k, v in terms.items():
+                term_sums[k] = term_sums.get(k, 0.0) + float(v.detach())
+            with torch.no_grad():
+                true_ca, mask = self._true_ca(batch)
+                ld = lddt_ca_tensor(self._pred_ca(outputs).detach().float(), true_ca, mask)  # [B]
+            lddt_sum += float(ld.sum())
+            lddt_n += ld.numel()
+            samples += len(fids)
+            residues += int(batch["seq_mask"].sum())
+        with timer.phase("exposed_comm"):
+            self.ddp.finish_grad_sync()
+        with timer.phase("optimizer"):
+            stepped = self.opt.step()
+            if self.pcfg.overlap_param_gather:
+                self.ddp.finish_param_sync()  # the EMA needs the updated full weights now
+            self.ema.update(self.model)
+        step_time = timer.total()
+        self.iteration += 1
+
+        # one SUM and one MAX all-reduce of a few scalars: global means and slowest-rank times
+        keys = sorted(term_sums)
+        sums = torch.tensor([loss_sum, lddt_sum, lddt_n, samples, residues] + [term_sums[k] for k in keys],
+                            dtype=torch.float64)
+        times = torch.tensor([timer.times[p] for p in PHASES] + [step_time, max_memory_mb(self.device)],
+                             dtype=torch.float64)
+        if self.world > 1:
+            _collective("all_reduce(step metrics)", lambda: dist.all_reduce(sums), self.rank)
+            _collective("all_reduce(step times)", lambda: dist.all_reduce(times, op=dist.ReduceOp.MAX),
+                        self.rank)
+        n_micro_global = self.num_micro * self.world
+        rec = {"iteration": self.iteration, "lr": lr, "loss": sums[0].item() / n_micro_global,
+               "train_lddt_ca": sums[1].item() / max(1.0, sums[2].item()),
+               "samples": int(sums[3]), "residues": int(sums[4]),
+               "grad_norm": self._grad_norm(), "skipped": not stepped,
+               **{f"loss/{k}": sums[5 + i].item() / n_micro_global for i, k in enumerate(keys)},
+               **{f"time/{p}": times[i].item() for i, p in enumerate(PHASES)},
+               "time/step": times[len(PHASES)].item(), "max_memory_mb": times[len(PHASES) + 1].item(),
+               "comm/grad_sync_total_s": self.ddp.last_grad_sync.get("comm_s", 0.0),
+               "restart": self.restart_count}
+        rec["samples_per_s"] = rec["samples"] / rec["time/step"]
+        rec["residues_per_s"] = rec["residues"] / rec["time/step"]
+        return rec
+
+    def _grad_norm(self):
+        g = getattr(self.opt, "last_grad_norm", None)
+        return None if g is None else float(g)
+
+    # ------------------------------------------------------------------ validation
+    @torch.no_grad()
+    def evaluate(self) -> dict | None:
+        """EMA weights on held-out families: lDDT-Cα and Spearman(pLDDT, per-residue true lDDT)."""
+        from scipy.stats import spearmanr
+
+        from protdp.metrics import lddt_ca_tensor
+
+        if not self.val_ids or self.args.eval_iters == 0:
+            return None
+        mine = self.val_ids[self.rank::self.world][: self.args.eval_iters]
+        rows = []  # (family, lddt, val loss, plddt [n], true per-residue lddt [n])
+        self.model.eval()
+        try:
+            with self.ema.swapped_into(self.model):
+                for fid in mine:
+                    batch = self._batch([fid], derive_seed(self.args.seed, 0xE7A1), training=False)
+                    outputs = self.model(batch)
+                    total, _ = self.compute_loss(outputs, batch, self.model_config)
+                    true_ca, mask = self._true_ca(batch)
+                    pred_ca = self._pred_ca(outputs).float()
+                    g = float(lddt_ca_tensor(pred_ca, true_ca, mask)[0])
+                    per_res = lddt_ca_tensor(pred_ca, true_ca, mask, per_residue=True)[0]
+                    keep = mask[0] > 0
+                    rows.append((fid, g, float(total), self._plddt(outputs)[0][keep].tolist(),
+                                 per_res[keep].tolist()))
+        finally:
+            self.model.train()
+        gathered = [None] * self.world
+        _collective("all_gather_object(validation)", lambda: dist.all_gather_object(gathered, rows),
+                    self.rank)
+        rows = [r for part in gathered for r in part]
+        plddt = [x for r in rows for x in r[3]]
+        true = [x for r in rows for x in r[4]]
+        rho = spearmanr(plddt, true).statistic if len(plddt) > 2 else float("nan")
+        rec = {"iteration": self.iteration, "val_families": len(rows),
+               "val_lddt_ca": float(np.mean([r[1] for r in rows])),
+               "val_loss": float(np.mean([r[2] for r in rows])),
+               "val_plddt_spearman": None if not math.isfinite(rho) else float(rho),
+               "val_plddt_mean": float(np.mean(plddt)) if plddt else None}
+        rec.update({f"val_lddt_ca/{r[0]}": r[1] for r in rows})
+        return rec
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self) -> None:
+        if self.pcfg.overlap_param_gather:
+            self.ddp.finish_param_sync()
+        saver = checkpointing.Saver(
+            rank=self.rank, world_size=self.world, keep_last=self.args.keep_last,
+            barrier=lambda: _collective("barrier(checkpoint)", dist.barrier, self.rank),
+            save_engine=lambda p: engine_save(p, self.ddp, self.opt))
+        path = checkpointing.save_checkpoint(
+            saver, self.args.save, self.iteration, ema_state=self.ema.state_dict(), rank_state={"sampler": self.sampler.state_dict(),
+                                                         "iteration": self.iteration},
+            config={**self.args.to_dict(), "model": _to_plain(self.model_config)})
+        self.logger.print(f"saved checkpoint {path}")
+
+    # ------------------------------------------------------------------ the loop
+    def train(self) -> dict:
+        args = self.args
+        self.logger.print(
+            f"pretraining: dp={self.world} ({self.launcher}), micro={args.micro_batch_size}, "
+            f"global={args.global_batch_size}, accumulation={self.num_micro}, "
+            f"overlap_grad_reduce={args.overlap_grad_reduce}, distributed_optimizer="
+            f"{args.use_distributed_optimizer}; {len(self.train_ids)} train / {len(self.val_ids)} val "
+            f"families; iterations {self.iteration} -> {args.train_iters}")
+        saved_at = self.iteration
+        try:
+            while self.iteration < args.train_iters:
+                rec = self.train_step()
+                self.records.append(rec)
+                self.logger.step(rec)
+                if self.iteration % args.eval_interval == 0 and self.iteration < args.train_iters:
+                    self._eval_and_log()
+                if args.save and args.save_interval and self.iteration % args.save_interval == 0:
+                    self.save()
+                    saved_at = self.iteration
+            self._eval_and_log()
+            if args.save and saved_at != self.iteration:
+                self.save()
+            summary = summarize(self.records, self.last_val, self.iteration)
+            summary["restart"] = self.restart_count
+            self.logger.print(format_summary(summary))
+            if self.rank == 0:
+                (args.run_dir / "summary.json").write_text(__import__("json").dumps(summary, indent=1))
+            return summary
+        finally:
+            self.logger.close()
+
+    def _eval_and_log(self) -> None:
+        val = self.evaluate()
+        if val is not None:
+            self.last_val = val
+            self.logger.eval(val)
+
+
+def _to_plain(cfg):
+    import dataclasses
+
+    return dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else cfg
+
+
+def pretrain(args: TrainArgs) -> dict:
+    """Run pretraining in this process (one rank of a launched job, or a world of 1)."""
+    return Trainer(args).train()
