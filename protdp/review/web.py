@@ -154,8 +154,8 @@ def create_app(store: ReviewStore | str, *, secret: bytes | None = None,
             raise HTTPProblem(403, "form expired or forged (CSRF check failed); reload the page")
         return name
 
-    def render(name: str, status: int = 200, **ctx) -> HTMLResponse:
-        return HTMLResponse(env.get_template(name).render(**ctx), status_code=status)
+    def render(template: str, http_status: int = 200, **ctx) -> HTMLResponse:
+        return HTMLResponse(env.get_template(template).render(**ctx), status_code=http_status)
 
     # -- error pages and headers ------------------------------------------------------------
 
