@@ -109,7 +109,7 @@ def _sniff_wrong_format(text: str, path: Path, expected: str) -> None:
 
 def _fasta_records(text: str, path: Path, skip: frozenset = frozenset()
                    ) -> list[tuple[str, str, int]]:
-    """(name, concatenated sequence, header line) for each '>' record; '#' lines and records
+    """(name, concatenated sequence, first sequence line) per '>' record; '#' lines and records
     named in `skip` (secondary-structure rows) are left out."""
     records: list[list] = []
     skipping = False
@@ -133,6 +133,8 @@ def _fasta_records(text: str, path: Path, skip: frozenset = frozenset()
                 bad = sorted(set(re.sub(r"[A-Za-z\-.* ]", "", line)))
                 raise InputError(f"unexpected character(s) {bad} in sequence of record "
                                  f"'{records[-1][0]}'", path=path, line=lineno)
+            if not records[-1][1]:
+                records[-1][2] = lineno          # report the sequence line, not the header
             records[-1][1].append(line.replace(" ", ""))
     return [(name, "".join(parts).rstrip("*"), ln) for name, parts, ln in records]
 
