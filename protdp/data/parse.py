@@ -67,11 +67,6 @@ class Msa:
         return np.stack([sequence_to_ids(s) for s in self.sequences])
 
 
-def _normalize(raw: bytes) -> str:
-    """Uppercase; non-standard letters -> X; '.'/'-' -> '-'."""
-    return _NORMALIZE[np.frombuffer(raw, np.uint8)].tobytes().decode("ascii")
-
-
 def _read_text(path: Path) -> str:
     try:
         data = path.read_bytes()
@@ -107,17 +102,22 @@ def _sniff_wrong_format(text: str, path: Path, expected: str) -> None:
                          path=path, line=1)
 
 
+_ALLOWED = np.zeros(256, bool)
+for _c in b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz-.":
+    _ALLOWED[_c] = True
+
+
 def _fasta_records(text: str, path: Path, skip: frozenset = frozenset()
                    ) -> list[tuple[str, str, int]]:
     """(name, concatenated sequence, first sequence line) per '>' record; '#' lines and records
-    named in `skip` (secondary-structure rows) are left out."""
+    named in `skip` (secondary-structure rows) are left out; characters are validated."""
     records: list[list] = []
     skipping = False
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
-        if not line or line.startswith("#"):
+        if not line or line[0] == "#":
             continue
-        if line.startswith(">"):
+        if line[0] == ">":
             header = line[1:].strip()
             name = header.split()[0] if header else ""
             skipping = name in skip
@@ -125,90 +125,92 @@ def _fasta_records(text: str, path: Path, skip: frozenset = frozenset()
                 records.append([name, [], lineno])
         elif skipping:
             continue
+        elif not records:
+            raise InputError("sequence data before the first '>' header "
+                             "(a3m/FASTA records start with '>name')", path=path, line=lineno)
         else:
-            if not records:
-                raise InputError("sequence data before the first '>' header "
-                                 "(a3m/FASTA records start with '>name')", path=path, line=lineno)
-            if not re.fullmatch(r"[A-Za-z\-.*]+", line.replace(" ", "")):
-                bad = sorted(set(re.sub(r"[A-Za-z\-.* ]", "", line)))
-                raise InputError(f"unexpected character(s) {bad} in sequence of record "
-                                 f"'{records[-1][0]}'", path=path, line=lineno)
             if not records[-1][1]:
                 records[-1][2] = lineno          # report the sequence line, not the header
-            records[-1][1].append(line.replace(" ", ""))
-    return [(name, "".join(parts).rstrip("*"), ln) for name, parts, ln in records]
+            records[-1][1].append(line)
+    out = [(name, "".join(parts).replace(" ", "").rstrip("*"), ln) for name, parts, ln in records]
+    if out:
+        joined = np.frombuffer("".join(r[1] for r in out).encode("utf-8", "replace"), np.uint8)
+        bad = np.nonzero(~_ALLOWED[joined])[0]
+        if len(bad):
+            ends = np.cumsum([len(r[1].encode("utf-8", "replace")) for r in out])
+            k = int(np.searchsorted(ends, bad[0], side="right"))
+            chars = sorted(set(re.sub(r"[A-Za-z\-.]", "", out[k][1])))
+            raise InputError(f"unexpected character(s) {chars} in sequence of record "
+                             f"'{out[k][0]}'", path=path, line=out[k][2])
+    return out
 
 
-def _a3m_row(seq: str) -> tuple[bytes, np.ndarray]:
-    """Split an a3m row into aligned columns (bytes) and per-column deletion counts (int32)."""
-    b = np.frombuffer(seq.encode("ascii"), np.uint8)
-    is_ins = (b >= ord("a")) & (b <= ord("z"))
-    cols = ~is_ins
-    before = np.cumsum(is_ins, dtype=np.int32)[cols]   # insertions seen up to each column
-    dels = np.diff(before, prepend=0).astype(np.int32)
-    return b[cols].tobytes(), dels
-
-
-def _project_on_query(rows: list[bytes], dels: list[np.ndarray]) -> tuple[list[bytes], np.ndarray]:
-    """Drop columns where the query (row 0) is a gap; residues there count as deletions."""
-    arr = np.frombuffer(b"".join(rows), np.uint8).reshape(len(rows), -1)   # [N, C]
-    d = np.stack(dels).astype(np.int32)                                      # [N, C]
+def _project_on_query(arr: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Drop columns where the query (row 0) is a gap; residues there count as deletions.
+    arr uint8 [N, C] (ASCII), d int [N, C] -> same with only the query's columns."""
     keep = (arr[0] != ord("-")) & (arr[0] != ord("."))
     if keep.all():
-        return rows, d
+        return arr, d
     is_res = (arr != ord("-")) & (arr != ord(".")) & ~keep[None, :]
     # deletions credited to the next kept column: cumulative count of dropped residues
-    extra = np.cumsum(is_res, axis=1, dtype=np.int32)[:, keep]
+    extra = np.cumsum(is_res, axis=1, dtype=np.int64)[:, keep]
     extra = np.diff(extra, axis=1, prepend=0)
-    # dropped residues are credited too: deletions already present at dropped columns move along
-    moved = np.cumsum(np.where(keep[None, :], 0, d), axis=1, dtype=np.int32)[:, keep]
+    # deletions already recorded at dropped columns move along to the next kept column too
+    moved = np.cumsum(np.where(keep[None, :], 0, d), axis=1, dtype=np.int64)[:, keep]
     moved = np.diff(moved, axis=1, prepend=0)
-    new_d = d[:, keep] + extra + moved
-    return [r.tobytes() for r in arr[:, keep]], new_d
+    return arr[:, keep], d[:, keep] + extra + moved
 
 
-def _finish(names: list[str], rows: list[bytes], dels: np.ndarray, path: Path,
+def _rows_array(rows: list[bytes]) -> np.ndarray:
+    return np.frombuffer(b"".join(rows), np.uint8).reshape(len(rows), -1)
+
+
+def _finish(names: list[str], arr: np.ndarray, dels: np.ndarray, path: Path,
             lines: list[int] | None = None) -> Msa:
     """Normalize letters, check the query, deduplicate (keep first), clip deletions to uint8."""
-    if not rows:
+    if arr.shape[0] == 0:
         raise InputError("no sequences found (empty MSA)", path=path)
-    seqs = [_normalize(r) for r in rows]
-    if not seqs[0].replace("-", ""):
+    arr = _NORMALIZE[arr]                                                  # [N, L]
+    if not (arr[0] != ord("-")).any():
         raise InputError(f"the query '{names[0]}' has no residues", path=path,
                          line=None if lines is None else lines[0])
-    seen: dict[str, int] = {}
-    keep = []
+    seqs = [r.tobytes().decode("ascii") for r in arr]
+    first: dict[str, int] = {}
     for i, s in enumerate(seqs):
-        if s not in seen:
-            seen[s] = i
-            keep.append(i)
+        first.setdefault(s, i)
+    keep = sorted(first.values())                          # first occurrence, original order
     d = np.clip(np.asarray(dels)[keep], 0, 255).astype(np.uint8)
     return Msa([seqs[i] for i in keep], d, [names[i] for i in keep], [str(path)])
 
 
 def parse_a3m(text: str, path: str | Path = "<string>") -> Msa:
-    """a3m text -> Msa (see module docstring for the convention)."""
+    """a3m text -> Msa (see module docstring for the convention). Vectorized over rows."""
     path = Path(path)
     _sniff_wrong_format(text, path, "a3m")
     records = _fasta_records(text, path, SS_ROW_NAMES)
     if not records:
         raise InputError("no sequences found (empty MSA)", path=path)
-    rows, dels, lines = [], [], []
-    width = None
     for name, seq, lineno in records:
         if not seq:
             raise InputError(f"record '{name}' has an empty sequence", path=path, line=lineno)
-        cols, d = _a3m_row(seq)
-        if width is None:
-            width = len(cols)
-        elif len(cols) != width:
-            raise InputError(f"row '{name}' (record {len(rows) + 1}) has {len(cols)} aligned "
-                             f"columns but the query has {width}", path=path, line=lineno)
-        rows.append(cols)
-        dels.append(d)
-        lines.append(lineno)
-    rows, d = _project_on_query(rows, dels)
-    return _finish([r[0] for r in records], rows, d, path, lines)
+    seqs = [r[1] for r in records]
+    b = np.frombuffer("".join(seqs).encode("ascii"), np.uint8)        # all rows, concatenated
+    lens = np.fromiter((len(x) for x in seqs), np.int64, len(seqs))
+    starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
+    is_ins = (b >= ord("a")) & (b <= ord("z"))
+    width = np.add.reduceat((~is_ins).astype(np.int64), starts)       # aligned columns per row
+    wrong = np.nonzero(width != width[0])[0]
+    if len(wrong):
+        k = int(wrong[0])
+        raise InputError(f"row '{records[k][0]}' (record {k + 1}) has {width[k]} aligned "
+                         f"columns but the query has {width[0]}", path=path, line=records[k][2])
+    n, W = len(seqs), int(width[0])
+    cum = np.cumsum(is_ins, dtype=np.int64)                           # insertions so far
+    before = cum[~is_ins].reshape(n, W)                               # [N, W]
+    base = np.where(starts > 0, cum[starts - 1], 0)                   # [N] count before row
+    dels = np.diff(before, axis=1, prepend=base[:, None])             # [N, W]
+    cols, dels = _project_on_query(b[~is_ins].reshape(n, W), dels)
+    return _finish([r[0] for r in records], cols, dels, path, [r[2] for r in records])
 
 
 def _parse_aligned_fasta(text: str, path: Path) -> Msa:
@@ -222,8 +224,8 @@ def _parse_aligned_fasta(text: str, path: Path) -> Msa:
         lines.append(lineno)
     if not rows:
         raise InputError("no sequences found (empty MSA)", path=path)
-    rows, d = _project_on_query(rows, [np.zeros(len(rows[0]), np.int32)] * len(rows))
-    return _finish([r[0] for r in records], rows, d, path, lines)
+    arr, d = _project_on_query(_rows_array(rows), np.zeros((len(rows), len(rows[0])), np.int64))
+    return _finish([r[0] for r in records], arr, d, path, lines)
 
 
 def _check_stockholm_names(text: str, path: Path) -> None:
@@ -260,8 +262,8 @@ def _parse_with_alignio(path: Path, fmt: str, text: str) -> Msa:
     names = [rec.id for rec in aln]
     if not rows:
         raise InputError("no sequences found (empty MSA)", path=path)
-    rows, d = _project_on_query(rows, [np.zeros(len(rows[0]), np.int32)] * len(rows))
-    return _finish(names, rows, d, path)
+    arr, d = _project_on_query(_rows_array(rows), np.zeros((len(rows), len(rows[0])), np.int64))
+    return _finish(names, arr, d, path)
 
 
 def _parse_psicov(text: str, path: Path) -> Msa:
@@ -281,8 +283,8 @@ def _parse_psicov(text: str, path: Path) -> Msa:
     if not rows:
         raise InputError("no sequences found (empty MSA)", path=path)
     names = [f"row{i}" for i in range(len(rows))]
-    rows, d = _project_on_query(rows, [np.zeros(len(rows[0]), np.int32)] * len(rows))
-    return _finish(names, rows, d, path, lines)
+    arr, d = _project_on_query(_rows_array(rows), np.zeros((len(rows), len(rows[0])), np.int64))
+    return _finish(names, arr, d, path, lines)
 
 
 def parse_msa(path: str | Path, fmt: str | None = None) -> Msa:

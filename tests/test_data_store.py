@@ -1,0 +1,191 @@
+"""HDF5 store: every PAIRS.tsv pair builds (contract layout), idempotent rebuilds, edge cases
+accounted for in rejects.jsonl, --strict, concurrent lazy readers."""
+
+from __future__ import annotations
+
+import csv
+import json
+import multiprocessing as mp
+import shutil
+
+import h5py
+import numpy as np
+import pytest
+
+from protdp.data.cli import main as data_main
+from protdp.data.residues import sequence_to_ids
+from protdp.data.store import FamilyStore, build_store, sha256_file
+from protdp.errors import InputError
+
+
+def _pairs(data_dir):
+    with open(data_dir / "PAIRS.tsv") as fh:
+        return list(csv.DictReader(fh, delimiter="\t"))
+
+
+@pytest.fixture(scope="module")
+def full_store(tmp_path_factory, data_dir):
+    out = tmp_path_factory.mktemp("store") / "data.h5"
+    report = build_store(out, pairs=data_dir / "PAIRS.tsv", workers=2, progress=False)
+    return out, report
+
+
+def test_every_pair_builds_with_contract_layout(full_store, data_dir):
+    out, report = full_store
+    rows = _pairs(data_dir)
+    assert report.balanced and report.rejected_files == 0 and report.rejected_families == 0
+    assert report.accepted_families == len({r["pair_id"] for r in rows}) == 22
+    assert report.input_files == len({r["msa_file"] for r in rows} |
+                                     {r["structure_file"] for r in rows})
+    with h5py.File(out, "r") as h5:
+        for r in rows:
+            g = h5["families"][r["pair_id"]]
+            L = len(g.attrs["sequence"])
+            assert g["msa"].dtype == np.uint8 and g["msa"].shape[1] == L
+            assert g["deletion_matrix"].dtype == np.uint8
+            assert g["deletion_matrix"].shape == g["msa"].shape
+            assert g["backbone_positions"].dtype == np.float32
+            assert g["backbone_positions"].shape == (L, 5, 3)
+            assert g["backbone_mask"].shape == (L, 5)
+            assert g["residue_index"].dtype == np.int32
+            np.testing.assert_array_equal(g["msa"][0], sequence_to_ids(g.attrs["sequence"]))
+            assert int(g["backbone_mask"][:, 1].sum()) == int(r["observed_residues"])
+            files = list(g.attrs["source_files"])
+            assert r["msa_file"] in files and r["structure_file"] in files
+            for f, h in zip(files, g.attrs["source_sha256"]):
+                assert h == sha256_file(data_dir / f)
+            res = float(g.attrs["resolution"])
+            assert np.isnan(res) or 0 < res < 10
+            assert g["msa"].chunks is not None and g["msa"].compression == "gzip"
+    # 4hhb_B: two MSAs with a terminal difference merged into one 147-column family
+    store = FamilyStore(out)
+    fam = store.read("4hhb_B")
+    assert fam["msa"].shape[1] == 147 and len(fam["source_files"]) == 3
+    assert store.length("2q2k_A") == 70
+
+
+def test_rebuild_is_idempotent(full_store, data_dir):
+    out, _ = full_store
+    before = FamilyStore(out).read("2q2k_A")
+    report = build_store(out, pairs=data_dir / "PAIRS.tsv", workers=1, progress=False)
+    assert report.written == 0 and report.unchanged == 22 and report.balanced
+    after = FamilyStore(out).read("2q2k_A")
+    for key in ("msa", "deletion_matrix", "backbone_positions", "backbone_mask"):
+        np.testing.assert_array_equal(before[key], after[key])
+
+
+def _small_pairs(tmp_path, data_dir, ids, copy=False):
+    """PAIRS subset; with copy=True the files are copied so a test may modify them."""
+    rows = [r for r in _pairs(data_dir) if r["pair_id"] in ids]
+    lines = ["pair_id\tmsa_file\tstructure_file\tchain"]
+    for r in rows:
+        m, s = data_dir / r["msa_file"], data_dir / r["structure_file"]
+        if copy:
+            (tmp_path / "in").mkdir(exist_ok=True)
+            m = shutil.copy(m, tmp_path / "in" / m.name)
+            s = shutil.copy(s, tmp_path / "in" / s.name)
+        lines.append(f"{r['pair_id']}\t{m}\t{s}\t{r['chain']}")
+    path = tmp_path / "pairs.tsv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_changed_source_is_rebuilt_and_removed_family_dropped(tmp_path, data_dir):
+    pairs = _small_pairs(tmp_path, data_dir, {"5awl_A", "7a4d_E"}, copy=True)
+    out = tmp_path / "s.h5"
+    assert build_store(out, pairs=pairs, progress=False).written == 2
+    msa = tmp_path / "in" / "7a4d_E.colabfold.a3m"
+    query = msa.read_text().splitlines()[1]
+    msa.write_text(msa.read_text() + ">new\n" + "A" + query[1:] + "\n")
+    report = build_store(out, pairs=pairs, progress=False)
+    assert (report.written, report.unchanged) == (1, 1)
+    assert FamilyStore(out).read("7a4d_E")["msa"].shape[0] == 2
+    lines = pairs.read_text().splitlines()
+    pairs.write_text("\n".join(l for l in lines if not l.startswith("5awl_A")) + "\n")
+    report = build_store(out, pairs=pairs, progress=False)
+    assert report.removed == 1 and FamilyStore(out).family_ids == ["7a4d_E"]
+
+
+def test_edge_cases_never_stop_a_build_and_are_all_reported(tmp_path, data_dir):
+    edge = data_dir / "edge_cases"
+    out = tmp_path / "edge.h5"
+    report = build_store(out, msa_dir=edge / "msa", structure_dir=edge / "structures",
+                         workers=2, progress=False)
+    inputs = sorted(str(p) for p in (edge / "msa").iterdir()) + \
+        sorted(str(p) for p in (edge / "structures").iterdir())
+    assert report.balanced and report.input_files == len(inputs)
+    rejects = [json.loads(l) for l in open(tmp_path / "rejects.jsonl")]
+    assert all(r["reason"] for r in rejects)
+    rejected_files = {r["file"] for r in rejects if r["kind"] == "file"}
+    store = FamilyStore(out)
+    used = set()
+    with h5py.File(out, "r") as h5:
+        for fid in store.family_ids:
+            used |= {str(edge / f) for f in h5["families"][fid].attrs["source_files"]}
+    assert used | rejected_files == set(inputs) and not used & rejected_files
+    assert report.accepted_files + report.rejected_files == len(inputs)
+    by_file = {r["file"].rsplit("/", 1)[-1]: r for r in rejects if r["kind"] == "file"}
+    assert "empty" in by_file["empty.a3m"]["reason"]
+    assert by_file["Cys_knot_duplicate_name.sth"]["line"] == 53
+    assert "header-only" in by_file["header_only_3efg.pdb"]["reason"]
+    assert "ions" in by_file["ions_only.pdb"]["reason"]
+    # NMR, altloc, MSE, SEP, CSO, missing-residue entries load as single-sequence families
+    for fid in ("1l2y_nmr_38models_A", "1a6m_altlocs_A", "1a8o_mse_A", "1gz2_sep_A",
+                "1svy_cso_A", "1dmg_missing_A", "3zee_em_A"):
+        assert fid in store.family_ids
+    fam = store.read("1dmg_missing_A")
+    assert fam["backbone_mask"][:, 1].sum() < fam["msa"].shape[1]
+    assert fam["msa"].shape[0] == 1
+
+
+def test_cli_strict_and_report(tmp_path, data_dir, capsys):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    shutil.copy(data_dir / "edge_cases/msa/empty.a3m", bad / "5awl_A.empty.a3m")
+    shutil.copy(data_dir / "structures/5awl.pdb", bad / "5awl.pdb")
+    rc = data_main(["build", "--msa-dir", str(bad), "--structure-dir", str(bad),
+                    "--out", str(tmp_path / "e.h5"), "--strict", "--no-progress"])
+    assert rc == 1 and "inputs 2 = accepted 0 + rejected 2" in capsys.readouterr().out
+    pairs = _small_pairs(tmp_path, data_dir, {"5awl_A", "2q2k_A"})
+    rc = data_main(["build", "--pairs", str(pairs), "--out", str(tmp_path / "ok.h5"),
+                    "--strict", "--no-progress", "--report-json", str(tmp_path / "r.json")])
+    assert rc == 0 and json.load(open(tmp_path / "r.json"))["accepted_families"] == 2
+    assert data_main(["shards", "--data", str(tmp_path / "ok.h5"), "--world-size", "2"]) == 0
+    assert "over 2 rank(s)" in capsys.readouterr().out
+
+
+def test_duplicate_chain_and_screening_filters(tmp_path, data_dir):
+    pairs = _small_pairs(tmp_path, data_dir, {"2p90_A02", "5awl_A", "2q2k_A"})
+    lines = pairs.read_text().splitlines()
+    dup = next(l for l in lines if l.startswith("2p90_A02")).replace("2p90_A02\t", "0dup_A\t", 1)
+    pairs.write_text("\n".join(lines + [dup]) + "\n")
+    concern = tmp_path / "concern.fasta"
+    concern.write_text(">concern\nXXXX" + "MGSSHHHHHHSSGLVPGSHMDKKETKHLLK" + "\n")
+    report = build_store(tmp_path / "f.h5", pairs=pairs, progress=False,
+                         config={"screening_fasta": str(concern)})
+    rejects = [json.loads(l) for l in open(tmp_path / "rejects.jsonl")]
+    rules = {r["family_id"]: r["rule"] for r in rejects if r["kind"] == "family"}
+    assert rules == {"2p90_A02": "duplicate_chain", "2q2k_A": "screening"}
+    assert report.rejected_by_rule["duplicate_chain"] == 1
+    assert report.rejected_by_rule["screening"] == 1
+    assert FamilyStore(tmp_path / "f.h5").family_ids == ["0dup_A", "5awl_A"]
+    assert report.balanced
+
+
+def _read_all(path, ids):
+    store = FamilyStore(path)
+    return [int(store.read(f)["msa"].sum()) for f in ids]
+
+
+def test_concurrent_lazy_readers(full_store):
+    out, _ = full_store
+    store = FamilyStore(out)
+    ids = store.family_ids[:6]
+    expected = [int(store.read(f)["msa"].sum()) for f in ids]     # parent opens the file first
+    with mp.get_context("fork").Pool(2) as pool:
+        got = pool.starmap(_read_all, [(out, ids), (out, ids)])
+    assert got == [expected, expected]
+    with pytest.raises(InputError, match="not in the store"):
+        store.read("nope")
+    with pytest.raises(InputError, match="not found"):
+        FamilyStore(out.parent / "missing.h5")
