@@ -1,0 +1,97 @@
+"""`protdp predict`: batch structure prediction with the confidence gate and review queue.
+
+    protdp predict --checkpoint CKPT --fasta targets.fasta --msa-dir DIR --out OUT \
+        [--queue-url URL] [--gating configs/gating.yaml] [--screening FASTA] [--max-length N]
+
+Under torchrun / mpirun / srun (`pipelines/predict.py`) every rank takes the targets with
+index % world_size == rank; a gloo barrier (with a timeout) lets rank 0 merge summary.tsv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from protdp.errors import ConfigError, DistributedError
+from protdp.inference.predictor import PredictConfig, predict, review_commands
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="protdp predict", description=__doc__.split("\n\n")[0])
+    p.add_argument("--checkpoint", required=True,
+                   help="model file (protdp-model-v1) or training run / iter_N folder")
+    p.add_argument("--fasta", required=True, help="targets, one FASTA record each")
+    p.add_argument("--msa-dir", default=None,
+                   help="MSAs named <target>.a3m|.sto|... or <target>/ (merged); none: single sequence")
+    p.add_argument("--out", required=True, help="output folder (targets/<name>/, summary.tsv)")
+    p.add_argument("--queue-url", default=os.environ.get("PROTDP_QUEUE_URL"),
+                   help="review queue (SQLite path/URL or postgresql://); default OUT/review_queue.sqlite")
+    p.add_argument("--gating", default=None, help="gate policy YAML (default configs/gating.yaml)")
+    p.add_argument("--screening", default=None, help="FASTA of sequences of concern")
+    d = PredictConfig()
+    p.add_argument("--max-length", type=int, default=d.max_length,
+                   help="reject longer targets (%(default)s)")
+    p.add_argument("--max-msa-rows", type=int, default=d.max_msa_rows,
+                   help="MSA depth cap (%(default)s)")
+    p.add_argument("--num-recycles", type=int, default=None,
+                   help="recycling passes (default: the checkpoint's config)")
+    p.add_argument("--device", default=None, help="cpu / cuda (default: cuda if available)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--dist-timeout-minutes", type=float, default=24 * 60.0,
+                   help="timeout of the end-of-run barrier across ranks (%(default)s)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        config = PredictConfig(max_length=args.max_length, max_msa_rows=args.max_msa_rows,
+                               num_recycles=args.num_recycles)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    from protdp.parallel.env import detect_launch_env
+
+    launch = detect_launch_env()
+    barrier = None
+    device = args.device
+    if launch.world_size > 1:
+        import torch
+        import torch.distributed as dist
+
+        from protdp.parallel.env import init_distributed
+
+        init_distributed(timeout=args.dist_timeout_minutes * 60.0, backend="gloo")
+
+        def barrier():
+            try:
+                dist.barrier()
+            except RuntimeError as exc:
+                raise DistributedError(f"rank {launch.rank}: barrier(predict summary) failed: "
+                                       f"{exc}") from None
+
+        if device is None and torch.cuda.is_available():
+            device = f"cuda:{launch.local_rank}"
+    try:
+        result = predict(args.checkpoint, args.fasta, args.out, msa_dir=args.msa_dir,
+                         config=config, gating=args.gating, screening=args.screening,
+                         queue_url=args.queue_url, rank=launch.rank,
+                         world_size=launch.world_size, barrier=barrier, device=device,
+                         progress=not args.no_progress)
+    finally:
+        if launch.world_size > 1:
+            import torch.distributed as dist
+            if dist.is_initialized():
+                dist.destroy_process_group()
+    if launch.rank == 0:
+        c = result.counts
+        print(f"protdp predict: {len(result.rows)} targets: {c['accepted']} accepted, "
+              f"{c['needs_review']} need review, {c['rejected']} rejected "
+              f"({result.skipped} already complete, skipped); summary: {result.summary_path}")
+        if c["needs_review"]:
+            print("review the flagged predictions with:\n" + review_commands(result.queue_url))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""Prediction outputs: PDB / mmCIF with pLDDT in the B-factor column, JSON files, summary.tsv.
+
+AlphaFold convention (AF2 `protein.to_pdb`, AFDB files): every atom of a residue carries that
+residue's pLDDT (0-100) as its B-factor. The model predicts the backbone atoms N, CA, C, O and
+CB (`protdp.data.residues.BACKBONE_ATOMS`; glycine's CB is virtual and is not written).
+Biopython's `PDBIO` / `MMCIFIO` do the formatting; pLDDT is rounded to 2 decimals first (the
+PDB B-factor field is %6.2f) so that every file and scores.json carry identical values.
+
+Target ids are user input: `safe_name` turns one into a file name that can only ever name an
+entry inside the output folder; the original id is kept in the JSON files.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import math
+import os
+import re
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+from Bio.PDB import MMCIFIO, PDBIO
+from Bio.PDB.StructureBuilder import StructureBuilder
+
+from protdp.data.residues import BACKBONE_ATOMS
+
+ONE_TO_THREE = {"A": "ALA", "R": "ARG", "N": "ASN", "D": "ASP", "C": "CYS", "Q": "GLN",
+                "E": "GLU", "G": "GLY", "H": "HIS", "I": "ILE", "L": "LEU", "K": "LYS",
+                "M": "MET", "F": "PHE", "P": "PRO", "S": "SER", "T": "THR", "W": "TRP",
+                "Y": "TYR", "V": "VAL", "X": "UNK"}
+_ELEMENT = {"N": "N", "CA": "C", "C": "C", "O": "O", "CB": "C"}
+_SAFE_RE = re.compile(r"[^A-Za-z0-9_.-]+")
+MAX_NAME = 64
+SUMMARY_COLUMNS = ("index", "target", "file_name", "length", "route", "reasons", "mean_plddt",
+                   "ptm", "msa_depth", "status", "detail")
+
+
+def safe_name(target_id: str) -> str:
+    """File-system-safe, deterministic name for a target id (a pure function, so resume finds
+    the same folder). Unchanged when the id is already a plain name of [A-Za-z0-9_.-] of at
+    most 64 characters not starting with '.'; otherwise the cleaned id plus 10 hex digits of
+    the id's SHA-256 (so distinct ids never collide). Never contains '/', '\\' or '..'."""
+    cleaned = _SAFE_RE.sub("_", target_id).strip("._-")
+    cleaned = re.sub(r"\.{2,}", "_", cleaned)[:MAX_NAME - 11]
+    if cleaned == target_id and 0 < len(target_id) <= MAX_NAME - 11:
+        return target_id
+    digest = hashlib.sha256(target_id.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+    return f"{cleaned}-{digest}" if cleaned else f"target-{digest}"
+
+
+def printable(text: str) -> str:
+    """User text for a terminal or TSV: control and non-ASCII characters as escapes."""
+    return text.encode("unicode_escape").decode("ascii")
+
+
+def _structure(name: str, sequence: str, positions: np.ndarray, plddt: np.ndarray):
+    """Biopython Structure of one chain A. positions [L, 5, 3] Å, plddt [L] (B-factors)."""
+    sb = StructureBuilder()
+    sb.init_structure(name)
+    sb.init_model(0)
+    sb.init_chain("A")
+    for i, aa in enumerate(sequence):
+        resname = ONE_TO_THREE.get(aa, "UNK")
+        sb.init_seg("    ")
+        sb.init_residue(resname, " ", i + 1, " ")
+        for a, atom in enumerate(BACKBONE_ATOMS):
+            if atom == "CB" and aa == "G":
+                continue
+            sb.init_atom(atom, positions[i, a].astype(np.float64), float(plddt[i]), 1.0, " ",
+                         atom.ljust(3).rjust(4) if len(atom) < 4 else atom, element=_ELEMENT[atom])
+    return sb.get_structure()
+
+
+def round_plddt(plddt: np.ndarray) -> np.ndarray:
+    """pLDDT as written to files: 2 decimals (the PDB B-factor precision)."""
+    return np.round(np.asarray(plddt, dtype=np.float64), 2)
+
+
+def write_structures(directory: Path, name: str, sequence: str, positions: np.ndarray,
+                     plddt: np.ndarray) -> dict[str, Path]:
+    """Write `<name>.pdb` and `<name>.cif` (pLDDT as B-factor); returns {'pdb': p, 'cif': p}."""
+    positions = np.asarray(positions, dtype=np.float64)           # [L, 5, 3]
+    if positions.shape != (len(sequence), len(BACKBONE_ATOMS), 3):
+        raise ValueError(f"positions shape {positions.shape} != ({len(sequence)}, 5, 3)")
+    if not np.all(np.isfinite(positions)):
+        raise ValueError("cannot write non-finite coordinates")
+    structure = _structure(name, sequence, positions, round_plddt(plddt))
+    out = {}
+    for kind, io_cls in (("pdb", PDBIO), ("cif", MMCIFIO)):
+        path = directory / f"{name}.{kind}"
+        writer = io_cls()
+        writer.set_structure(structure)
+        tmp = path.with_name(path.name + ".tmp")
+        writer.save(str(tmp))
+        os.replace(tmp, path)
+        out[kind] = path
+    return out
+
+
+def _finite_or_none(obj):
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {str(k): _finite_or_none(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite_or_none(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _finite_or_none(obj.tolist())
+    if isinstance(obj, np.generic):
+        return _finite_or_none(obj.item())
+    return obj
+
+
+def write_json(path: Path, obj: dict) -> Path:
+    """Strict JSON (NaN/Inf become null), written atomically."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(_finite_or_none(obj), indent=1, ensure_ascii=True, allow_nan=False))
+    os.replace(tmp, path)
+    return path
+
+
+def summary_row(row: dict) -> list[str]:
+    """One TSV line's cells; user text escaped so no tab/newline/control character survives."""
+    def fmt(v):
+        if v is None:
+            return ""
+        if isinstance(v, float):
+            return "" if not math.isfinite(v) else f"{v:.2f}"
+        if isinstance(v, (list, tuple)):
+            return ",".join(str(x) for x in v)
+        return printable(str(v))
+    return [fmt(row.get(c)) for c in SUMMARY_COLUMNS]
+
+
+def write_summary(path: Path, rows: Iterable[dict]) -> Path:
+    """summary.tsv: header + one row per target, in input order; written atomically."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, delimiter="\t", lineterminator="\n", quoting=csv.QUOTE_MINIMAL)
+    writer.writerow(SUMMARY_COLUMNS)
+    for row in sorted(rows, key=lambda r: r["index"]):
+        writer.writerow(summary_row(row))
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(buf.getvalue())
+    os.replace(tmp, path)
+    return path
+
+
+def read_summary(path: Path) -> list[dict]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh, delimiter="\t"))
+
+
+
