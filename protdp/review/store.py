@@ -179,6 +179,13 @@ def _csv_cell(value) -> str:
     return "'" + s if s[:1] in ("=", "+", "-", "@", "\t", "\r") else s
 
 
+def _item(row) -> dict:
+    """An items row as the plain dict callers see (without the internal filter column)."""
+    out = dict(row)
+    out.pop("reason_codes")
+    return out
+
+
 class ReviewStore:
     """The review queue at `url` (SQLite path/URL or `postgresql://...`); creates/migrates schema."""
 
@@ -376,12 +383,13 @@ class ReviewStore:
             if row.state == "claimed" and row.claimed_by != reviewer:
                 self._log(conn, row.id, now, "system", "lease_expired",
                           f"lease of {row.claimed_by} expired")
-            res = conn.execute(update(items).where(items.c.id == row.id, claimable).values(
-                state="claimed", claimed_by=reviewer, lease_expires_at=now + lease_seconds))
-            if res.rowcount != 1:
+            new = conn.execute(update(items).where(items.c.id == row.id, claimable).values(
+                state="claimed", claimed_by=reviewer, lease_expires_at=now + lease_seconds)
+                .returning(*items.c)).mappings().first()
+            if new is None:
                 raise ClaimConflict(f"item {row.id} changed while claiming; try again")
             self._log(conn, row.id, now, reviewer, "claimed", f"lease {lease_seconds:g} s")
-            return self._get(conn, row.id)
+            return _item(new)
 
     def decide(self, item_id: int, reviewer: str, action: str, comment: str = "") -> dict:
         """approve / reject / escalate an item. Allowed when it is pending, claimed by
@@ -407,13 +415,13 @@ class ReviewStore:
                 self._log(conn, row.id, now, "system", "lease_expired",
                           f"lease of {row.claimed_by} expired")
             state = ACTIONS[action]
-            res = conn.execute(update(items).where(items.c.id == item_id, decidable).values(
+            new = conn.execute(update(items).where(items.c.id == item_id, decidable).values(
                 state=state, decided_by=reviewer, decided_at=now, comment=comment or None,
-                claimed_by=None, lease_expires_at=None))
-            if res.rowcount != 1:
+                claimed_by=None, lease_expires_at=None).returning(*items.c)).mappings().first()
+            if new is None:
                 raise ClaimConflict(f"item {item_id} changed while deciding; try again")
             self._log(conn, item_id, now, reviewer, state, comment or None)
-            return self._get(conn, item_id)
+            return _item(new)
 
     def _explain_unavailable(self, conn: Connection, item_id: int, now: float):
         row = conn.execute(select(items).where(items.c.id == item_id)).first()
@@ -452,9 +460,7 @@ class ReviewStore:
         row = conn.execute(select(items).where(items.c.id == item_id)).mappings().first()
         if row is None:
             raise ItemNotFound(f"no review item with id {item_id}")
-        out = dict(row)
-        out.pop("reason_codes")
-        return out
+        return _item(row)
 
     def get(self, item_id: int) -> dict:
         with self._tx(readonly=True) as conn:
@@ -479,10 +485,7 @@ class ReviewStore:
             query = query.where(func.lower(items.c.target).contains(target.lower(),
                                                                     autoescape=True))
         with self._tx(readonly=True) as conn:
-            out = [dict(r) for r in conn.execute(query).mappings()]
-        for row in out:
-            row.pop("reason_codes")
-        return out
+            return [_item(r) for r in conn.execute(query).mappings()]
 
     def events(self, item_id: int | None = None) -> list[dict]:
         """The audit trail (all items, or one), oldest first."""
