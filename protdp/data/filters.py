@@ -110,6 +110,11 @@ def load_screening(cfg: FilterConfig):
     """The configured ScreeningList, or None."""
     if not cfg.screening_fasta:
         return None
+    from pathlib import Path
+
+    from protdp.paths import REPO_ROOT
     from protdp.safety.screening import ScreeningList
-    return ScreeningList.from_fasta(cfg.screening_fasta, k=cfg.screening_k,
-                                    mode=cfg.screening_mode)
+    path = Path(cfg.screening_fasta)
+    if not path.is_absolute() and not path.exists() and (REPO_ROOT / path).exists():
+        path = REPO_ROOT / path              # configs/ paths work from any working directory
+    return ScreeningList.from_fasta(path, k=cfg.screening_k, mode=cfg.screening_mode)
