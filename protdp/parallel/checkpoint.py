@@ -1,0 +1,143 @@
+"""Sharded, atomic, reshardable checkpoints for `DataParallel` + `DistributedOptimizer`.
+
+Megatron concept: the distributed optimizer's "dp-reshardable" checkpoint format. Rank 0 writes the
+model once (`model.pt`: `module.state_dict()` + caller's `extra`); each rank that owns optimizer
+state writes its shard (`optim_rank00003.pt`) as per-parameter fragments with DP padding removed
+(`DistributedOptimizer.state_dict`), so any DP size can load it. `meta.json` is written last.
+
+Atomicity: everything is written to `<dir>.tmp`, then rank 0 swaps it in (`<dir>` -> `<dir>.old`,
+`<dir>.tmp` -> `<dir>`, delete `<dir>.old`). A crash at any point leaves a loadable checkpoint at
+`<dir>` or, between the two renames, at `<dir>.old`, which `load_checkpoint` falls back to.
+All ranks must see the same filesystem.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from protdp.errors import InputError
+from protdp.parallel import collectives as coll
+from protdp.parallel.ddp import DataParallel
+from protdp.parallel.optimizer import DistributedOptimizer, merge_fragments
+
+CHECKPOINT_FORMAT = "protdp-checkpoint-v1"
+
+
+def _atomic_save(obj, path: Path):
+    tmp = path.with_name(path.name + f".partial{os.getpid()}")
+    with open(tmp, "wb") as fh:
+        torch.save(obj, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _barrier(model: DataParallel, what: str):
+    if model.dp > 1:
+        coll.run(f"barrier({what})", lambda: dist.barrier(group=model.group), model.rank)
+
+
+def save_checkpoint(path: str | Path, model: DataParallel,
+                    optimizer: DistributedOptimizer | None = None, extra: dict | None = None):
+    """Collective: every rank calls it. `extra` (plain data/tensors) is saved once by rank 0."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    old = path.with_name(path.name + ".old")
+    model.finish_param_sync()
+    if model.rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    _barrier(model, "checkpoint: create directory")
+    optim_files = []
+    if optimizer is not None:
+        # unsharded: every rank holds the full state, rank 0's copy is enough
+        writers = range(model.dp) if optimizer.sharded else [0]
+        optim_files = [f"optim_rank{r:05d}.pt" for r in writers]
+        if model.rank in writers:
+            _atomic_save(optimizer.state_dict(), tmp / f"optim_rank{model.rank:05d}.pt")
+    if model.rank == 0:
+        _atomic_save({"model": model.module.state_dict(), "extra": extra}, tmp / "model.pt")
+    _barrier(model, "checkpoint: shards written")
+    if model.rank == 0:
+        meta = {"format": CHECKPOINT_FORMAT, "data_parallel_size": model.dp,
+                "layout_hash": model.layout_hash, "optimizer_files": optim_files,
+                "sharded_optimizer": bool(optimizer is not None and optimizer.sharded),
+                "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        with open(tmp / "meta.json", "w") as fh:
+            json.dump(meta, fh, indent=1)
+            fh.flush()
+            os.fsync(fh.fileno())
+        shutil.rmtree(old, ignore_errors=True)
+        if path.exists():
+            os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    _barrier(model, "checkpoint: committed")
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """The complete checkpoint directory at `path` (or its `.old` copy after a crashed swap)."""
+    path = Path(path)
+    for candidate in (path, path.with_name(path.name + ".old")):
+        if (candidate / "meta.json").is_file():
+            return candidate
+    raise InputError("no complete checkpoint here (meta.json missing)", path=path)
+
+
+def _read_meta(path: Path) -> dict:
+    try:
+        meta = json.loads((path / "meta.json").read_text())
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON: {exc}", path=path / "meta.json") from None
+    if meta.get("format") != CHECKPOINT_FORMAT:
+        raise InputError(f"format {meta.get('format')!r}, expected {CHECKPOINT_FORMAT!r}",
+                         path=path / "meta.json", field="format")
+    return meta
+
+
+def _optimizer_states(path: Path, meta: dict) -> list[dict]:
+    states = []
+    for name in meta["optimizer_files"]:
+        f = path / name
+        if not f.is_file():
+            raise InputError("optimizer shard listed in meta.json is missing", path=f)
+        states.append(torch.load(f, map_location="cpu", weights_only=True))
+    return states
+
+
+def load_checkpoint(path: str | Path, model: DataParallel,
+                    optimizer: DistributedOptimizer | None = None) -> dict | None:
+    """Collective: load model (+ optimizer, resharded to this run's DP size); returns `extra`."""
+    path = resolve_checkpoint(path)
+    meta = _read_meta(path)
+    model.finish_param_sync()
+    blob = torch.load(path / "model.pt", map_location="cpu", weights_only=True)
+    with torch.no_grad():
+        model.module.load_state_dict(blob["model"])  # copies into the param buffer views
+    if optimizer is not None:
+        if not meta["optimizer_files"]:
+            raise InputError("checkpoint has no optimizer state", path=path / "meta.json")
+        optimizer.load_state_dict(_optimizer_states(path, meta))
+    _barrier(model, "checkpoint: loaded")
+    return blob["extra"]
+
+
+def consolidate_optimizer(path: str | Path) -> dict[str, dict[str, torch.Tensor]]:
+    """All ranks' optimizer fragments merged per parameter: {name: {key: tensor [*shape]}}."""
+    path = resolve_checkpoint(path)
+    meta = _read_meta(path)
+    states = _optimizer_states(path, meta)
+    full, covered = merge_fragments(states)
+    for name, mask in covered.items():
+        if not bool(mask.all()):
+            raise InputError(f"parameter '{name}' is only partly covered by the shard files",
+                             path=path)
+    shapes = states[0]["shapes"]
+    return {n: {k: v.view(shapes[n]) for k, v in d.items()} for n, d in full.items()}

@@ -1,0 +1,336 @@
+"""`DataParallel`: Megatron-core style DDP with contiguous buffers and bucketed, overlapped reduction.
+
+Megatron concepts (megatron/core/distributed/distributed_data_parallel.py, param_and_grad_buffer.py):
+- all params of one dtype are views into one contiguous param buffer; their grads are views into
+  one fp32 grad buffer (`param.main_grad`; fp32 params also get `param.grad` as that view, so
+  autograd accumulates straight into the buffer, like torch DDP's gradient_as_bucket_view);
+- post-accumulate-grad hooks count readiness per bucket; a complete bucket's collective is
+  launched asynchronously (overlap_grad_reduce), in bucket order on every rank;
+- grads are averaged once (divided by dp before a SUM collective, as torch DDP does);
+- `finish_grad_sync()` waits for all buckets (its wait time is the *exposed* communication);
+- `no_sync()` for all but the last micro-batch; `zero_grad_buffer()`; `broadcast_params()`;
+- with the distributed optimizer, `start_param_sync()`/`finish_param_sync()` gather the updated
+  param shards, optionally overlapped with the next forward through per-module pre-hooks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import warnings
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from protdp.errors import ConfigError, DistributedError
+from protdp.parallel import collectives as coll
+from protdp.parallel.buffer import BufferLayout, build_layout, layout_hash, layout_summary
+from protdp.parallel.config import ParallelConfig
+
+_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+@dataclass
+class _Buffer:
+    """Tensors backing one `BufferLayout`: params in their dtype, grads in fp32."""
+
+    layout: BufferLayout
+    param_data: torch.Tensor  # [numel] model dtype; params are views into it
+    grad_data: torch.Tensor  # [numel] fp32; main_grads are views into it
+
+
+class DataParallel(nn.Module):
+    """Wrap `module` for data-parallel training over `process_group` (default: world)."""
+
+    def __init__(self, module: nn.Module, config: ParallelConfig | None = None,
+                 process_group=None):
+        super().__init__()
+        if not dist.is_initialized():
+            raise DistributedError("DataParallel needs a process group: call "
+                                   "protdp.parallel.init_distributed() first")
+        self.module = module
+        self.config = config if config is not None else ParallelConfig()
+        self.group = process_group
+        self.rank = dist.get_rank(process_group)
+        self.dp = dist.get_world_size(process_group)
+        self.src_rank = dist.get_global_rank(process_group, 0) if process_group else 0
+        if self.config.data_parallel_size != self.dp:
+            raise ConfigError(f"ParallelConfig.data_parallel_size={self.config.data_parallel_size} "
+                              f"but the process group has {self.dp} ranks")
+        self.backend = dist.get_backend(process_group)
+        self.grad_collective = (coll.grad_reduce_collective(self.config.grad_reduce_collective,
+                                                            self.backend)
+                                if self.config.use_distributed_optimizer else "all_reduce")
+        self.param_collective = coll.param_gather_collective(self.backend)
+
+        named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+        if not named:
+            raise ConfigError("DataParallel: the module has no parameters that require grad")
+        self.params_by_name = dict(named)
+        self.layouts = build_layout([(n, tuple(p.shape), dtype_name(p.dtype)) for n, p in named],
+                                    self.dp, self.config.resolved_bucket_size,
+                                    self.config.param_align)
+        self.layout_hash = layout_hash(self.layouts)
+        self._check_layout_across_ranks()
+
+        self.buffers: list[_Buffer] = []
+        self._key_of: dict[str, tuple[int, int]] = {}  # param name -> (buffer, bucket)
+        for g, lay in enumerate(self.layouts):
+            first = self.params_by_name[next(iter(lay.params))]
+            pbuf = torch.zeros(lay.numel, dtype=first.dtype, device=first.device)
+            gbuf = torch.zeros(lay.numel, dtype=torch.float32, device=first.device)
+            with torch.no_grad():
+                for name, slot in lay.params.items():
+                    p = self.params_by_name[name]
+                    pbuf[slot.start:slot.end].copy_(p.detach().reshape(-1))
+                    p.data = pbuf[slot.start:slot.end].view(slot.shape)
+                    p.main_grad = gbuf[slot.start:slot.end].view(slot.shape)
+                    p.grad = p.main_grad if p.dtype == torch.float32 else None
+                    self._key_of[name] = (g, slot.bucket)
+            self.buffers.append(_Buffer(lay, pbuf, gbuf))
+        self._order = [(g, b.index) for g, lay in enumerate(self.layouts) for b in lay.buckets]
+        self._name_of = {id(p): n for n, p in named}
+        for _, p in named:
+            p.register_post_accumulate_grad_hook(self._on_grad_ready)
+
+        self._sync_enabled = True
+        self._finished = False
+        self._warned_order = False
+        self._grad_timeline = coll.CommTimeline()
+        self._reset_sync_state()
+        self._seen_in_window: set[str] = set()
+        self.local_nonfinite: list[tuple[int, int]] = []  # buckets with NaN/Inf before reduction
+        self._param_pending: dict[tuple[int, int], coll.Pending] = {}
+        self._param_timeline = coll.CommTimeline()
+        self.comm_stats = self._zero_stats()
+        self.last_grad_sync = {"wait_s": 0.0, "comm_s": 0.0}
+        if self.config.overlap_param_gather:
+            self._register_param_gather_hooks()
+
+    # ------------------------------------------------------------------ set-up checks
+    def _check_layout_across_ranks(self):
+        """Hang prevention: all ranks must have the same buckets, else collectives mismatch."""
+        if self.dp == 1:
+            return
+        mine = (self.layout_hash, layout_summary(self.layouts))
+        gathered = [None] * self.dp
+        coll.run("all_gather_object(layout hash)",
+                 lambda: dist.all_gather_object(gathered, mine, group=self.group), self.rank)
+        bad = [r for r, (h, _) in enumerate(gathered) if h != gathered[0][0]]
+        if bad:
+            lines = [f"  rank {r}: {h[:12]} ({s})" for r, (h, s) in enumerate(gathered)]
+            raise DistributedError(
+                f"rank {self.rank}: gradient-bucket layout differs across ranks "
+                f"(ranks {bad} differ from rank 0); every rank must build the same model with the "
+                "same ParallelConfig (bucket_size, param_align):\n" + "\n".join(lines))
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Accumulate grads locally (no communication) — for all but the last micro-batch."""
+        previous = self._sync_enabled
+        self._sync_enabled = False
+        try:
+            yield
+        finally:
+            self._sync_enabled = previous
+
+    # ------------------------------------------------------------------ grad sync
+    def _zero_stats(self) -> dict:
+        return {"grad_sync_wait_s": 0.0, "grad_sync_comm_s": 0.0, "param_sync_wait_s": 0.0,
+                "param_sync_comm_s": 0.0, "grad_syncs": 0}
+
+    def _reset_sync_state(self):
+        self._ready = {k: set() for k in self._order}
+        self._launched: dict[tuple[int, int], coll.Pending | None] = {}
+        self._next = 0  # index into self._order of the next bucket to launch
+        self._expected = 0  # index into self._order of the first bucket not yet complete
+        self._grad_timeline.reset()
+
+    def _on_grad_ready(self, p: torch.Tensor):
+        name = self._name_of[id(p)]
+        grad = p.grad
+        if grad is not None and grad.data_ptr() != p.main_grad.data_ptr():
+            p.main_grad.add_(grad)  # a fresh .grad (after zero_grad(set_to_none)) or a bf16 grad
+            p.grad = p.main_grad if p.dtype == torch.float32 else None
+        self._seen_in_window.add(name)
+        self._finished = False
+        if not self._sync_enabled:
+            return
+        key = self._key_of[name]
+        if key in self._launched:
+            raise DistributedError(
+                f"rank {self.rank}: parameter '{name}' received a gradient after its bucket "
+                f"{key} was already reduced (is it used twice with reentrant checkpointing?)")
+        ready = self._ready[key]
+        ready.add(name)
+        if len(ready) == len(self.layouts[key[0]].buckets[key[1]].params):
+            if self._order.index(key) != self._expected and not self._warned_order:
+                self._warned_order = True
+                warnings.warn(
+                    f"DataParallel: bucket {key} was ready before bucket "
+                    f"{self._order[self._expected]}; "
+                    "the backward order disagrees with the bucket order (reverse registration "
+                    "order), so reductions wait; register modules in forward order for overlap",
+                    stacklevel=2)
+            while (self._expected < len(self._order)
+                   and self._bucket_complete(self._order[self._expected])):
+                self._expected += 1
+            if self.config.overlap_grad_reduce:
+                self._launch_ready_buckets()
+
+    def _bucket_complete(self, key) -> bool:
+        g, b = key
+        return len(self._ready[key]) == len(self.layouts[g].buckets[b].params)
+
+    def _launch_ready_buckets(self):
+        # Launch strictly in bucket order so every rank issues the same collectives in order.
+        while self._next < len(self._order) and self._bucket_complete(self._order[self._next]):
+            self._launch(self._order[self._next])
+            self._next += 1
+
+    def _launch(self, key):
+        g, bi = key
+        buf = self.buffers[g]
+        bucket = buf.layout.buckets[bi]
+        data = buf.grad_data[bucket.start:bucket.end]  # [bucket numel] fp32
+        if self.config.check_for_nan_in_grad and not torch.isfinite(data.sum()):
+            self.local_nonfinite.append(key)  # detected locally, before the collective
+        if self.dp == 1:
+            self._launched[key] = None
+            return
+        data.div_(self.dp)  # average once: SUM of grad/dp
+        what = f"{self.grad_collective}(grad bucket {bi} of {buf.layout.dtype} buffer)"
+        if self.grad_collective == "reduce_scatter":
+            shard = bucket.shards[self.rank]
+            out = buf.grad_data[shard.start:shard.end]
+            fn = lambda: _reduce_scatter(out, data, group=self.group, async_op=True)  # noqa: E731
+        else:
+            fn = lambda: dist.all_reduce(data, group=self.group, async_op=True)  # noqa: E731
+        self._launched[key] = coll.launch(what, fn, self.rank, self._grad_timeline)
+
+    def finish_grad_sync(self):
+        """Launch any bucket not yet launched, then wait for all reductions (idempotent per step).
+
+        After it returns, every param's `.main_grad` holds the dp-averaged gradient (with a
+        reduce-scatter only this rank's shard of each bucket is valid).
+        """
+        if self._finished:
+            return
+        if not self._sync_enabled:
+            raise ConfigError("finish_grad_sync() called inside no_sync()")
+        missing = []
+        for key in self._order[self._next:]:
+            g, b = key
+            for name in self.layouts[g].buckets[b].params:
+                if name not in self._ready[key]:
+                    if name not in self._seen_in_window:
+                        missing.append(name)
+                    self._ready[key].add(name)
+        if missing and not self.config.allow_unused_parameters:
+            self._reset_sync_state()
+            raise ConfigError(
+                f"rank {self.rank}: {len(missing)} parameter(s) received no gradient in this step: "
+                f"{', '.join(missing[:10])}{' …' if len(missing) > 10 else ''}. Remove unused "
+                "parameters, or set ParallelConfig(allow_unused_parameters=True) to treat their "
+                "gradients as zero")
+        self._launch_ready_buckets()
+        t0 = time.perf_counter()
+        for pending in self._launched.values():
+            if pending is not None:
+                pending.wait()
+        wait_s = time.perf_counter() - t0
+        comm_s = self._grad_timeline.busy_s()
+        self.last_grad_sync = {"wait_s": wait_s, "comm_s": comm_s}
+        self.comm_stats["grad_sync_wait_s"] += wait_s
+        self.comm_stats["grad_sync_comm_s"] += comm_s
+        self.comm_stats["grad_syncs"] += 1
+        self._reset_sync_state()
+        self._seen_in_window = set()
+        self._finished = True
+
+    def zero_grad_buffer(self):
+        """Zero all grad buffers (and re-attach fp32 `.grad` views); start a new step."""
+        for buf in self.buffers:
+            buf.grad_data.zero_()
+        for p in self.params_by_name.values():
+            if p.dtype == torch.float32 and (p.grad is None
+                                             or p.grad.data_ptr() != p.main_grad.data_ptr()):
+                p.grad = p.main_grad
+        self._reset_sync_state()
+        self._seen_in_window = set()
+        self.local_nonfinite = []
+        self._finished = False
+
+    def reset_comm_stats(self):
+        self.comm_stats = self._zero_stats()
+
+    # ------------------------------------------------------------------ params
+    def broadcast_params(self):
+        """Make every rank start from rank 0's params and module buffers."""
+        self.finish_param_sync()
+        if self.dp == 1:
+            return
+        with torch.no_grad():
+            for buf in self.buffers:
+                coll.run("broadcast(params)", lambda t=buf.param_data: dist.broadcast(
+                    t, src=self.src_rank, group=self.group), self.rank)
+            for name, t in self.module.named_buffers():
+                coll.run(f"broadcast(buffer {name})", lambda t=t: dist.broadcast(
+                    t, src=self.src_rank, group=self.group), self.rank)
+
+    def start_param_sync(self):
+        """Gather each rank's updated param shard into every rank's param buffer (async)."""
+        if self.dp == 1:
+            return
+        self._param_timeline.reset()
+        # reverse bucket order: the last bucket holds the first layers, needed first by forward
+        for key in reversed(self._order):
+            g, bi = key
+            buf = self.buffers[g]
+            bucket = buf.layout.buckets[bi]
+            shard = bucket.shards[self.rank]
+            data = buf.param_data[bucket.start:bucket.end]
+            if self.param_collective == "all_gather" or data.dtype != torch.float32:
+                src = buf.param_data[shard.start:shard.end]
+                fn = lambda d=data, s=src: _all_gather(d, s, group=self.group, async_op=True)  # noqa
+                what = f"all_gather(param bucket {bi} of {buf.layout.dtype} buffer)"
+            else:  # gloo: all_reduce of a buffer that is zero outside this rank's shard
+                with torch.no_grad():
+                    buf.param_data[bucket.start:shard.start].zero_()
+                    buf.param_data[shard.end:bucket.end].zero_()
+                fn = lambda d=data: dist.all_reduce(d, group=self.group, async_op=True)  # noqa
+                what = f"all_reduce(param bucket {bi} of {buf.layout.dtype} buffer)"
+            self._param_pending[key] = coll.launch(what, fn, self.rank, self._param_timeline)
+
+    def finish_param_sync(self, keys=None):
+        """Wait for the param gathers of `keys` (default: all pending buckets)."""
+        if not self._param_pending:
+            return
+        t0 = time.perf_counter()
+        for key in list(self._param_pending if keys is None else keys):
+            pending = self._param_pending.pop(key, None)
+            if pending is not None:
+                pending.wait()
+        self.comm_stats["param_sync_wait_s"] += time.perf_counter() - t0
+        if not self._param_pending:
+            self.comm_stats["param_sync_comm_s"] += self._param_timeline.busy_s()
+
+    def _register_param_gather_hooks(self):
+        """Before a submodule's forward, wait only for the buckets holding its own params."""
+        for mod in self.module.modules():
+            keys = sorted({self._key_of[self._name_of[id(p)]] for p in mod.parameters(recurse=False)
+                           if id(p) in self._name_of})
+            if keys:
+                mod.register_forward_pre_hook(
+                    lambda m, args, keys=tuple(keys): self.finish_param_sync(keys))

@@ -1,0 +1,288 @@
+"""`DistributedOptimizer`: sharded fp32 master params + optimizer state (Megatron dist-opt / ZeRO-1).
+
+Megatron concept (megatron/core/optimizer/distrib_optimizer.py): each DP rank owns one equal
+shard of every gradient bucket (`buffer.build_layout`); it keeps fp32 master params and AdamW/SGD
+state only for that shard, steps it after the gradient reduction, and the updated params are
+gathered back into every rank's param buffer (optionally overlapped with the next forward).
+The per-element math is torch's own `torch.optim.AdamW` / `SGD`, run on flat shard tensors, so a
+sharded run matches a single-process run on the same global batch.
+
+Also here: global grad-norm clipping (sum of squares over owned shards + one all_reduce, in fp64,
+equal to `torch.nn.utils.clip_grad_norm_`), and the non-finite-gradient skip: each rank's local
+check (done before its bucket collectives) travels in the same all_reduce as the norm, so every
+rank takes the same decision; K consecutive skips abort training.
+
+With `use_distributed_optimizer=False` each rank owns every bucket: the same class is plain AdamW.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from protdp.errors import ConfigError, InputError, ProtdpError
+from protdp.parallel import collectives as coll
+from protdp.parallel.buffer import OwnedRange
+from protdp.parallel.ddp import DataParallel
+
+log = logging.getLogger(__name__)
+
+STATE_FORMAT = "protdp-sharded-optimizer-v1"
+
+
+class NonFiniteGradientError(ProtdpError):
+    """Too many consecutive optimizer steps were skipped because gradients were NaN/Inf."""
+
+
+@dataclass
+class _OwnedShard:
+    """A contiguous piece [start, end) of buffer `buffer` that this rank updates."""
+
+    buffer: int
+    bucket: int
+    start: int
+    end: int
+    master: torch.Tensor  # [end - start] fp32 (a view of the param buffer for fp32 params)
+    param_view: torch.Tensor  # [end - start] model dtype, view of the param buffer
+    owned: tuple[OwnedRange, ...]  # shard_start/shard_end relative to `start`
+
+
+def _scalar_dtype() -> torch.dtype:
+    return torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+
+
+def merge_fragments(states: list[dict]) -> tuple[dict, dict]:
+    """Per-parameter fragments of several ranks' state dicts -> ({name: {key: flat tensor}},
+    {name: bool coverage mask}). Layout-independent: DP padding was never saved."""
+    full: dict[str, dict[str, torch.Tensor]] = {}
+    covered: dict[str, torch.Tensor] = {}
+    for st in states:
+        for name, frags in st["fragments"].items():
+            numel = math.prod(st["shapes"][name])
+            cov = covered.setdefault(name, torch.zeros(numel, dtype=torch.bool))
+            for frag in frags:
+                s, e = frag["start"], frag["end"]
+                for key, value in frag.items():
+                    if isinstance(value, torch.Tensor):
+                        dst = full.setdefault(name, {}).setdefault(
+                            key, torch.zeros(numel, dtype=value.dtype))
+                        dst[s:e] = value
+                cov[s:e] = True
+    return full, covered
+
+
+class DistributedOptimizer:
+    """AdamW (default) or SGD over a `DataParallel` model; sharded when the config says so."""
+
+    def __init__(self, model: DataParallel, config=None, *, lr: float = 1e-3,
+                 weight_decay: float = 0.0, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, clip_grad: float = 0.0, optimizer: str = "adamw",
+                 momentum: float = 0.0):
+        if not isinstance(model, DataParallel):
+            raise ConfigError("DistributedOptimizer needs a protdp.parallel.DataParallel model")
+        if config is not None and config != model.config:
+            raise ConfigError("DistributedOptimizer config differs from the DataParallel config; "
+                              "pass the same ParallelConfig to both")
+        self.model = model
+        self.config = model.config
+        self.rank, self.dp = model.rank, model.dp
+        self.sharded = self.config.use_distributed_optimizer and self.dp > 1
+        self.clip_grad = float(clip_grad)
+        self.kind = optimizer.lower()
+        self.skipped_steps = 0
+        self.consecutive_skips = 0
+        self.last_grad_norm: float | None = None
+        self.last_skipped_ranks: list[int] = []
+
+        self._shards: list[_OwnedShard] = []
+        self._norm_views: list[torch.Tensor] = []  # this rank's shard of every grad bucket
+        for g, buf in enumerate(model.buffers):
+            for bucket in buf.layout.buckets:
+                mine = bucket.shards[self.rank]
+                self._norm_views.append(buf.grad_data[mine.start:mine.end])
+                if self.sharded:
+                    start, end = mine.start, mine.end
+                    owned = mine.owned
+                else:
+                    start, end = bucket.start, bucket.end
+                    owned = tuple(OwnedRange(n, 0, s.end - s.start, s.start, s.end,
+                                             s.start - start, s.end - start)
+                                  for n in bucket.params for s in [buf.layout.params[n]])
+                if end == start:
+                    continue
+                pview = buf.param_data[start:end]
+                master = pview if pview.dtype == torch.float32 else pview.detach().float().clone()
+                master.grad = buf.grad_data[start:end]
+                self._shards.append(_OwnedShard(g, bucket.index, start, end, master, pview, owned))
+        masters = [s.master for s in self._shards]
+        if self.kind == "adamw":
+            self.inner = torch.optim.AdamW(masters, lr=lr, betas=betas, eps=eps,
+                                           weight_decay=weight_decay)
+        elif self.kind == "sgd":
+            self.inner = torch.optim.SGD(masters, lr=lr, momentum=momentum,
+                                         weight_decay=weight_decay)
+        else:
+            raise ConfigError(f"optimizer={optimizer!r}: expected 'adamw' or 'sgd'")
+
+    # ------------------------------------------------------------------ lr / introspection
+    @property
+    def param_groups(self) -> list[dict]:
+        """torch-style param groups (set `group['lr']` for warmup/decay schedules)."""
+        return self.inner.param_groups
+
+    def set_lr(self, lr: float):
+        for group in self.inner.param_groups:
+            group["lr"] = lr
+
+    @property
+    def lr(self) -> float:
+        return self.inner.param_groups[0]["lr"]
+
+    def state_bytes(self) -> int:
+        """Bytes of optimizer state (+ separate fp32 masters) held by this rank."""
+        total = 0
+        for shard in self._shards:
+            for v in self.inner.state.get(shard.master, {}).values():
+                if isinstance(v, torch.Tensor) and v.numel() > 1:
+                    total += v.numel() * v.element_size()
+            if shard.master.data_ptr() != shard.param_view.data_ptr():
+                total += shard.master.numel() * shard.master.element_size()
+        return total
+
+    # ------------------------------------------------------------------ step
+    def zero_grad(self):
+        self.model.zero_grad_buffer()
+
+    def _norm_and_found_inf(self) -> tuple[float, list[int]]:
+        stats = torch.zeros(1 + self.dp, dtype=torch.float64)  # [sumsq, nonfinite flag per rank]
+        for view in self._norm_views:
+            if view.numel():
+                stats[0] += torch.linalg.vector_norm(view, dtype=torch.float64).square()
+        stats[1 + self.rank] = 1.0 if self.model.local_nonfinite else 0.0
+        if self.dp > 1:  # one collective: SUM of sums of squares; per-rank flags (SUM == MAX)
+            coll.run("all_reduce(grad norm + non-finite flags)",
+                     lambda: dist.all_reduce(stats, group=self.model.group), self.rank)
+        bad = [r for r in range(self.dp) if stats[1 + r] > 0]
+        return math.sqrt(stats[0].item()) if stats[0] >= 0 else float("nan"), bad
+
+    def step(self) -> bool:
+        """Reduce (if not yet), clip, update this rank's shards, gather params.
+
+        Returns False (on every rank alike) when the step was skipped for non-finite gradients.
+        """
+        self.model.finish_param_sync()
+        self.model.finish_grad_sync()
+        norm, bad_ranks = self._norm_and_found_inf()
+        self.last_grad_norm = norm
+        self.last_skipped_ranks = bad_ranks
+        if bad_ranks or not math.isfinite(norm):
+            self.skipped_steps += 1
+            self.consecutive_skips += 1
+            where = f"on rank(s) {bad_ranks}" if bad_ranks else "after reduction"
+            if self.rank == 0:
+                log.warning("skipping optimizer step: non-finite gradients %s (grad norm %s); "
+                            "%d consecutive skip(s)", where, norm, self.consecutive_skips)
+            limit = self.config.max_consecutive_skipped_steps
+            if limit and self.consecutive_skips >= limit:
+                raise NonFiniteGradientError(
+                    f"rank {self.rank}: {self.consecutive_skips} consecutive optimizer steps "
+                    f"skipped for non-finite gradients (last {where}); aborting. Lower the learning "
+                    "rate, check the data, or raise max_consecutive_skipped_steps")
+            return False
+        self.consecutive_skips = 0
+        if self.clip_grad > 0:
+            coef = self.clip_grad / (norm + 1e-6)  # as torch.nn.utils.clip_grad_norm_
+            if coef < 1.0:
+                for shard in self._shards:
+                    shard.master.grad.mul_(coef)
+        self.inner.step()
+        self._masters_to_params()
+        if self.sharded:
+            self.model.start_param_sync()
+            if not self.config.overlap_param_gather:
+                self.model.finish_param_sync()
+        return True
+
+    def _masters_to_params(self):
+        with torch.no_grad():
+            for shard in self._shards:
+                if shard.master.data_ptr() != shard.param_view.data_ptr():
+                    shard.param_view.copy_(shard.master)
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        """This rank's state as per-parameter fragments (no DP padding): layout-independent."""
+        self.model.finish_param_sync()
+        fragments: dict[str, list[dict]] = {}
+        step = None
+        for shard in self._shards:
+            st = self.inner.state.get(shard.master, {})
+            if "step" in st:
+                step = float(st["step"])
+            for r in shard.owned:
+                frag = {"start": r.param_start, "end": r.param_end,
+                        "master": shard.master[r.shard_start:r.shard_end].clone()}
+                for key, value in st.items():
+                    if isinstance(value, torch.Tensor) and value.numel() == shard.master.numel():
+                        frag[key] = value[r.shard_start:r.shard_end].clone()
+                fragments.setdefault(r.name, []).append(frag)
+        params = self.model.params_by_name
+        return {
+            "format": STATE_FORMAT, "optimizer": self.kind, "step": step,
+            "param_groups": [{k: v for k, v in g.items() if k != "params"}
+                             for g in self.inner.param_groups],
+            "skipped_steps": self.skipped_steps, "consecutive_skips": self.consecutive_skips,
+            "shapes": {n: list(p.shape) for n, p in params.items()},
+            "dp": self.dp, "rank": self.rank, "sharded": self.sharded, "fragments": fragments,
+        }
+
+    def load_state_dict(self, state: dict | list[dict]):
+        """Load fragments saved by any number of ranks at any DP size (collective when sharded)."""
+        states = [state] if isinstance(state, dict) else list(state)
+        if not states:
+            raise InputError("no optimizer state given")
+        for st in states:
+            if st.get("format") != STATE_FORMAT:
+                raise InputError(f"optimizer state format {st.get('format')!r}: expected "
+                                 f"{STATE_FORMAT!r}", field="format")
+            if st["optimizer"] != self.kind:
+                raise InputError(f"checkpoint optimizer is {st['optimizer']!r} but this run "
+                                 f"uses {self.kind!r}", field="optimizer")
+        shapes = states[0]["shapes"]
+        for name, p in self.model.params_by_name.items():
+            if name not in shapes or list(p.shape) != list(shapes[name]):
+                raise InputError(f"parameter '{name}': checkpoint shape "
+                                 f"{shapes.get(name)} != model shape {list(p.shape)}",
+                                 field=name)
+        full, covered = merge_fragments(states)
+        step = states[0]["step"]
+        with torch.no_grad():
+            for shard in self._shards:
+                st = self.inner.state[shard.master]
+                for r in shard.owned:
+                    if not bool(covered[r.name][r.param_start:r.param_end].all()):
+                        raise InputError(f"parameter '{r.name}' elements [{r.param_start}, "
+                                         f"{r.param_end}) are in no optimizer shard file "
+                                         "(missing rank files?)", field=r.name)
+                    for key, flat in full[r.name].items():
+                        piece = flat[r.param_start:r.param_end]
+                        if key == "master":
+                            shard.master[r.shard_start:r.shard_end].copy_(piece)
+                            continue
+                        if key not in st:
+                            st[key] = torch.zeros_like(shard.master)
+                        st[key][r.shard_start:r.shard_end].copy_(piece)
+                if step is not None:
+                    st["step"] = torch.tensor(step, dtype=_scalar_dtype())
+        for group, saved in zip(self.inner.param_groups, states[0]["param_groups"]):
+            group.update(saved)
+        self.skipped_steps = states[0]["skipped_steps"]
+        self.consecutive_skips = states[0]["consecutive_skips"]
+        self._masters_to_params()
+        if self.sharded:
+            self.model.start_param_sync()
+            self.model.finish_param_sync()

@@ -1,0 +1,80 @@
+"""Launcher environments and ParallelConfig validation (no process group)."""
+
+from __future__ import annotations
+
+import pytest
+
+from protdp.errors import ConfigError
+from protdp.parallel.config import ParallelConfig, default_bucket_size
+from protdp.parallel.env import detect_launch_env, first_slurm_host
+
+
+def test_torchrun_env():
+    env = {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+           "MASTER_ADDR": "10.0.0.5", "MASTER_PORT": "1234"}
+    le = detect_launch_env(env)
+    assert (le.rank, le.world_size, le.local_rank, le.local_world_size, le.master_addr,
+            le.master_port, le.launcher) == (3, 8, 1, 2, "10.0.0.5", 1234, "torchrun")
+
+
+def test_openmpi_env():
+    env = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2",
+           "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+    le = detect_launch_env(env)
+    assert (le.rank, le.world_size, le.local_rank, le.master_addr, le.launcher) == (
+        1, 2, 1, "127.0.0.1", "mpirun")
+    with pytest.raises(ConfigError, match="MASTER_ADDR"):  # multi-node mpirun needs it
+        detect_launch_env({**env, "OMPI_COMM_WORLD_SIZE": "4"})
+
+
+def test_slurm_env():
+    env = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1",
+           "SLURM_TASKS_PER_NODE": "2(x4)", "SLURM_JOB_NODELIST": "gpu[007-010,12]",
+           "SLURM_JOB_ID": "123456"}
+    le = detect_launch_env(env)
+    assert (le.rank, le.world_size, le.local_rank, le.local_world_size, le.master_addr,
+            le.master_port, le.launcher) == (5, 8, 1, 2, "gpu007", 29500 + 456, "slurm")
+
+
+def test_no_launcher_is_world_of_one():
+    le = detect_launch_env({})
+    assert (le.rank, le.world_size, le.launcher) == (0, 1, "none")
+
+
+def test_bad_env_values():
+    with pytest.raises(ConfigError, match="RANK"):
+        detect_launch_env({"RANK": "x", "WORLD_SIZE": "2"})
+    with pytest.raises(ConfigError, match="outside world size"):
+        detect_launch_env({"RANK": "2", "WORLD_SIZE": "2"})
+
+
+def test_first_slurm_host():
+    assert first_slurm_host("node1,node2") == "node1"
+    assert first_slurm_host("cn[0012-0015]") == "cn0012"
+
+
+def test_config_batch_arithmetic():
+    cfg = ParallelConfig(data_parallel_size=4, micro_batch_size=2, global_batch_size=64)
+    assert cfg.num_micro_batches == 8
+    assert ParallelConfig(data_parallel_size=2, micro_batch_size=3).global_batch_size == 6
+    assert cfg.resolved_bucket_size == default_bucket_size(4) == 40_000_000
+    assert default_bucket_size(64) == 64_000_000
+    with pytest.raises(ConfigError, match=r"multiple of micro_batch_size × data_parallel_size"):
+        ParallelConfig(data_parallel_size=4, micro_batch_size=2, global_batch_size=20)
+
+
+def test_config_rejects_model_parallelism_with_advice():
+    with pytest.raises(ConfigError, match="tensor parallelism is not implemented.*data_parallel"):
+        ParallelConfig(data_parallel_size=1, tensor_model_parallel_size=2)
+    with pytest.raises(ConfigError, match="pipeline.*gradient accumulation"):
+        ParallelConfig(data_parallel_size=1, pipeline_model_parallel_size=4)
+    with pytest.raises(ConfigError, match="requires use_distributed_optimizer"):
+        ParallelConfig(data_parallel_size=1, overlap_param_gather=True)
+    with pytest.raises(ConfigError, match="grad_reduce_collective"):
+        ParallelConfig(data_parallel_size=1, grad_reduce_collective="allreduce")
+
+
+def test_config_dp_from_launcher(monkeypatch):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    assert ParallelConfig().data_parallel_size == 3
