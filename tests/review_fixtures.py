@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
 
 from protdp.inference.gate import GatePolicy, route
 
@@ -35,8 +36,12 @@ def pg_schema_url():
         else base
     admin = create_engine(admin_url)
     schema = f"protdp_t_{uuid.uuid4().hex[:12]}"
-    with admin.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        with admin.begin() as conn:
+            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    except OperationalError as exc:
+        pytest.fail(f"PostgreSQL test server unreachable at {base.render_as_string()} "
+                    f"(.ci/run installs and starts it; see DESIGN.md): {exc.orig}")
     try:
         yield base.update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(
             hide_password=False)

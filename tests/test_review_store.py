@@ -72,6 +72,8 @@ def test_claim_decide_state_machine(queue_url):
         store.claim("bob", 60, item_id=i1)
     with pytest.raises(InputError, match="comment"):
         store.decide(i1, "alice", "reject", "  ")
+    with pytest.raises(InputError, match="lease"):
+        store.claim("bob", 10 * 24 * 3600)
     with pytest.raises(InputError, match="action"):
         store.decide(i1, "alice", "delete", "x")
     with pytest.raises(QueueError, match="not an active reviewer"):

@@ -15,7 +15,7 @@ from protdp.review.store import ReviewStore
 from protdp.review.web import SESSION_COOKIE, create_app, plddt_plot
 
 with warnings.catch_warnings():  # starlette suggests httpx2, which is not packaged here
-    warnings.simplefilter("ignore", DeprecationWarning)
+    warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
 
 XSS = '"><script>alert(1)</script><img src=x onerror=alert(2)><svg onload=alert(3)>'
@@ -107,9 +107,12 @@ def test_every_mutating_route_requires_auth_and_csrf(env, path, data):
     forged = TestClient(app, cookies={SESSION_COOKIE: f"bob:{expiry}:{nonce}:{sig}"})
     assert forged.post(path, data={**data, "csrf_token": csrf_of(alice)},
                        follow_redirects=False).status_code == 401
-    expired_app = create_app(store, secret=b"s" * 32, session_seconds=-10)
-    stale = TestClient(expired_app)
-    login(stale, tokens["alice"])
+    # a correctly signed but expired session (issued by an app with negative session length)
+    issued = login(TestClient(create_app(store, secret=b"s" * 32, session_seconds=-10)),
+                   tokens["alice"])
+    stale_cookie = re.search(SESSION_COOKIE + r'="?([^";]+)', issued.headers["set-cookie"]).group(1)
+    assert stale_cookie.startswith("alice:")
+    stale = TestClient(app, cookies={SESSION_COOKIE: stale_cookie})
     assert stale.post(path, data=data, follow_redirects=False).status_code == 401
 
     assert alice.post(path, data=data, follow_redirects=False).status_code == 403  # no CSRF

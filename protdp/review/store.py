@@ -51,6 +51,7 @@ STATES = ("pending", "claimed", "approved", "rejected", "escalated")
 FINAL_STATES = ("approved", "rejected", "escalated")
 ACTIONS = {"approve": "approved", "reject": "rejected", "escalate": "escalated"}
 EXPORT_FORMATS = ("jsonl", "csv")
+MAX_LEASE_SECONDS = 24 * 3600
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
 _CODE_RE = re.compile(r"^[a-z0-9_]{1,64}$")
 
@@ -361,8 +362,9 @@ class ReviewStore:
 
         Claimable: pending, or claimed with an expired lease, or (renewal) claimed by `reviewer`.
         """
-        if not lease_seconds > 0:
-            raise InputError(f"lease must be positive, got {lease_seconds}", field="lease")
+        if not 0 < lease_seconds <= MAX_LEASE_SECONDS:
+            raise InputError(f"lease must be in (0, {MAX_LEASE_SECONDS}] seconds, got "
+                             f"{lease_seconds}", field="lease")
         now = self._clock()
         with self._tx() as conn:
             self._require_reviewer(conn, reviewer)
