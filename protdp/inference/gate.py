@@ -23,8 +23,8 @@ from protdp.errors import InputError
 
 ROUTES = ("accepted", "needs_review", "rejected")
 
-# AFDB bands, highest first: (name, lower bound inclusive, upper bound). A residue at exactly
-# 90 is "confident", at exactly 70 "confident", at exactly 50 "low" (AFDB: >90, 70–90, 50–70, <50).
+# AFDB bands, highest first (AFDB: >90, 70–90, 50–70, <50). Boundaries: exactly 90 and exactly
+# 70 are "confident", exactly 50 is "low" -- consistent with the gate's "mean >= 70" and "< 50".
 AFDB_BANDS = ("very_high", "confident", "low", "very_low")
 AFDB_BAND_LABELS = {
     "very_high": "Very high (pLDDT > 90)",
