@@ -194,6 +194,8 @@ class FamilySampler:
     # -- public API -------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
         """Start `epoch` (a no-op for the current epoch, so resume + set_epoch is safe)."""
+        if epoch < 0:
+            raise ConfigError(f"epoch must be >= 0, got {epoch}")
         if epoch != self.epoch:
             self.epoch = epoch
             self.segments = [[self.world_size, self.micro_batch_size, 0]]
