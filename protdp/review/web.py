@@ -18,6 +18,7 @@ import hashlib
 import hmac
 import os
 import secrets
+import sys
 import time
 from pathlib import Path
 from urllib.parse import urlencode
@@ -313,5 +314,8 @@ def serve(queue_url: str, *, host: str = "127.0.0.1", port: int = 8765) -> int:
     app = create_app(queue_url, secret=env_secret.encode() if env_secret else None)
     print(f"protdp review UI: http://{host}:{port}/  (log in with a reviewer token; "
           "add one with `protdp review add-reviewer NAME`)", flush=True)
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        print("warning: serving plain HTTP beyond localhost; put it behind a TLS reverse proxy "
+              "so tokens and session cookies are not sent in the clear", file=sys.stderr)
     uvicorn.run(app, host=host, port=port, log_level="warning")
     return 0
