@@ -274,3 +274,14 @@ def test_merge_msas_pads_terminal_difference(data_dir):
     assert len(set(m.sequences)) == m.depth and m.depth <= a.depth + b.depth
     with pytest.raises(InputError, match="differ"):
         merge_msas([a, parse_msa(data_dir / "msa/102m_A.colabfold.a3m")])
+
+
+def test_insertion_codes_kept_in_file_order(data_dir):
+    path = data_dir / "structures_only/5ptp.pdb"          # trypsin: 65A, 184A, 188A, 221A
+    chain = parse_structure(path, "A")
+    ids = chain.author_ids
+    for ins in ("65A", "184A", "188A", "221A"):
+        k = ids.index(ins)
+        assert ids[k - 1] == ins[:-1] and ids[k + 1] == str(int(ins[:-1]) + 1)
+    np.testing.assert_allclose(chain.positions[chain.observed, 1], _gemmi_ca(path, "A"),
+                               atol=1e-3)
