@@ -1,0 +1,181 @@
+"""`protdp plan`: data parallel or model parallel? Answered from numbers for one model config.
+
+    protdp plan --model-config configs/model/af2.yaml --crop 256 --gpu-mem 80GiB --dp 8 \
+        [--bf16] [--recompute] [--bandwidth 100Gbit] [--json]
+
+Per rank it adds model/optimizer state (Megatron's distributed-optimizer accounting,
+`protdp.planning.memory`) and the activation peak of one crop (Evoformer pair activations
+O(L^2 c_z), triangle-attention probabilities O(h L^3), MSA O(S L c_m); validated against
+measured CPU peaks of tiny/small in benchmarks/results/plan_validation.json), then walks the
+ladder pure DP -> DP + distributed optimizer -> + activation recompute -> model parallelism,
+and recommends the first rung that fits. Model parallelism for AF2-style models means splitting
+the activations, not the weights: dynamic axial parallelism (DAP; FastFold, ScaleFold) shards
+the MSA and pair representations along one residue axis over n GPUs and switches the axis with
+an all-to-all between row- and column-wise modules, so activations shrink ~1/n. Tensor
+parallelism (Megatron TP) shards weights and is only needed when the state alone does not fit.
+Communication per step: ring all-reduce 2(n-1)/n S vs reduce-scatter + all-gather (n-1)/n S each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+from protdp.config import load_config
+from protdp.errors import ConfigError
+from protdp.model.config import ModelConfig
+from protdp.planning.comm import parse_bandwidth, parse_bytes, step_communication
+from protdp.planning.memory import GIB, Shape, activation_bytes, state_bytes
+from protdp.planning.params import parameter_breakdown, parameter_count
+
+MAX_DAP = 64
+
+
+def _fits(state: float, act: float, budget: float) -> bool:
+    return state + act <= budget
+
+
+def plan(cfg: ModelConfig, *, crop: int, gpu_mem: int, dp: int, bf16: bool = False,
+         recompute: bool = False, msa_rows: int = 128, extra_msa_rows: int = 1024,
+         reserve: float = 0.1, bandwidth: float | None = None) -> dict:
+    """The planner's numbers and recommendation as plain data (what --json prints).
+
+    `recompute=True` means recompute is already on (the ladder starts there); `reserve` is the
+    fraction of GPU memory kept back for the CUDA context, allocator fragmentation and
+    communication buffers."""
+    if crop < 1 or dp < 1 or gpu_mem <= 0:
+        raise ConfigError("crop, dp and gpu memory must be positive")
+    if not 0 <= reserve < 1:
+        raise ConfigError(f"--reserve must be in [0, 1), got {reserve}")
+    n = parameter_count(cfg)
+    budget = gpu_mem * (1.0 - reserve)
+    shape = Shape(crop, msa_rows, extra_msa_rows if cfg.extra_msa else 0)
+    act = {rc: activation_bytes(cfg, shape, rc) for rc in (False, True)}
+    state = {do: state_bytes(n, dp, bf16, do) for do in (False, True)}
+    rungs = [(False, recompute), (True, recompute)] + ([] if recompute else [(True, True)])
+    options = []
+    for do, rc in rungs:
+        name = ("dp+distributed_optimizer" if do else "pure_dp") + ("+recompute" if rc else "")
+        total = state[do]["total"] + act[rc]["peak"]
+        options.append({"name": name, "distributed_optimizer": do, "recompute": rc,
+                        "state_bytes": state[do]["total"], "activation_bytes": act[rc]["peak"],
+                        "total_bytes": total, "fits": total <= budget})
+    chosen = next((o for o in options if o["fits"]), None)
+    out = {
+        "model": {"parameters": n, "breakdown": parameter_breakdown(cfg)},
+        "inputs": {"crop": crop, "msa_rows": msa_rows, "extra_msa_rows": shape.S_extra, "dp": dp,
+                   "bf16": bf16, "recompute": recompute, "gpu_mem_bytes": gpu_mem,
+                   "reserve": reserve, "budget_bytes": budget},
+        "state": {"plain": state[False], "distributed_optimizer": state[True]},
+        "activations": {"no_recompute": act[False], "recompute": act[True]},
+        "options": options,
+        "communication": {
+            "all_reduce": step_communication(n, dp, bf16, False, bandwidth),
+            "distributed_optimizer": step_communication(n, dp, bf16, True, bandwidth),
+            "bandwidth_bytes_per_s": bandwidth,
+        },
+    }
+    out["recommendation"] = _recommend(chosen, options, state, act, budget, recompute)
+    return out
+
+
+def _recommend(chosen, options, state, act, budget, recompute) -> dict:
+    if chosen is not None:
+        first = options[0]
+        if not chosen["distributed_optimizer"]:
+            reason = ("params + grads + Adam state and the activations of one crop fit on one "
+                      "GPU; every rank holds a full replica, gradients are all-reduced")
+        elif chosen["recompute"] == recompute:
+            reason = (f"pure DP needs {first['total_bytes'] / GIB:.1f} GiB > budget "
+                      f"{budget / GIB:.1f} GiB; sharding the fp32 master and Adam state over the "
+                      "data-parallel ranks brings it under at the same communication volume")
+        else:
+            reason = (f"without recompute the activations alone are {act[False]['peak'] / GIB:.1f} "
+                      "GiB; recomputing each Evoformer block in backward keeps only block inputs "
+                      f"({act[True]['peak'] / GIB:.1f} GiB peak, ~1/3 more compute); the "
+                      "distributed optimizer comes first because it costs no extra communication")
+        return {"strategy": chosen["name"], "model_parallel": None, "reason": reason,
+                "total_bytes": chosen["total_bytes"]}
+    # Nothing fits with data parallelism alone.
+    st, ac = state[True]["total"], act[True]["peak"]
+    if st >= budget:
+        return {"strategy": "model_parallel", "model_parallel": "tensor",
+                "reason": f"model + optimizer state alone ({st / GIB:.1f} GiB with the distributed "
+                          f"optimizer) exceeds the budget {budget / GIB:.1f} GiB: shard the weights "
+                          "(Megatron tensor parallelism), then revisit activations",
+                "total_bytes": st + ac}
+    degree = next((k for k in range(2, MAX_DAP + 1) if st + ac / k <= budget), None)
+    if degree is None:
+        reason = (f"activations with recompute ({ac / GIB:.1f} GiB) do not fit even split "
+                  f"{MAX_DAP} ways: reduce the crop or MSA depth")
+    else:
+        reason = (f"even with the distributed optimizer and recompute one crop needs "
+                  f"{(st + ac) / GIB:.1f} GiB > budget {budget / GIB:.1f} GiB; the pair and MSA "
+                  f"activations dominate, so shard them along a residue axis (DAP, FastFold/"
+                  f"ScaleFold) over {degree} GPUs per model replica: ~{(st + ac / degree) / GIB:.1f} GiB")
+    return {"strategy": "model_parallel", "model_parallel": "dap", "dap_degree": degree,
+            "reason": reason, "total_bytes": st + ac / (degree or MAX_DAP)}
+
+
+def _gib(x: float) -> str:
+    return f"{x / GIB:8.2f} GiB"
+
+
+def render(p: dict) -> str:
+    inp, n = p["inputs"], p["model"]["parameters"]
+    lines = [f"parameters: {n:,}",
+             f"crop {inp['crop']}, MSA rows {inp['msa_rows']}, extra MSA rows {inp['extra_msa_rows']}, "
+             f"dp {inp['dp']}, {'bf16 params + fp32 master' if inp['bf16'] else 'fp32'}; "
+             f"budget {_gib(inp['budget_bytes']).strip()} of {_gib(inp['gpu_mem_bytes']).strip()} "
+             f"({inp['reserve']:.0%} reserved)", "",
+             "state per rank             params       grads   optimizer       total"]
+    for key, label in (("plain", "plain DP"), ("distributed_optimizer", "distributed optimizer")):
+        s = p["state"][key]
+        lines.append(f"  {label:<22}" + "".join(_gib(s[k]) + " " for k in
+                                                 ("params", "grads", "optimizer", "total")))
+    lines += ["", "activations (one crop, fp32)      peak"]
+    for key in ("no_recompute", "recompute"):
+        lines.append(f"  {key:<28}{_gib(p['activations'][key]['peak'])}")
+    lines += ["", "options                                        total   fits"]
+    for o in p["options"]:
+        lines.append(f"  {o['name']:<38}{_gib(o['total_bytes'])}   {'yes' if o['fits'] else 'no'}")
+    lines.append("")
+    for key in ("all_reduce", "distributed_optimizer"):
+        c = p["communication"][key]
+        t = f", {c['seconds'] * 1e3:.1f} ms" if c["seconds"] is not None else ""
+        lines.append(f"comm/step {c['scheme']}: {c['bytes_per_rank'] / 2 ** 20:.1f} MiB per rank{t}")
+    r = p["recommendation"]
+    mp = f" ({r['model_parallel']}" + (f", degree {r['dap_degree']}" if r.get("dap_degree") else "") + ")" \
+        if r["model_parallel"] else ""
+    lines += ["", f"recommendation: {r['strategy']}{mp}", f"  because {r['reason']}"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="protdp plan", description=__doc__.split("\n")[0])
+    ap.add_argument("--model-config", required=True, help="configs/model/*.yaml")
+    ap.add_argument("--crop", type=int, required=True, help="training crop size (residues)")
+    ap.add_argument("--gpu-mem", required=True, help="memory per GPU, e.g. 80GiB, 40GB")
+    ap.add_argument("--dp", type=int, required=True, help="data-parallel size")
+    ap.add_argument("--bf16", action="store_true", help="bf16 params, fp32 main grads + master")
+    ap.add_argument("--recompute", action="store_true", help="activation recompute already on")
+    ap.add_argument("--msa-rows", type=int, default=128, help="MSA cluster rows (AF2 training: 128)")
+    ap.add_argument("--extra-msa-rows", type=int, default=1024,
+                    help="extra-MSA rows if the config has the extra stack (AF2: 1024)")
+    ap.add_argument("--reserve", type=float, default=0.1, help="fraction of GPU memory held back")
+    ap.add_argument("--bandwidth", default=None, help="per-rank link bandwidth, e.g. 100Gbit, 25GB/s")
+    ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = ap.parse_args(argv)
+    for name in ("crop", "dp", "msa_rows"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.extra_msa_rows < 0:
+        raise ConfigError("--extra-msa-rows must be >= 0")
+    cfg = load_config(ModelConfig, args.model_config)
+    result = plan(cfg, crop=args.crop, gpu_mem=parse_bytes(args.gpu_mem, "--gpu-mem"), dp=args.dp,
+                  bf16=args.bf16, recompute=args.recompute, msa_rows=args.msa_rows,
+                  extra_msa_rows=args.extra_msa_rows, reserve=args.reserve,
+                  bandwidth=parse_bandwidth(args.bandwidth, "--bandwidth") if args.bandwidth else None)
+    print(json.dumps(result, indent=2) if args.json else render(result))
+    return 0
