@@ -1,0 +1,116 @@
+"""Helpers shared by the model tests: random batches in the docs/batch_format.md layout and a
+Bio.PDB reader for real backbones (used until/unless protdp.data.features is available)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from protdp.config import read_yaml
+from protdp.model import ModelConfig
+from protdp.config import load_config
+from protdp.paths import REPO_ROOT
+
+CONFIG_DIR = REPO_ROOT / "configs" / "model"
+
+
+def tiny_config(**overrides) -> ModelConfig:
+    data = read_yaml(CONFIG_DIR / "tiny.yaml")
+    data.update(overrides)
+    return load_config(ModelConfig, data)
+
+
+def random_backbone(L: int, generator: torch.Generator) -> torch.Tensor:
+    """A chain-like random backbone [L, 5, 3]: CA random walk with 3.8 Å steps, other atoms
+    offset around it (only needs to be a valid, non-degenerate geometry)."""
+    steps = torch.randn(L, 3, generator=generator)
+    steps = 3.8 * steps / steps.norm(dim=-1, keepdim=True)
+    ca = torch.cumsum(steps, dim=0)
+    offsets = torch.randn(L, 5, 3, generator=generator) * 0.8 + torch.tensor(
+        [[-0.5, 1.4, 0.0], [0, 0, 0], [1.5, 0.0, 0.0], [2.2, 1.0, 0.0], [-0.5, -0.8, -1.2]])
+    offsets[:, 1] = 0.0
+    return ca[:, None, :] + offsets
+
+
+def random_batch(L: int = 22, N: int = 13, B: int | None = 2, seed: int = 0) -> dict:
+    """A batch in the docs/batch_format.md layout with random (but valid) content."""
+    g = torch.Generator().manual_seed(seed)
+    lead = () if B is None else (B,)
+    n_ex = 1 if B is None else B
+    msa = torch.randint(0, 21, (n_ex, N, L), generator=g)
+    bert = (torch.rand(n_ex, N, L, generator=g) < 0.15).float()
+    batch = {
+        "aatype": msa[:, 0].clone(),
+        "residue_index": torch.arange(L).expand(n_ex, L).clone(),
+        "seq_mask": torch.ones(n_ex, L),
+        "msa": torch.where(bert > 0, torch.full_like(msa, 22), msa),
+        "msa_mask": torch.ones(n_ex, N, L),
+        "has_deletion": (torch.rand(n_ex, N, L, generator=g) < 0.1).float(),
+        "deletion_value": torch.rand(n_ex, N, L, generator=g) * 0.5,
+        "true_msa": msa,
+        "bert_mask": bert,
+        "backbone_positions": torch.stack([random_backbone(L, g) for _ in range(n_ex)]),
+        "backbone_mask": torch.ones(n_ex, L, 5),
+        "resolution": torch.full((n_ex,), 2.0),
+        "num_residues": torch.full((n_ex,), L),
+    }
+    if B is None:
+        batch = {k: v[0] for k, v in batch.items()}
+    batch["family_id"] = [f"fam{i}" for i in range(n_ex)] if B is not None else "fam0"
+    return batch
+
+
+MSA_KEYS = ("msa", "msa_mask", "has_deletion", "deletion_value", "true_msa", "bert_mask")
+RESIDUE_KEYS = ("aatype", "residue_index", "seq_mask", "backbone_positions", "backbone_mask")
+
+
+def pad_batch(batch: dict, L_pad: int, N_pad: int) -> dict:
+    """Pad an unbatched example to L_pad residues and N_pad MSA rows with zeros (masks 0)."""
+    L, N = batch["aatype"].shape[0], batch["msa"].shape[0]
+    out = dict(batch)
+    for key in RESIDUE_KEYS:
+        value = batch[key]
+        out[key] = torch.cat([value, value.new_zeros((L_pad - L,) + value.shape[1:])])
+    for key in MSA_KEYS:
+        value = torch.cat([batch[key], batch[key].new_zeros(N_pad - N, L)])
+        out[key] = torch.cat([value, value.new_zeros(N_pad, L_pad - L)], dim=1)
+    return out
+
+
+def read_backbone(path: Path, chain: str | None = None) -> dict:
+    """Real chain -> unbatched single-sequence batch (query-only MSA), Bio.PDB based.
+    CB of glycine is the ideal virtual CB (as in AF2's data pipeline)."""
+    from Bio.PDB import MMCIFParser, PDBParser
+
+    from protdp.data.residues import residue_name_to_letter, sequence_to_ids
+
+    parser = MMCIFParser(QUIET=True) if str(path).endswith(".cif") else PDBParser(QUIET=True)
+    model = next(iter(parser.get_structure("x", str(path))))
+    ch = model[chain] if chain else next(iter(model))
+    residues = [r for r in ch if r.id[0] == " " and "CA" in r]
+    L = len(residues)
+    pos = np.zeros((L, 5, 3), np.float32)
+    mask = np.zeros((L, 5), np.float32)
+    for i, res in enumerate(residues):
+        for j, name in enumerate(("N", "CA", "C", "O", "CB")):
+            if name in res:
+                pos[i, j], mask[i, j] = res[name].coord, 1.0
+        if "CB" not in res and mask[i, :3].all():
+            n, ca, c = pos[i, 0], pos[i, 1], pos[i, 2]
+            b, cc = ca - n, c - ca
+            pos[i, 4] = -0.58273431 * np.cross(b, cc) + 0.56802827 * b - 0.54067466 * cc + ca
+            mask[i, 4] = 1.0
+    seq = "".join(residue_name_to_letter(r.get_resname()) for r in residues)
+    aatype = torch.tensor(sequence_to_ids(seq), dtype=torch.long)
+    pos -= (pos[:, 1] * mask[:, 1:2]).sum(0) / mask[:, 1].sum()
+    return {
+        "aatype": aatype, "residue_index": torch.tensor([r.id[1] for r in residues]),
+        "seq_mask": torch.ones(L), "msa": aatype[None].clone(), "msa_mask": torch.ones(1, L),
+        "has_deletion": torch.zeros(1, L), "deletion_value": torch.zeros(1, L),
+        "true_msa": aatype[None].clone(), "bert_mask": torch.zeros(1, L),
+        "backbone_positions": torch.from_numpy(pos), "backbone_mask": torch.from_numpy(mask),
+        "resolution": torch.tensor(float("nan")), "num_residues": torch.tensor(L),
+        "family_id": path.stem,
+    }
