@@ -189,3 +189,19 @@ def test_concurrent_lazy_readers(full_store):
         store.read("nope")
     with pytest.raises(InputError, match="not found"):
         FamilyStore(out.parent / "missing.h5")
+
+
+def test_bad_pairs_and_bad_out_are_clear_errors(tmp_path, data_dir):
+    pairs = tmp_path / "p.tsv"
+    pairs.write_text("pair_id\tmsa_file\tstructure_file\tchain\n"
+                     f"x\t{data_dir}/msa/5awl_A.single_seq.a3m\t{data_dir}/structures/5awl.pdb\tA\n"
+                     f"x\t{data_dir}/msa/5awl_A.single_seq.a3m\t{data_dir}/structures/4hhb.pdb\tA\n")
+    with pytest.raises(InputError, match="two different structures") as err:
+        build_store(tmp_path / "a.h5", pairs=pairs, progress=False)
+    assert err.value.line == 3
+    pairs.write_text("msa\tstructure\n")
+    with pytest.raises(InputError, match="needs columns"):
+        build_store(tmp_path / "a.h5", pairs=pairs, progress=False)
+    (tmp_path / "junk.h5").write_text("not hdf5")
+    with pytest.raises(InputError, match="cannot open the store"):
+        build_store(tmp_path / "junk.h5", pairs=data_dir / "PAIRS.tsv", progress=False)

@@ -73,6 +73,12 @@ def read_pairs(pairs: str | Path) -> list[FamilySpec]:
         chain = (row.get("chain") or "").strip()
         fid = (row.get("pair_id") or "").strip() or f"{Path(struct).name.split('.')[0]}_{chain}"
         key = (fid, struct, chain)
+        clash = next((k for k in groups if k[0] == fid and k != key), None)
+        if clash is not None:
+            raise InputError(f"family '{fid}' is paired with two different structures/chains "
+                             f"({Path(clash[1]).name}:{clash[2]!r} and "
+                             f"{Path(struct).name}:{chain!r}); give each its own pair_id",
+                             path=pairs, line=lineno)
         spec = groups.setdefault(key, FamilySpec(fid, [], struct, chain))
         if (row.get("msa_file") or "").strip():
             spec.msa_files.append(str((pairs.parent / row["msa_file"].strip()).resolve()))
@@ -364,7 +370,12 @@ def build_store(out: str | Path, *, pairs: str | Path | None = None,
     fam_files: dict[str, set] = {}        # kept family id -> files it uses
     owner: dict[str, str] = {}            # query sequence -> family id (duplicate rule)
     fam_status: dict[str, str] = {}       # family id -> 'written' | 'unchanged'
-    with h5py.File(out, "a") as h5:
+    try:
+        h5file = h5py.File(out, "a")
+    except OSError as exc:
+        raise InputError(f"cannot open the store for writing (not an HDF5 file, or in use by "
+                         f"another process?): {exc}", path=out) from None
+    with h5file as h5:
         fams = h5.require_group("families")
         if force or h5.attrs.get("filter_config") != cfg_json:
             stale = list(fams.keys())
