@@ -420,13 +420,16 @@ def _cif_reference(d: dict, chain_id: str) -> tuple[str | None, dict]:
             continue
         ent = entity[i]
         ic = "" if icode is None or icode[i] in ("?", ".") else icode[i]
-        mapping[(int(auth_seq[i]), ic)] = int(seq_id[i]) - 1
+        try:
+            mapping[(int(auth_seq[i]), ic)] = int(seq_id[i]) - 1
+        except ValueError:                  # malformed numbering: fall back to observed-only
+            return None, {}
     if ent is None:
         return None, {}
     seq: dict[int, str] = {}
     for e, num, mon in zip(col("_entity_poly_seq.entity_id"), col("_entity_poly_seq.num"),
                            col("_entity_poly_seq.mon_id")):
-        if e == ent and int(num) not in seq:     # microheterogeneity: first monomer wins
+        if e == ent and num.isdigit() and int(num) not in seq:  # heterogeneity: first wins
             seq[int(num)] = residue_name_to_letter(mon)
     if not seq or max(mapping.values(), default=-1) >= len(seq):
         return None, {}
