@@ -497,8 +497,12 @@ class FamilyStore:
                 self.lengths = np.asarray(idx["length"][()], np.int64)      # [F]
                 self.num_seqs = np.asarray(idx["num_seq"][()], np.int64)    # [F]
                 self.attrs = dict(h5.attrs)
-        except (OSError, KeyError) as exc:
-            raise InputError(f"not a protdp family store: {exc}", path=self.path) from None
+        except OSError as exc:
+            raise InputError(f"cannot open the store (not HDF5, or a build is writing it?): "
+                             f"{exc}", path=self.path) from None
+        except KeyError as exc:
+            raise InputError(f"not a protdp family store (missing {exc}); rebuild it with "
+                             f"`protdp data build`", path=self.path) from None
         self._pos = {f: i for i, f in enumerate(self.family_ids)}
 
     def __len__(self) -> int:
