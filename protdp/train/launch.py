@@ -32,7 +32,7 @@ def torchrun_cmd(argv: list[str], nproc: int = 2, max_restarts: int = 0,
 
 def mpirun_cmd(argv: list[str], np: int = 2, script: Path = PRETRAIN) -> list[str]:
     """`mpirun -np N python pipelines/pretrain.py ARGV` (root-safe flags, rendezvous via env)."""
-    return ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np),
+    return ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(np),
             "-x", "MASTER_ADDR=127.0.0.1", "-x", f"MASTER_PORT={free_port()}", "-x", "OMP_NUM_THREADS",
             "-x", "PYTHONPATH", sys.executable, str(script), *argv]
 

@@ -76,6 +76,31 @@ def _collective(op: str, fn, rank: int):
     return run(op, fn, rank)
 
 
+def _init_process_group(timeout_s: float):
+    """`protdp.parallel.init_distributed`, after a workaround for elastic restarts.
+
+    Under torchrun the workers rendezvous through the agent's TCPStore, which outlives a
+    restart: gloo's full-mesh set-up of attempt N then reads attempt N-1's (dead) peer
+    addresses and fails with "Connection refused". Prefixing the store per restart attempt
+    keeps every attempt's keys apart.
+    """
+    from datetime import timedelta
+
+    from protdp.parallel import detect_launch_env, init_distributed
+    from protdp.parallel.env import default_backend
+
+    launch = detect_launch_env()
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if (launch.launcher == "torchrun" and attempt is not None and not dist.is_initialized()
+            and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"):
+        td = timedelta(seconds=timeout_s)
+        store = dist.TCPStore(launch.master_addr, launch.master_port, launch.world_size,
+                              is_master=False, timeout=td)
+        dist.init_process_group(default_backend(), store=dist.PrefixStore(f"protdp/attempt_{attempt}", store),
+                                rank=launch.rank, world_size=launch.world_size, timeout=td)
+    return init_distributed(timeout=timeout_s)
+
+
 def summarize(records: list[dict], val: dict | None, iteration: int) -> dict:
     """Mean step-time breakdown (first step excluded as warm-up) and final lDDT numbers."""
     steady = records[1:] or records
@@ -125,12 +150,12 @@ class Trainer:
         from protdp.data.store import FamilyStore
         from protdp.model import build_model
         from protdp.model.losses import compute_loss
-        from protdp.parallel import DataParallel, DistributedOptimizer, ParallelConfig, init_distributed
+        from protdp.parallel import DataParallel, DistributedOptimizer, ParallelConfig
 
         self.featurize, self.collate, self.compute_loss = featurize, collate, compute_loss
         if not args.data:
             raise ConfigError("--data: an HDF5 store is required (build one with `protdp data build`)")
-        launch = init_distributed(timeout=args.distributed_timeout_minutes * 60.0)
+        launch = _init_process_group(args.distributed_timeout_minutes * 60.0)
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.launcher = launch.launcher
         self.args = args = args.check_world(self.world)
@@ -164,9 +189,8 @@ class Trainer:
         self._seed_rank_streams(args.seed, self.rank)
 
         self.sampler = FamilySampler(
-            self.train_ids, [self.store.length(f) for f in self.train_ids], rank=self.rank,
-            world_size=self.world, micro_batch_size=args.micro_batch_size, seed=args.seed,
-            crop_size=args.crop_size)
+            {f: self.store.length(f) for f in self.train_ids}, world_size=self.world, rank=self.rank,
+            micro_batch_size=args.micro_batch_size, seed=args.seed, crop_size=args.crop_size)
         self.iteration = 0
         self.resumed_from: str | None = None
         self._resume()
