@@ -163,6 +163,33 @@ def test_resume_skips_complete_targets(tmp_path, ckpt, data_dir):
     assert (out / "targets" / "a" / "a.pdb").is_file()
     assert json.loads((out / "targets" / "b" / "scores.json").read_text())["msa_depth"] == 2
 
+    # a re-run against another queue skips the work but still queues every flagged target
+    other = predict(ckpt, fasta, out, msa_dir=msa_dir, config=CFG, progress=False,
+                    queue_url=str(tmp_path / "other.sqlite"))
+    assert [r["status"] for r in other.rows] == ["skipped"] * 3
+    flagged = sorted(r["target"] for r in other.rows if r["route"] == "needs_review")
+    assert flagged and sorted(i["target"] for i in ReviewStore(other.queue_url).list()) == flagged
+
+
+def test_pae_head_scores_and_masked_queue_password(tmp_path):
+    from protdp.config import load_config, read_yaml
+    from protdp.inference.predictor import review_commands
+    from protdp.model.config import ModelConfig
+
+    torch.manual_seed(3)
+    cfg = load_config(ModelConfig, {**read_yaml(TINY), "pae_head": True})
+    ckpt = save_model_checkpoint(build_model(cfg, verbose=False), None, tmp_path / "pae.pt")
+    fasta, _ = write_inputs(tmp_path, [("p", "MKTAYIAKQRQISF")])
+    res = predict(ckpt, fasta, tmp_path / "out", config=CFG, progress=False)
+    scores = json.loads((tmp_path / "out" / "targets" / "p" / "scores.json").read_text())
+    pae = np.array(scores["pae"])
+    assert pae.shape == (14, 14) and np.all(pae >= 0) and 0 <= scores["ptm"] <= 1
+    assert res.rows[0]["ptm"] == pytest.approx(scores["ptm"])
+    assert float(read_summary(tmp_path / "out" / "summary.tsv")[0]["ptm"]) == pytest.approx(
+        scores["ptm"], abs=0.006)
+    cmd = review_commands("postgresql://alice:s3cret@db.example:5432/queue")
+    assert "s3cret" not in cmd and "postgresql://alice:***@db.example:5432/queue" in cmd
+
 
 def test_bad_targets_are_recorded_and_the_batch_goes_on(tmp_path, ckpt, data_dir, chain_2p90):
     seq, msa_path = chain_2p90

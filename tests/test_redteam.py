@@ -66,7 +66,7 @@ def test_redteam_suite_passes_on_tiny_checkpoint(tmp_path, ckpt, data_dir, capsy
     assert "non-finite" in cases["checkpoint_nan_weights"]["observed"]
     # nothing escaped: the would-be targets of the traversal ids do not exist
     assert not (out / "redteam_escape").exists() and not (out / "sandbox" / "abs_escape").exists()
-    assert "42/42 cases met their expectation" in printed or f"{len(cases)}/{len(cases)}" in printed
+    assert f"{len(cases)}/{len(cases)} cases met their expectation" in printed
 
 
 def test_redteam_fails_on_a_weakened_gate(tmp_path, ckpt, data_dir, monkeypatch, capsys):

@@ -97,6 +97,18 @@ def load_gate_policy(path_or_policy=None) -> GatePolicy:
     return load_config(GatePolicy, path_or_policy)
 
 
+def display_url(queue_url: str) -> str:
+    """The queue URL with any password masked (for printing, provenance and summaries)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    from protdp.review.store import normalize_url
+    try:
+        return make_url(normalize_url(queue_url)).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<unparsable queue URL>"
+
+
 def _code_version() -> dict:
     from protdp.train.checkpointing import code_version
     return code_version()
@@ -125,6 +137,7 @@ class Predictor:
         self.targets_dir = self.out_dir / TARGETS_DIR
         self.targets_dir.mkdir(parents=True, exist_ok=True)
         self.queue_url = queue_url or str(self.out_dir / "review_queue.sqlite")
+        self.queue_display = display_url(self.queue_url)
         self._store = None
         self.rank, self.world_size = rank, world_size
         self._code = _code_version()
@@ -183,7 +196,7 @@ class Predictor:
         """Predict, gate, write and (if flagged) enqueue one target; returns its summary row."""
         row = {"index": t.index, "target": t.target_id, "file_name": t.file_name, "line": t.line,
                "length": None, "route": "rejected", "reasons": ["invalid_input"],
-               "mean_plddt": None, "ptm": None, "msa_depth": None, "status": "rejected",
+               "mean_plddt": None, "band": None, "ptm": None, "msa_depth": None, "status": "rejected",
                "detail": "", "paths": {}}
         try:
             if t.error:
@@ -197,7 +210,11 @@ class Predictor:
             tdir = self.targets_dir / t.file_name
             done = self._complete(tdir, fp)
             if done is not None:
-                return {**done["summary"], "index": t.index, "status": "skipped"}
+                row = {**done["summary"], "index": t.index, "status": "skipped"}
+                if row["route"] == "needs_review":   # idempotent; covers a changed --queue-url
+                    scores = json.loads((tdir / "scores.json").read_text())
+                    row["review_item"] = self._enqueue(t, fp, scores, row["paths"])
+                return row
             msa = load_msa(msa_paths)
             features = featurize_query(seq, msa, max_msa_rows=self.config.max_msa_rows,
                                        seed=self.config.seed, family_id=t.file_name)
@@ -214,6 +231,13 @@ class Predictor:
         tdir.mkdir(parents=True, exist_ok=True)
         return self._finish(t, seq, tdir, fp, fasta, msa_files, msa_depth,
                             int(features["msa"].shape[0]), hits, out, row)
+
+    def _enqueue(self, t: Target, fp: str, scores: dict, paths: dict) -> int:
+        """Put a flagged prediction in the review queue (same prediction id -> same item)."""
+        keep = ("plddt", "mean_plddt", "afdb_bands", "band", "ptm", "msa_depth", "length")
+        return self.store.enqueue(f"{t.file_name}:{fp[:16]}", t.target_id,
+                                  {k: scores.get(k) for k in keep}, paths, scores["reasons"],
+                                  details=scores["details"], actor="predictor")
 
     def _finish(self, t, seq, tdir, fp, fasta, msa_files, msa_depth, rows_used, hits, out, row):
         finite_xyz = np.isfinite(out["positions"]).all(axis=(-1, -2))              # [L]
@@ -242,15 +266,12 @@ class Predictor:
         write_json(tdir / "scores.json", scores)
         outputs["scores"] = "scores.json"
         row.update(route=decision.route, reasons=decision.reasons, mean_plddt=mean,
+                   band=scores["band"],
                    ptm=out.get("ptm"), msa_depth=msa_depth, status="predicted",
                    detail="; ".join(decision.details.values()),
                    paths={k: str(tdir / v) for k, v in outputs.items()})
         if decision.route == "needs_review":
-            row["review_item"] = self.store.enqueue(
-                f"{t.file_name}:{fp[:16]}", t.target_id,
-                {"plddt": plddt, "mean_plddt": mean, "afdb_bands": decision.afdb_bands,
-                 "ptm": out.get("ptm"), "msa_depth": msa_depth, "length": len(seq)},
-                row["paths"], decision.reasons, details=decision.details, actor="predictor")
+            row["review_item"] = self._enqueue(t, fp, scores, row["paths"])
         provenance = {
             "target": t.target_id, "header": t.header, "file_name": t.file_name,
             "not_for_clinical_use": True, "notice": CLINICAL_NOTICE,
@@ -263,7 +284,7 @@ class Predictor:
                        "msa_files": msa_files, "screening_list": self.screening_path,
                        "screening_list_sha256": self.screening_sha},
             "config": {"model": to_dict(self.loaded.config), **self.settings},
-            "gate": decision.to_dict(), "review_queue": self.queue_url if "review_item" in row else None,
+            "gate": decision.to_dict(), "review_queue": self.queue_display if "review_item" in row else None,
             "review_item": row.get("review_item"),
             "outputs": outputs, "fingerprint": fp,
             "summary": {k: v for k, v in row.items() if k != "gate"},
@@ -319,7 +340,7 @@ def predict(checkpoint: str | Path | LoadedModel, fasta: str | Path, out_dir: st
         rows = _merge_parts(parts, world_size, info["sha256"], len(targets))
         summary_path = write_summary(pred.out_dir / "summary.tsv", rows)
         write_json(pred.out_dir / "summary.json", {"counts": _counts(rows), "rows": rows,
-                                                   "queue_url": pred.queue_url,
+                                                   "queue_url": pred.queue_display,
                                                    "notice": CLINICAL_NOTICE})
     return RunResult(pred.out_dir, rows, pred.queue_url, summary_path, _counts(rows),
                      sum(1 for r in rows if r["status"] == "skipped"))
@@ -349,7 +370,7 @@ class DemoPrediction:
 
 
 def review_commands(queue_url: str, port: int = 8765) -> str:
-    url = printable(queue_url)
+    url = printable(display_url(queue_url))
     return (f"protdp review add-reviewer alice --queue-url {url}   # prints a login token once\n"
             f"protdp review serve --queue-url {url} --host 127.0.0.1 --port {port}")
 

@@ -36,7 +36,7 @@ _ELEMENT = {"N": "N", "CA": "C", "C": "C", "O": "O", "CB": "C"}
 _SAFE_RE = re.compile(r"[^A-Za-z0-9_.-]+")
 MAX_NAME = 64
 SUMMARY_COLUMNS = ("index", "target", "file_name", "length", "route", "reasons", "mean_plddt",
-                   "ptm", "msa_depth", "status", "detail")
+                   "band", "ptm", "msa_depth", "status", "detail")
 
 
 def safe_name(target_id: str) -> str:
