@@ -322,3 +322,17 @@ def test_cli_clear_errors(tmp_path, ckpt, capsys):
     assert protdp_main(["predict", "--checkpoint", str(ckpt), "--fasta", str(fasta), "--out",
                         str(tmp_path / "o"), "--no-progress", "--msa-dir", str(msa_dir)]) == 0
     assert "1 targets: 0 accepted, 1 need review, 0 rejected" in capsys.readouterr().out
+
+
+def test_unreachable_queue_stops_the_batch(tmp_path, ckpt, capsys):
+    """A flagged prediction that cannot be queued must not be marked complete (nor turned into
+    a 'rejected' row): the run stops with a clear error and a re-run redoes the target."""
+    fasta, _ = write_inputs(tmp_path, [("a", "MKTAYIAKQR")])
+    out = tmp_path / "o"
+    rc = protdp_main(["predict", "--checkpoint", str(ckpt), "--fasta", str(fasta), "--out",
+                      str(out), "--no-progress", "--queue-url",
+                      "postgresql://nobody:pw@127.0.0.1:9/none"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "review queue" in err and "pw@" not in err
+    assert (out / "targets" / "a" / "scores.json").is_file()
+    assert not (out / "targets" / "a" / "provenance.json").exists()

@@ -209,18 +209,13 @@ class Predictor:
             fp = self.fingerprint(sha256_text(seq), msa_files)
             tdir = self.targets_dir / t.file_name
             done = self._complete(tdir, fp)
-            if done is not None:
-                row = {**done["summary"], "index": t.index, "status": "skipped"}
-                if row["route"] == "needs_review":   # idempotent; covers a changed --queue-url
-                    scores = json.loads((tdir / "scores.json").read_text())
-                    row["review_item"] = self._enqueue(t, fp, scores, row["paths"])
-                return row
-            msa = load_msa(msa_paths)
-            features = featurize_query(seq, msa, max_msa_rows=self.config.max_msa_rows,
-                                       seed=self.config.seed, family_id=t.file_name)
-            msa_depth = 1 if msa is None else msa.depth
-            hits = self.screening.hits(seq) if self.screening is not None else []
-            out = self._run_model(features)
+            if done is None:
+                msa = load_msa(msa_paths)
+                features = featurize_query(seq, msa, max_msa_rows=self.config.max_msa_rows,
+                                           seed=self.config.seed, family_id=t.file_name)
+                msa_depth = 1 if msa is None else msa.depth
+                hits = self.screening.hits(seq) if self.screening is not None else []
+                out = self._run_model(features)
         except (ProtdpError, MemoryError, torch.OutOfMemoryError) as exc:
             row["detail"] = str(exc) if isinstance(exc, ProtdpError) else f"out of memory: {exc}"
             decision = route(np.zeros(0), length=0, msa_depth=0, training_crop=None,
@@ -228,9 +223,21 @@ class Predictor:
             row["gate"] = decision.to_dict()
             return row
 
+        if done is not None:
+            return self._skip(t, tdir, fp, done)
         tdir.mkdir(parents=True, exist_ok=True)
         return self._finish(t, seq, tdir, fp, fasta, msa_files, msa_depth,
                             int(features["msa"].shape[0]), hits, out, row)
+
+    def _skip(self, t: Target, tdir: Path, fp: str, done: dict) -> dict:
+        """A target completed by an earlier run: its recorded row (flagged ones re-enqueued,
+        idempotently, in case --queue-url changed). Queue errors propagate: they stop the batch
+        instead of turning a flagged prediction into a 'rejected' row."""
+        row = {**done["summary"], "index": t.index, "status": "skipped"}
+        if row["route"] == "needs_review":
+            scores = json.loads((tdir / "scores.json").read_text())
+            row["review_item"] = self._enqueue(t, fp, scores, row["paths"])
+        return row
 
     def _enqueue(self, t: Target, fp: str, scores: dict, paths: dict) -> int:
         """Put a flagged prediction in the review queue (same prediction id -> same item)."""
