@@ -53,23 +53,24 @@ def main(argv: list[str] | None = None) -> int:
     from protdp.parallel.env import detect_launch_env
 
     launch = detect_launch_env()
-    barrier = None
-    device = args.device
+    device, barrier = args.device, None
     if launch.world_size > 1:
         import torch
         import torch.distributed as dist
 
         from protdp.parallel.env import init_distributed
 
+        # prediction needs no collectives: gloo only for the end-of-run barrier
         init_distributed(timeout=args.dist_timeout_minutes * 60.0, backend="gloo")
 
-        def barrier():
+        def dist_barrier():
             try:
                 dist.barrier()
             except RuntimeError as exc:
                 raise DistributedError(f"rank {launch.rank}: barrier(predict summary) failed: "
                                        f"{exc}") from None
 
+        barrier = dist_barrier
         if device is None and torch.cuda.is_available():
             device = f"cuda:{launch.local_rank}"
     try:
@@ -79,10 +80,8 @@ def main(argv: list[str] | None = None) -> int:
                          world_size=launch.world_size, barrier=barrier, device=device,
                          progress=not args.no_progress)
     finally:
-        if launch.world_size > 1:
-            import torch.distributed as dist
-            if dist.is_initialized():
-                dist.destroy_process_group()
+        if barrier is not None and dist.is_initialized():
+            dist.destroy_process_group()
     if launch.rank == 0:
         c = result.counts
         print(f"protdp predict: {len(result.rows)} targets: {c['accepted']} accepted, "

@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
