@@ -78,7 +78,7 @@ class TrainArgs:
     wandb_mode: str = _f("offline", "wandb mode: " + "|".join(WANDB_MODES))
     wandb_project: str = _f("protdp", "wandb project name")
     wandb_exp_name: str | None = _f(None, "wandb run name")
-    progress_bar: bool = _f(True, "tqdm progress bar on rank 0")
+    progress_bar: bool = _f(True, "tqdm progress bar on rank 0 (when stderr is a terminal)")
 
     def __post_init__(self):
         def bad(flag: str, msg: str):

@@ -100,7 +100,7 @@ class RunLogger:
 
             self.wandb = wandb.init(mode=wandb_mode, project=wandb_project, name=wandb_name,
                                     dir=str(run_dir), config=config, resume="allow")
-        if progress_bar:
+        if progress_bar and sys.stderr.isatty():  # piped output gets the breakdown lines only
             from tqdm import tqdm
 
             self.bar = tqdm(total=train_iters, initial=start_iter, desc="train", dynamic_ncols=True,

@@ -313,7 +313,8 @@ class Trainer:
             stepped = self.opt.step()
             if self.pcfg.overlap_param_gather:
                 self.ddp.finish_param_sync()  # the EMA needs the updated full weights now
-            self.ema.update(self.model)
+            if stepped:  # a skipped (non-finite) step leaves weights and their average alone
+                self.ema.update(self.model)
         step_time = timer.total()
         self.iteration += 1
 
