@@ -5,11 +5,12 @@ group's timeout, and a failure (dead peer, timeout, mismatched op) becomes a `Di
 that names this rank and the operation. Also records when each async collective was in flight,
 so callers can report total communication time next to the exposed (waited-for) time.
 
-Backend choice (measured on this 2-core machine with gloo, 16 MB fp32, 2 ranks; see
-benchmarks/results/ddp.json "collectives"): reduce_scatter ≈ 2-3× and all_gather ≈ 2× the time of
-an all_reduce of the same buffer, so on gloo the gradient reduction is an all_reduce (each rank
-then reads its shard) and the param gather is an all_reduce of a buffer that is zero outside the
-local shard. On NCCL reduce_scatter / all_gather move half the bytes and are used as in Megatron.
+Backend choice (measured on this 2-core machine with gloo, 2 ranks, interleaved repeats; see
+benchmarks/results/ddp*.json "collectives"): for 16 MB fp32, reduce_scatter takes 1.5-3x the time
+of an all_reduce of the same buffer (loopback and the 4 Gbit/s two-namespace network alike), so
+with gloo the distributed optimizer's gradient reduction is an all_reduce and each rank then reads
+its own shard; all_gather takes ~0.65-0.9x of an all_reduce, so params are all-gathered. With NCCL
+reduce_scatter moves half the bytes of an all_reduce and is used, as in Megatron.
 """
 
 from __future__ import annotations
@@ -29,11 +30,6 @@ def grad_reduce_collective(requested: str, backend: str) -> str:
     if requested != "auto":
         return requested
     return "reduce_scatter" if backend == "nccl" else "all_reduce"
-
-
-def param_gather_collective(backend: str) -> str:
-    """'all_gather' (NCCL) or 'all_reduce' of a zero-padded buffer (gloo, measured faster)."""
-    return "all_gather" if backend == "nccl" else "all_reduce"
 
 
 def _describe(exc: BaseException) -> str:

@@ -68,7 +68,6 @@ class DataParallel(nn.Module):
         self.grad_collective = (coll.grad_reduce_collective(self.config.grad_reduce_collective,
                                                             self.backend)
                                 if self.config.use_distributed_optimizer else "all_reduce")
-        self.param_collective = coll.param_gather_collective(self.backend)
 
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         if not named:
@@ -301,16 +300,9 @@ class DataParallel(nn.Module):
             bucket = buf.layout.buckets[bi]
             shard = bucket.shards[self.rank]
             data = buf.param_data[bucket.start:bucket.end]
-            if self.param_collective == "all_gather" or data.dtype != torch.float32:
-                src = buf.param_data[shard.start:shard.end]
-                fn = lambda d=data, s=src: _all_gather(d, s, group=self.group, async_op=True)  # noqa
-                what = f"all_gather(param bucket {bi} of {buf.layout.dtype} buffer)"
-            else:  # gloo: all_reduce of a buffer that is zero outside this rank's shard
-                with torch.no_grad():
-                    buf.param_data[bucket.start:shard.start].zero_()
-                    buf.param_data[shard.end:bucket.end].zero_()
-                fn = lambda d=data: dist.all_reduce(d, group=self.group, async_op=True)  # noqa
-                what = f"all_reduce(param bucket {bi} of {buf.layout.dtype} buffer)"
+            src = buf.param_data[shard.start:shard.end]
+            fn = lambda d=data, s=src: _all_gather(d, s, group=self.group, async_op=True)  # noqa
+            what = f"all_gather(param bucket {bi} of {buf.layout.dtype} buffer)"
             self._param_pending[key] = coll.launch(what, fn, self.rank, self._param_timeline)
 
     def finish_param_sync(self, keys=None):

@@ -76,12 +76,16 @@ def merge_fragments(states: list[dict]) -> tuple[dict, dict]:
 
 
 class DistributedOptimizer:
-    """AdamW (default) or SGD over a `DataParallel` model; sharded when the config says so."""
+    """AdamW (default) or SGD over a `DataParallel` model; sharded when the config says so.
+
+    `fused=None` uses torch's fused AdamW kernel where available (same math as
+    torch.optim.AdamW(fused=True)); `fused=False` runs torch's reference for-loop implementation.
+    """
 
     def __init__(self, model: DataParallel, config=None, *, lr: float = 1e-3,
                  weight_decay: float = 0.0, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, clip_grad: float = 0.0, optimizer: str = "adamw",
-                 momentum: float = 0.0):
+                 momentum: float = 0.0, fused: bool | None = None):
         if not isinstance(model, DataParallel):
             raise ConfigError("DistributedOptimizer needs a protdp.parallel.DataParallel model")
         if config is not None and config != model.config:
@@ -120,8 +124,10 @@ class DistributedOptimizer:
                 self._shards.append(_OwnedShard(g, bucket.index, start, end, master, pview, owned))
         masters = [s.master for s in self._shards]
         if self.kind == "adamw":
+            if fused is None:  # torch's fused AdamW kernel: ~5x faster than the loop on CPU
+                fused = all(m.device.type in ("cpu", "cuda") for m in masters)
             self.inner = torch.optim.AdamW(masters, lr=lr, betas=betas, eps=eps,
-                                           weight_decay=weight_decay)
+                                           weight_decay=weight_decay, fused=fused)
         elif self.kind == "sgd":
             self.inner = torch.optim.SGD(masters, lr=lr, momentum=momentum,
                                          weight_decay=weight_decay)
@@ -159,9 +165,9 @@ class DistributedOptimizer:
 
     def _norm_and_found_inf(self) -> tuple[float, list[int]]:
         stats = torch.zeros(1 + self.dp, dtype=torch.float64)  # [sumsq, nonfinite flag per rank]
-        for view in self._norm_views:
-            if view.numel():
-                stats[0] += torch.linalg.vector_norm(view, dtype=torch.float64).square()
+        for view in self._norm_views:  # fp32 cascade sum per bucket shard, fp64 across them
+            if view.numel():           # (an fp64 norm of the shard costs 20x more on CPU)
+                stats[0] += torch.linalg.vector_norm(view).double().square()
         stats[1 + self.rank] = 1.0 if self.model.local_nonfinite else 0.0
         if self.dp > 1:  # one collective: SUM of sums of squares; per-rank flags (SUM == MAX)
             coll.run("all_reduce(grad norm + non-finite flags)",
@@ -276,8 +282,10 @@ class DistributedOptimizer:
                         if key not in st:
                             st[key] = torch.zeros_like(shard.master)
                         st[key][r.shard_start:r.shard_end].copy_(piece)
-                if step is not None:
-                    st["step"] = torch.tensor(step, dtype=_scalar_dtype())
+                if step is not None:  # where torch keeps it: on the device when fused
+                    fused = self.inner.param_groups[0].get("fused")
+                    st["step"] = (torch.tensor(step, dtype=torch.float32, device=shard.master.device)
+                                  if fused else torch.tensor(step, dtype=_scalar_dtype()))
         for group, saved in zip(self.inner.param_groups, states[0]["param_groups"]):
             group.update(saved)
         self.skipped_steps = states[0]["skipped_steps"]

@@ -1,0 +1,374 @@
+"""Side-by-side benchmark of data-parallel engines on the same model and batch (issue 4, item 9).
+
+Configs (all torch's fused AdamW, same bucket size, same data):
+  torch_ddp        torch DistributedDataParallel + torch.optim.AdamW
+  torch_ddp_zero   torch DDP + torch ZeroRedundancyOptimizer(AdamW)
+  ours_no_overlap  protdp DataParallel, reduction launched in finish_grad_sync, plain AdamW
+  ours_overlap     protdp DataParallel, buckets reduced during backward, plain AdamW
+  ours_distopt     ours_overlap + DistributedOptimizer sharding (+ overlapped param gather)
+
+All configs live in the same two processes and are timed in interleaved rounds, so load from
+other work on this shared machine hits them alike; ratios to torch DDP are the result, absolute
+times are noise. Per config: median step time and ratio to torch DDP; exposed communication
+(ours: time waiting in finish_grad_sync + param-gather waits; torch DDP: its fwd+bwd time minus
+the same fwd+bwd without DDP) vs total communication time (ours: union of the intervals a bucket
+collective was in flight; torch: one flat all_reduce of the same bytes); optimizer-state bytes per
+rank; resident memory per config and peak RSS per rank; bus bandwidth of the bucketed reduction vs
+a flat all_reduce of the same bytes. Also: gloo all_reduce vs reduce_scatter vs all_gather for
+16 MB (the measurement behind protdp.parallel.collectives' per-backend choice).
+
+  python benchmarks/ddp.py                      # spawns 2 local ranks -> benchmarks/results/ddp.json
+  torchrun ... benchmarks/ddp.py --worker --out X.json   # under any launcher (netsim.sh uses it)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import resource
+import socket
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from protdp.parallel import (DataParallel, DistributedOptimizer, ParallelConfig,  # noqa: E402
+                             init_distributed)
+
+CONFIGS = ["torch_ddp", "torch_ddp_zero", "ours_no_overlap", "ours_overlap", "ours_distopt"]
+LR = 1e-4
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# ---------------------------------------------------------------------------- models
+def mlp(width: int, depth: int) -> nn.Module:
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(depth):
+        layers += [nn.Linear(width, width), nn.ReLU()]
+    return nn.Sequential(*layers)
+
+
+def make_workload(args):
+    """(model factory, batch, loss(model, batch)) for --model."""
+    if args.model == "mlp":
+        g = torch.Generator().manual_seed(1)
+        x = torch.randn(args.batch, args.width, generator=g)
+
+        def loss(model, x=x):
+            return model(x).square().mean()
+        return (lambda: mlp(args.width, args.depth)), loss
+    if args.model == "evoformer":
+        from protdp.model import build_model
+        sys.path.insert(0, str(ROOT / "tests"))
+        from model_fixtures import random_batch  # noqa: E402
+
+        batch = random_batch(L=args.evo_len, N=args.evo_msa, B=args.batch, seed=1)
+
+        def loss(model, batch=batch):
+            out = model(batch, num_recycles=0)
+            return sum(v.float().mean() for v in out.values()
+                       if isinstance(v, torch.Tensor) and v.requires_grad)
+
+        def factory():
+            torch.manual_seed(0)
+            return build_model(ROOT / "configs" / "model" / args.evo_config, verbose=False)
+        return factory, loss
+    raise SystemExit(f"unknown --model {args.model}")
+
+
+# ---------------------------------------------------------------------------- engines
+class Engine:
+    """One config: `step()` runs forward/backward/reduce/update and returns timing details."""
+
+    def __init__(self, name: str, factory, loss, args, world: int):
+        self.name, self.loss = name, loss
+        rss0 = rss_mb()
+        net = factory()
+        bucket_elems = int(args.bucket_mb * 2**20 / 4)
+        self.exposed_from_wait = name.startswith("ours")
+        if name.startswith("torch"):
+            self.model = torch.nn.parallel.DistributedDataParallel(
+                net, bucket_cap_mb=args.bucket_mb, find_unused_parameters=args.model != "mlp")
+            if name == "torch_ddp_zero":
+                from torch.distributed.optim import ZeroRedundancyOptimizer
+                self.opt = ZeroRedundancyOptimizer(net.parameters(),
+                                                   optimizer_class=torch.optim.AdamW, lr=LR,
+                                                   fused=True)
+            else:  # the same fused AdamW kernel ours uses: the engines are compared, not kernels
+                self.opt = torch.optim.AdamW(net.parameters(), lr=LR, fused=True)
+        else:
+            distopt = name == "ours_distopt"
+            self.cfg = ParallelConfig(
+                data_parallel_size=world, micro_batch_size=1, bucket_size=bucket_elems,
+                overlap_grad_reduce=name != "ours_no_overlap", use_distributed_optimizer=distopt,
+                overlap_param_gather=distopt, allow_unused_parameters=args.model != "mlp")
+            self.model = DataParallel(net, self.cfg)
+            self.model.broadcast_params()
+            self.opt = DistributedOptimizer(self.model, self.cfg, lr=LR)
+        self.net = net
+        self.records: list[dict] = []
+        self.step()  # creates optimizer state, so the resident size below includes it
+        self.rss_mb = rss_mb() - rss0
+
+    def state_bytes(self) -> int:
+        if isinstance(self.opt, DistributedOptimizer):
+            return self.opt.state_bytes()
+        opt = self.opt.optim if hasattr(self.opt, "optim") else self.opt  # ZeRO: local shard
+        return sum(v.numel() * v.element_size() for st in opt.state.values()
+                   for v in st.values() if isinstance(v, torch.Tensor) and v.numel() > 1)
+
+    def step(self) -> dict:
+        t0 = time.perf_counter()
+        if isinstance(self.opt, DistributedOptimizer):
+            self.opt.zero_grad()
+            param_wait0 = self.model.comm_stats["param_sync_wait_s"]
+            param_comm0 = self.model.comm_stats["param_sync_comm_s"]
+            self.loss(self.model).backward()
+            t_bwd = time.perf_counter()
+            self.model.finish_grad_sync()
+            t_sync = time.perf_counter()
+            self.opt.step()
+            t1 = time.perf_counter()
+            rec = {"step_s": t1 - t0, "fwd_bwd_s": t_bwd - t0, "opt_s": t1 - t_sync,
+                   "grad_wait_s": self.model.last_grad_sync["wait_s"],
+                   "grad_comm_s": self.model.last_grad_sync["comm_s"],
+                   # param gathers of the previous step waited for inside this forward
+                   "param_wait_s": self.model.comm_stats["param_sync_wait_s"] - param_wait0,
+                   "param_comm_s": self.model.comm_stats["param_sync_comm_s"] - param_comm0}
+        else:
+            self.opt.zero_grad(set_to_none=False)
+            self.loss(self.model).backward()  # DDP waits for its allreduces inside backward
+            t_bwd = time.perf_counter()
+            self.opt.step()
+            t1 = time.perf_counter()
+            rec = {"step_s": t1 - t0, "fwd_bwd_s": t_bwd - t0, "opt_s": t1 - t_bwd}
+        return rec
+
+    def settle(self):
+        if isinstance(self.model, DataParallel):
+            self.model.finish_param_sync()
+
+
+def timed(fn, reps: int) -> float:
+    ts = []
+    for _ in range(reps):
+        dist.barrier()
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def collective_choice(world: int, numel: int = 4 * 2**20, reps: int = 9) -> dict:
+    """gloo: all_reduce vs reduce_scatter vs all_gather on the same 16 MB fp32 buffer."""
+    x = torch.randn(numel)
+    shard = torch.empty(numel // world)
+    rs = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    ag = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    out = {"bytes": numel * 4, "backend": dist.get_backend()}
+    for name, fn in [("all_reduce_s", lambda: dist.all_reduce(x)),
+                     ("reduce_scatter_s", lambda: rs(shard, x)),
+                     ("all_gather_s", lambda: ag(x, shard))]:
+        fn()
+        out[name] = timed(fn, reps)
+    out["reduce_scatter_over_all_reduce"] = out["reduce_scatter_s"] / out["all_reduce_s"]
+    out["all_gather_over_all_reduce"] = out["all_gather_s"] / out["all_reduce_s"]
+    return out
+
+
+def bus_bw(nbytes: int, seconds: float, world: int) -> float:
+    """NCCL-tests convention: all_reduce bus bandwidth = bytes/time × 2(n-1)/n, in GB/s."""
+    return nbytes / seconds * 2 * (world - 1) / world / 1e9 if seconds > 0 else float("nan")
+
+
+# ---------------------------------------------------------------------------- worker
+def worker(args) -> dict | None:
+    torch.set_num_threads(args.threads)
+    init_distributed(timeout=300)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    factory, loss = make_workload(args)
+    plain = factory()
+    nparams = sum(p.numel() for p in plain.parameters())
+    grad_bytes = 4 * nparams
+    flat = torch.zeros(nparams)
+    engines = {name: Engine(name, factory, loss, args, world) for name in args.configs}
+    compute, flat_s = [], []
+    for _ in range(args.warmup):
+        for e in engines.values():
+            e.step()
+            e.settle()
+    for _ in range(args.rounds):  # interleaved rounds: load changes hit every config alike
+        for e in engines.values():
+            dist.barrier()
+            for _ in range(args.steps):
+                e.records.append(e.step())
+            e.settle()
+        dist.barrier()
+        for _ in range(2):
+            t0 = time.perf_counter()
+            loss(plain).backward()  # the same fwd+bwd without any communication
+            compute.append(time.perf_counter() - t0)
+            plain.zero_grad(set_to_none=False)
+        flat_s.append(timed(lambda: dist.all_reduce(flat), 2))
+    result = {"compute_s": statistics.median(compute), "flat_all_reduce_s": statistics.median(flat_s),
+              "configs": {}}
+    result["flat_busbw_gbs"] = bus_bw(grad_bytes, result["flat_all_reduce_s"], world)
+    for name, e in engines.items():
+        med = {k: statistics.median(r[k] for r in e.records) for k in e.records[0]}
+        row = {"step_s": med["step_s"], "fwd_bwd_s": med["fwd_bwd_s"], "opt_s": med["opt_s"],
+               "optimizer_state_bytes": e.state_bytes(), "resident_mb": round(e.rss_mb, 1)}
+        if "grad_wait_s" in med:
+            row["exposed_comm_s"] = med["grad_wait_s"] + med["param_wait_s"]
+            row["total_comm_s"] = med["grad_comm_s"] + med["param_comm_s"]
+            row["grad_exposed_s"], row["grad_comm_s"] = med["grad_wait_s"], med["grad_comm_s"]
+            row["param_exposed_s"], row["param_comm_s"] = med["param_wait_s"], med["param_comm_s"]
+            row["bucketed_busbw_gbs"] = bus_bw(grad_bytes, med["grad_comm_s"], world)
+            row["comm_measured"] = "exposed = waits in finish_grad_sync/param gather; total = " \
+                                   "union of in-flight intervals of the bucket collectives"
+        else:
+            row["exposed_comm_s"] = max(0.0, med["fwd_bwd_s"] - result["compute_s"])
+            row["total_comm_s"] = result["flat_all_reduce_s"]
+            row["comm_measured"] = "exposed = DDP fwd+bwd - plain fwd+bwd; total ~ flat all_reduce"
+        row["exposed_over_total_comm"] = (row["exposed_comm_s"] / row["total_comm_s"]
+                                          if row["total_comm_s"] > 0 else None)
+        result["configs"][name] = row
+    base = result["configs"].get("torch_ddp", {}).get("step_s")
+    for row in result["configs"].values():
+        row["ratio_to_torch_ddp"] = row["step_s"] / base if base else None
+    result["collectives"] = collective_choice(world)
+    result["peak_rss_mb"] = peak_rss_mb()
+    gathered = [None] * world
+    dist.all_gather_object(gathered, {"rank": rank, "peak_rss_mb": result["peak_rss_mb"],
+                                      "host": socket.gethostname(),
+                                      "state_bytes": {n: r["optimizer_state_bytes"]
+                                                      for n, r in result["configs"].items()}})
+    result["per_rank"] = gathered
+    result["world_size"] = world
+    result["num_params"] = nparams
+    result["grad_bytes"] = grad_bytes
+    result["workload"] = {k: getattr(args, k) for k in ("model", "width", "depth", "batch",
+                                                        "bucket_mb", "steps", "rounds", "warmup",
+                                                        "threads")}
+    if args.model == "evoformer":
+        result["workload"].update(evo_config=args.evo_config, evo_len=args.evo_len,
+                                  evo_msa=args.evo_msa)
+    result["backend"] = dist.get_backend()
+    return result if rank == 0 else None
+
+
+def table(res: dict) -> str:
+    lines = [f"{res['workload']['model']}: {res['num_params'] / 1e6:.2f}M params, "
+             f"{res['world_size']} ranks ({res['backend']}); compute {1e3 * res['compute_s']:.1f} "
+             f"ms, flat all_reduce {1e3 * res['flat_all_reduce_s']:.1f} ms "
+             f"({res['flat_busbw_gbs']:.2f} GB/s bus)",
+             f"{'config':<16} {'step ms':>8} {'ratio':>6} {'exposed':>8} {'comm':>7} "
+             f"{'exp/comm':>8} {'opt MB':>7} {'res MB':>7} {'busbw':>6}"]
+    for name, r in res["configs"].items():
+        ratio = r["exposed_over_total_comm"]
+        lines.append(f"{name:<16} {1e3 * r['step_s']:8.1f} {r['ratio_to_torch_ddp']:6.2f} "
+                     f"{1e3 * r['exposed_comm_s']:8.1f} {1e3 * r['total_comm_s']:7.1f} "
+                     f"{'-' if ratio is None else f'{ratio:.2f}':>8} "
+                     f"{r['optimizer_state_bytes'] / 2**20:7.1f} {r['resident_mb']:7.1f} "
+                     f"{r.get('bucketed_busbw_gbs', float('nan')):6.2f}")
+    c = res["collectives"]
+    lines.append(f"{c['backend']} 16 MB: all_reduce {1e3 * c['all_reduce_s']:.1f} ms, "
+                 f"reduce_scatter {1e3 * c['reduce_scatter_s']:.1f} ms "
+                 f"({c['reduce_scatter_over_all_reduce']:.2f}x), all_gather "
+                 f"{1e3 * c['all_gather_s']:.1f} ms ({c['all_gather_over_all_reduce']:.2f}x)")
+    lines.append("peak RSS per rank: " + ", ".join(f"rank {p['rank']} {p['peak_rss_mb']:.0f} MB"
+                                                  for p in res["per_rank"]))
+    return "\n".join(lines)
+
+
+def _spawned(rank: int, world: int, port: int, args, queue):
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                      LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    res = worker(args)
+    if res is not None:
+        queue.put(res)
+
+
+def parse(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--worker", action="store_true", help="run as one rank under a launcher")
+    ap.add_argument("--nproc", type=int, default=2, help="local ranks to spawn (not --worker)")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "ddp.json")
+    ap.add_argument("--configs", nargs="+", default=CONFIGS, choices=CONFIGS)
+    ap.add_argument("--model", default="mlp", choices=["mlp", "evoformer"])
+    ap.add_argument("--width", type=int, default=1024)
+    ap.add_argument("--depth", type=int, default=8, help="8 × 1024² ≈ 8.4M params")
+    ap.add_argument("--batch", type=int, default=32, help="samples per rank per step")
+    ap.add_argument("--bucket-mb", type=float, default=4.0)
+    ap.add_argument("--steps", type=int, default=4, help="timed steps per config per round")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    ap.add_argument("--evo-config", default="tiny.yaml")
+    ap.add_argument("--evo-len", type=int, default=32)
+    ap.add_argument("--evo-msa", type=int, default=16)
+    ap.add_argument("--label", default="", help="free text stored in the result (e.g. netsim)")
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    if args.worker:
+        res = worker(args)
+    else:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        queue = ctx.Queue()
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        procs = [ctx.Process(target=_spawned, args=(r, args.nproc, port, args, queue))
+                 for r in range(args.nproc)]
+        for p in procs:
+            p.start()
+        res = queue.get(timeout=3600)
+        for p in procs:
+            p.join()
+    if res is None:
+        return 0
+    res["label"] = args.label
+    res["created"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    res["torch"] = torch.__version__
+    print(table(res))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    existing = {}
+    if args.out.exists() and args.model != "mlp":
+        existing = json.loads(args.out.read_text())  # add a row for another model
+    if args.model == "mlp":
+        args.out.write_text(json.dumps(res, indent=1) + "\n")
+    else:
+        existing.setdefault("other_models", {})[args.model] = res
+        args.out.write_text(json.dumps(existing, indent=1) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        sys.exit(main())
