@@ -23,7 +23,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="model file (protdp-model-v1) or training run / iter_N folder")
     p.add_argument("--fasta", required=True, help="targets, one FASTA record each")
     p.add_argument("--msa-dir", default=None,
-                   help="MSAs named <target>.a3m|.sto|... or <target>/ (merged); none: single sequence")
+                   help="MSAs as <name>.a3m|.sto|.fasta|.aln or a folder <name>/ (merged), where "
+                        "<name> is the target id when it is a plain name ([A-Za-z0-9_.-], up to "
+                        "53 characters) and otherwise the sanitised file_name of summary.tsv; "
+                        "no MSA: single-sequence mode (flagged shallow_msa)")
     p.add_argument("--out", required=True, help="output folder (targets/<name>/, summary.tsv)")
     p.add_argument("--queue-url", default=os.environ.get("PROTDP_QUEUE_URL"),
                    help="review queue (SQLite path/URL or postgresql://); default OUT/review_queue.sqlite")

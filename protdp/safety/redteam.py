@@ -231,11 +231,13 @@ def _check_files(row: dict) -> list[str]:
     for kind in ("pdb", "cif"):
         try:
             st = gemmi.read_structure(paths[kind])
-            b = [r[0].b_iso for r in st[0][0]]
+            per_atom = [(i, a.b_iso) for i, r in enumerate(st[0][0]) for a in r]
         except Exception as exc:  # any parse failure is the finding
             problems.append(f"{kind} does not parse: {exc}")
             continue
-        if len(b) != len(scores["plddt"]) or not np.allclose(b, scores["plddt"], atol=0.006):
+        plddt = scores["plddt"]
+        if len({i for i, _ in per_atom}) != len(plddt) or any(
+                abs(b - plddt[i]) > 0.006 for i, b in per_atom):
             problems.append(f"{kind} B-factors differ from pLDDT")
     return problems
 
