@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 import torch
 from Bio.PDB import MMCIFParser, PDBParser
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from protdp import __version__
 from protdp.cli import main as protdp_main
@@ -243,6 +245,19 @@ def test_target_ids_never_write_outside_out(tmp_path, ckpt):
         assert json.loads((out / "targets" / name / "scores.json").read_text())["target"] == r["target"]
     tsv = (out / "summary.tsv").read_text()
     assert "\x1b" not in tsv and "ctl\\x1b[2Jid" in tsv
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(min_size=0, max_size=120), st.text(min_size=0, max_size=120))
+def test_safe_name_is_a_safe_injective_file_name(a, b):
+    for tid in (a, b):
+        name = safe_name(tid)
+        assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", name) and ".." not in name
+        assert name == safe_name(tid) and (name == tid) == (
+            re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,51}[A-Za-z0-9])?", tid) is not None
+            and ".." not in tid)
+    if a != b:   # (a crafted id equal to another's hashed name is caught by read_targets)
+        assert safe_name(a) != safe_name(b)
 
 
 def test_safe_name_and_sequence_rules():

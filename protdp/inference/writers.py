@@ -41,9 +41,10 @@ SUMMARY_COLUMNS = ("index", "target", "file_name", "length", "route", "reasons",
 
 def safe_name(target_id: str) -> str:
     """File-system-safe, deterministic name for a target id (a pure function, so resume finds
-    the same folder). Unchanged when the id is already a plain name of [A-Za-z0-9_.-] of at
-    most 64 characters not starting with '.'; otherwise the cleaned id plus 10 hex digits of
-    the id's SHA-256 (so distinct ids never collide). Never contains '/', '\\' or '..'."""
+    the same folder). Unchanged when the id is already a plain name: [A-Za-z0-9_.-], at most
+    53 characters, no '..', starting and ending with a letter or digit; otherwise the cleaned
+    id plus 10 hex digits of the id's SHA-256 (so distinct ids do not collide). Never contains
+    '/', '\\' or '..', never starts with '.', at most 64 characters."""
     cleaned = _SAFE_RE.sub("_", target_id).strip("._-")
     cleaned = re.sub(r"\.{2,}", "_", cleaned)[:MAX_NAME - 11]
     if cleaned == target_id and 0 < len(target_id) <= MAX_NAME - 11:
