@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import re
+from pathlib import Path
 
 import gemmi
 import numpy as np
@@ -351,3 +352,27 @@ def test_unreachable_queue_stops_the_batch(tmp_path, ckpt, capsys):
     assert rc == 2 and "review queue" in err and "pw@" not in err
     assert (out / "targets" / "a" / "scores.json").is_file()
     assert not (out / "targets" / "a" / "provenance.json").exists()
+
+
+def test_flagged_prediction_opens_in_the_review_ui(tmp_path, ckpt):
+    """Contract with protdp.review.web: the item page shows the predictor's pLDDT, reasons
+    and escaped target name, and serves the written PDB."""
+    from fastapi.testclient import TestClient
+
+    from protdp.review.web import create_app
+
+    fasta, _ = write_inputs(tmp_path, [("<b>x</b>", "MKTAYIAKQRQISF")])
+    res = predict(ckpt, fasta, tmp_path / "out", config=CFG, progress=False)
+    store = ReviewStore(res.queue_url)
+    token = store.add_reviewer("alice")
+    client = TestClient(create_app(store, secret=b"s" * 32))
+    page = client.get("/login")
+    csrf = re.search(r'name="login_csrf" value="(\w+)"', page.text).group(1)
+    assert client.post("/login", data={"token": token, "login_csrf": csrf, "next": "/queue"},
+                       follow_redirects=False).status_code == 303
+    item = client.get("/items/1")
+    assert item.status_code == 200
+    assert "&lt;b&gt;x&lt;/b&gt;" in item.text and "<b>x</b>" not in item.text
+    assert "shallow_msa" in item.text and "<polyline" in item.text
+    pdb = client.get("/items/1/files/pdb")
+    assert pdb.status_code == 200 and pdb.text == Path(res.rows[0]["paths"]["pdb"]).read_text()
