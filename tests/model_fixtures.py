@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from protdp.config import read_yaml
@@ -14,6 +15,17 @@ from protdp.config import load_config
 from protdp.paths import REPO_ROOT
 
 CONFIG_DIR = REPO_ROOT / "configs" / "model"
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Run each model test single-threaded: on the shared 2-core machine intra-op threads
+    contend with other processes and small ops get ~10-40x slower. Import this name into a test
+    module to apply it there."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
 
 
 def tiny_config(**overrides) -> ModelConfig:

@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 import torch
 
+from model_fixtures import one_thread  # noqa: F401
+
 from protdp.metrics import gdt_ts, kabsch, lddt_ca, per_residue_lddt_ca, rmsd_ca, superpose
 
 

@@ -3,7 +3,7 @@ recompute, triangle update definitions against explicit loops."""
 
 import torch
 
-from model_fixtures import pad_batch, random_batch, tiny_config
+from model_fixtures import pad_batch, random_batch, tiny_config, one_thread  # noqa: F401
 from protdp.model import build_model
 from protdp.model.evoformer import EvoformerBlock, OuterProductMean, TriangleMultiplication
 

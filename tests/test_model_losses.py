@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from model_fixtures import random_batch, tiny_config
+from model_fixtures import random_batch, tiny_config, one_thread  # noqa: F401
 from protdp.errors import InputError
 from protdp.model import build_model
 from protdp.model.losses import NonFiniteError, compute_loss, fape

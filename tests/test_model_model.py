@@ -4,7 +4,7 @@ recycling (gradient only through the last pass, rank-consistent sampling), bf16 
 import pytest
 import torch
 
-from model_fixtures import CONFIG_DIR, random_batch, tiny_config
+from model_fixtures import CONFIG_DIR, random_batch, tiny_config, one_thread  # noqa: F401
 from protdp.errors import ConfigError, InputError
 from protdp.model import AlphaFoldModel, ModelConfig, build_model, sample_num_recycles
 from protdp.model.losses import compute_loss

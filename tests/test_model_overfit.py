@@ -21,7 +21,7 @@ from protdp.data.residues import sequence_to_ids
 from protdp.metrics import lddt_ca, rmsd_ca
 from protdp.model import ModelConfig, build_model
 from protdp.model.losses import compute_loss
-from model_fixtures import CONFIG_DIR
+from model_fixtures import CONFIG_DIR, one_thread  # noqa: F401
 
 TARGET_LDDT = 0.85
 MAX_STEPS = 600
@@ -43,7 +43,6 @@ def _real_chain_batch(path) -> dict:
 
 
 def test_small_model_overfits_one_real_chain(data_dir):
-    torch.set_num_threads(1)
     batch = _real_chain_batch(data_dir / "structures" / "2p90_A02.pdb")
     assert batch["aatype"].shape == (45,)
     overrides = read_yaml(CONFIG_DIR / "small.yaml")

@@ -3,6 +3,8 @@
 import pytest
 import torch
 
+from model_fixtures import one_thread  # noqa: F401
+
 from protdp.model.primitives import Attention, Linear, SharedDropout, Transition, chunk_rows
 
 

@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from model_fixtures import random_backbone, tiny_config
+from model_fixtures import random_backbone, tiny_config, one_thread  # noqa: F401
 from protdp.model.rigid import Rigid, quat_to_rot
 from protdp.model.structure import (InvariantPointAttention, StructureModule, backbone_atoms,
                                     psi_from_atoms)

@@ -97,11 +97,12 @@ class Attention(nn.Module):
         q = rearrange(self.linear_q(x), "... q (h c) -> ... h q c", h=h)  # [*, R, H, Q, c]
         k = rearrange(self.linear_k(x), "... k (h c) -> ... h k c", h=h)
         v = rearrange(self.linear_v(x), "... k (h c) -> ... h k c", h=h)
-        logits = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.c_hidden)  # [*, R, H, Q, K]
-        logits = logits.float()
+        # in-place bias/mask updates: matmul/add/masked_fill backward never need these values,
+        # so only the logits and the softmax output are ever resident ([*, R, H, Q, K] each)
+        logits = torch.matmul(q / math.sqrt(self.c_hidden), k.transpose(-1, -2)).float()  # [*, R, H, Q, K]
         if bias is not None:
-            logits = logits + bias.float().unsqueeze(-4)                          # bias [*, 1, H, Q, K]
-        logits = logits.masked_fill(mask[..., None, None, :] == 0, MASK_NEG)
+            logits += bias.float().unsqueeze(-4)                                  # bias [*, 1, H, Q, K]
+        logits.masked_fill_(mask[..., None, None, :] == 0, MASK_NEG)
         weights = torch.softmax(logits, dim=-1).to(v.dtype)
         o = rearrange(torch.matmul(weights, v), "... h q c -> ... q (h c)")     # [*, R, Q, H*c]
         if self.linear_g is not None:
