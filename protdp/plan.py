@@ -69,6 +69,7 @@ def plan(cfg: ModelConfig, *, crop: int, gpu_mem: int, dp: int, bf16: bool = Fal
                    "reserve": reserve, "budget_bytes": budget},
         "state": {"plain": state[False], "distributed_optimizer": state[True]},
         "activations": {"no_recompute": act[False], "recompute": act[True]},
+        "activations_by_crop": activations_by_crop(cfg, crop, msa_rows, shape.S_extra),
         "options": options,
         "communication": {
             "all_reduce": step_communication(n, dp, bf16, False, bandwidth),
@@ -78,6 +79,14 @@ def plan(cfg: ModelConfig, *, crop: int, gpu_mem: int, dp: int, bf16: bool = Fal
     }
     out["recommendation"] = _recommend(chosen, options, state, act, budget, recompute)
     return out
+
+
+def activations_by_crop(cfg: ModelConfig, crop: int, msa_rows: int, extra_rows: int) -> list[dict]:
+    """Activation peak (bytes) with and without recompute over a range of crops."""
+    crops = sorted({64, 128, 256, 384, 512, crop})
+    return [{"crop": c, **{k: activation_bytes(cfg, Shape(c, msa_rows, extra_rows), rc)["peak"]
+                           for k, rc in (("no_recompute", False), ("recompute", True))}}
+            for c in crops]
 
 
 def _recommend(chosen, options, state, act, budget, recompute) -> dict:
@@ -134,9 +143,10 @@ def render(p: dict) -> str:
         s = p["state"][key]
         lines.append(f"  {label:<22}" + "".join(_gib(s[k]) + " " for k in
                                                  ("params", "grads", "optimizer", "total")))
-    lines += ["", "activations (one crop, fp32)      peak"]
-    for key in ("no_recompute", "recompute"):
-        lines.append(f"  {key:<28}{_gib(p['activations'][key]['peak'])}")
+    lines += ["", "activation peak (one crop, fp32)  no recompute     recompute"]
+    for row in p["activations_by_crop"]:
+        mark = " <" if row["crop"] == inp["crop"] else ""
+        lines.append(f"  crop {row['crop']:<26}{_gib(row['no_recompute'])}  {_gib(row['recompute'])}{mark}")
     lines += ["", "options                                        total   fits"]
     for o in p["options"]:
         lines.append(f"  {o['name']:<38}{_gib(o['total_bytes'])}   {'yes' if o['fits'] else 'no'}")
