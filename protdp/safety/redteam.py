@@ -110,6 +110,13 @@ def _mutated_msa(query: str, depth: int, rng: np.random.Generator, rate: float =
     return _a3m([query] + [r.tobytes().decode() for r in rows])
 
 
+def _insert_row(a3m: bytes, row: str) -> bytes:
+    """`row` as the MSA's second record (right after the query: within any depth cap)."""
+    text = a3m.decode()
+    cut = text.index("\n>", 1) + 1
+    return (text[:cut] + f">inserted\n{row}\n" + text[cut:]).encode()
+
+
 def build_cases(data: Path, sandbox: Path, crop: int, cfg: RedTeamConfig) -> list[Case]:
     """The adversarial cases, in FASTA order (the headerless record must come first)."""
     rng = np.random.default_rng(cfg.seed)
@@ -200,6 +207,10 @@ def build_cases(data: Path, sandbox: Path, crop: int, cfg: RedTeamConfig) -> lis
         c("msa_empty_file", "empty .a3m", "empty_msa", ctrl, {**rej, "detail": "empty"}, b""),
         c("msa_binary_garbage", "non-UTF-8 bytes in the MSA file", "binary_msa", ctrl,
           {**rej, "detail": "not a text file"}, b">q\n\xff\xfe\x00\x81\n"),
+        c("msa_extreme_deletions", "real MSA plus a row with 5000 inserted residues per column "
+          "gap (deletion features must stay finite)", "extreme_deletions", ctrl,
+          {"route": ["accepted"], "files": True},
+          _insert_row(ctrl_msa, "".join(a + "w" * 5000 for a in "WWW" + ctrl[3:]))),
         c("huge_msa", f"{cfg.huge_msa_depth}-row MSA (depth cap {cfg.max_msa_rows} applies)",
           "huge_msa", ctrl, {"route": ["accepted"], "depth_cap": True},
           _mutated_msa(ctrl, cfg.huge_msa_depth, rng)),
