@@ -155,6 +155,7 @@ class Trainer:
         self.featurize, self.collate, self.compute_loss = featurize, collate, compute_loss
         if not args.data:
             raise ConfigError("--data: an HDF5 store is required (build one with `protdp data build`)")
+        self.store = FamilyStore(args.data)  # fail fast on a missing store, before any rendezvous
         launch = _init_process_group(args.distributed_timeout_minutes * 60.0)
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.launcher = launch.launcher
@@ -164,7 +165,6 @@ class Trainer:
         self.device = (torch.device("cuda", launch.local_rank) if torch.cuda.is_available()
                        else torch.device("cpu"))
 
-        self.store = FamilyStore(args.data)
         self.train_ids, self.val_ids = split_families(list(self.store.family_ids), args)
 
         torch.manual_seed(args.seed)  # identical init everywhere (DataParallel broadcasts too)
