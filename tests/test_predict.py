@@ -26,7 +26,7 @@ from protdp.data.parse import parse_msa, parse_structure
 from protdp.errors import InputError
 from protdp.inference.checkpoint import load_model_checkpoint, save_model_checkpoint
 from protdp.inference.gate import GatePolicy
-from protdp.inference.predictor import PredictConfig, predict, predict_chains
+from protdp.inference.predictor import PredictConfig, chains_from_pairs, predict, predict_chains
 from protdp.inference.targets import clean_sequence, read_targets
 from protdp.inference.writers import ONE_TO_THREE, read_summary, safe_name
 from protdp.model import build_model
@@ -314,13 +314,20 @@ def test_screening_hit_is_routed_to_review(tmp_path, ckpt):
 
 
 def test_demo_hook_counts_and_review_command(tmp_path, ckpt, data_dir):
-    chains = [("5awl_A", "YYDPETGTWY", data_dir / "msa" / "5awl_A.single_seq.a3m"),
+    (pid, seq, msas), = chains_from_pairs(["2q2k_A"], data_dir / "PAIRS.tsv")
+    assert len(seq) == 70 and len(msas) == 4                 # four searches of one chain
+    chains = [(pid, seq, msas), ("5awl_A", "YYDPETGTWY", data_dir / "msa" / "5awl_A.single_seq.a3m"),
               ("bad", "MK?", None)]
     demo = predict_chains(ckpt, chains, tmp_path / "demo", progress=False)
-    assert demo.counts == {"accepted": 0, "needs_review": 1, "rejected": 1}
+    assert demo.counts == {"accepted": 0, "needs_review": 2, "rejected": 1}
+    scores = json.loads((tmp_path / "demo" / "targets" / "2q2k_A" / "scores.json").read_text())
+    merged = {parse_msa(m).sequences[i] for m in msas for i in range(parse_msa(m).depth)}
+    assert 1 < scores["msa_depth"] <= len(merged)            # the four MSAs were merged
+    with pytest.raises(InputError, match="not in"):
+        chains_from_pairs(["nope"], data_dir / "PAIRS.tsv")
     assert "protdp review serve --queue-url" in demo.review_command
     assert str(tmp_path / "demo" / "review_queue.sqlite") in demo.review_command
-    assert len(ReviewStore(demo.queue_url).list()) == 1
+    assert len(ReviewStore(demo.queue_url).list()) == 2
 
 
 def test_cli_clear_errors(tmp_path, ckpt, capsys):

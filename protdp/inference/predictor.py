@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import shutil
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -381,30 +382,55 @@ def review_commands(queue_url: str, port: int = 8765) -> str:
             f"protdp review serve --queue-url {url} --host 127.0.0.1 --port {port}")
 
 
-def predict_chains(checkpoint: str | Path, chains: Sequence[tuple[str, str, str | Path | None]],
-                   out_dir: str | Path, *, queue_url: str | None = None,
-                   gating: str | Path | GatePolicy | None = None,
+def chains_from_pairs(pair_ids: Sequence[str], pairs_tsv: str | Path | None = None
+                      ) -> list[tuple[str, str, list[Path]]]:
+    """(pair_id, sequence, MSA files) for families of the data corpus's PAIRS.tsv (e.g. the
+    demo's held-out families); the sequence is the merged MSA query, as the data store uses."""
+    import csv
+
+    from protdp.data.parse import merge_msas, parse_msa
+    from protdp.paths import data_root
+
+    pairs_tsv = Path(pairs_tsv) if pairs_tsv else data_root() / "PAIRS.tsv"
+    files: dict[str, list[Path]] = {}
+    with open(pairs_tsv, newline="") as fh:
+        for row in csv.DictReader(fh, delimiter="\t"):
+            files.setdefault(row["pair_id"], []).append(pairs_tsv.parent / row["msa_file"])
+    missing = [p for p in pair_ids if p not in files]
+    if missing:
+        raise InputError(f"pair id(s) {missing} not in {pairs_tsv}", path=pairs_tsv)
+    out = []
+    for pid in pair_ids:
+        msas = [parse_msa(f) for f in files[pid]]
+        out.append((pid, merge_msas(msas).query, files[pid]))
+    return out
+
+
+def predict_chains(checkpoint: str | Path, chains: Sequence[tuple], out_dir: str | Path, *,
+                   queue_url: str | None = None, gating: str | Path | GatePolicy | None = None,
                    screening: str | Path | None = None, config: PredictConfig | None = None,
                    progress: bool = True) -> DemoPrediction:
-    """Predict `(target_id, sequence, msa_path or None)` chains (e.g. the demo's held-out
-    chains): writes `out_dir/inputs/targets.fasta` and links the MSAs into
-    `out_dir/inputs/msa/`, runs `predict`, returns the route counts and the review command."""
+    """Predict `(target_id, sequence, msa)` chains, `msa` a path, a list of paths (merged) or
+    None (e.g. `chains_from_pairs(held_out_ids)`): writes `out_dir/inputs/targets.fasta`,
+    links the MSAs into `out_dir/inputs/msa/`, runs `predict`, and returns the route counts
+    and the command that opens the review UI on the flagged predictions."""
     from protdp.inference.writers import safe_name
 
     out_dir = Path(out_dir).resolve()
-    inputs = out_dir / "inputs"
-    msa_dir = inputs / "msa"
-    msa_dir.mkdir(parents=True, exist_ok=True)
+    msa_dir = out_dir / "inputs" / "msa"
+    shutil.rmtree(msa_dir, ignore_errors=True)
+    msa_dir.mkdir(parents=True)
     lines = []
-    for target_id, sequence, msa_path in chains:
+    for target_id, sequence, msa in chains:
         lines += [f">{target_id}", sequence]
-        if msa_path is not None:
-            msa_path = Path(msa_path).resolve()
-            link = msa_dir / f"{safe_name(target_id)}{msa_path.suffix.lower()}"
-            if link.is_symlink() or link.exists():
-                link.unlink()
-            link.symlink_to(msa_path)
-    fasta = inputs / "targets.fasta"
+        if msa is None:
+            continue
+        paths = [Path(m).resolve() for m in ([msa] if isinstance(msa, (str, Path)) else msa)]
+        folder = msa_dir / safe_name(target_id)
+        folder.mkdir()
+        for i, src in enumerate(paths):   # links, never copies of the data corpus
+            (folder / f"{i:02d}_{src.stem}{src.suffix.lower()}").symlink_to(src)
+    fasta = out_dir / "inputs" / "targets.fasta"
     fasta.write_text("\n".join(lines) + "\n")
     result = predict(checkpoint, fasta, out_dir, msa_dir=msa_dir, config=config, gating=gating,
                      screening=screening, queue_url=queue_url, progress=progress)
