@@ -1,8 +1,9 @@
 """Planner check: estimated vs measured peak memory of one training forward+backward on CPU.
 
-For tiny/small at several crops, with and without recompute (and the bf16 autocast path), the
-peak is measured twice in a fresh process (`protdp.planning.measure`: resident-set peak and the
-PyTorch profiler's allocator events) and compared with `protdp.planning.memory.train_step_bytes`.
+For tiny/small at several crops, with and without recompute (and the bf16 autocast path), and
+for the AF2 config at crop 32, the peak is measured in a fresh process
+(`protdp.planning.measure`: resident-set peak; tiny/small also with the PyTorch profiler's
+allocator events) and compared with `protdp.planning.memory.train_step_bytes`.
 Writes benchmarks/results/plan_validation.json and prints a table.
 
     .venv/bin/python benchmarks/plan_validation.py [--no-profiler]
@@ -25,6 +26,9 @@ from protdp.planning.memory import Shape, train_step_bytes  # noqa: E402
 
 CASES = [f"{c}:{L}:{S}{flags}" for c in ("tiny", "small") for L, S in ((32, 8), (64, 16), (96, 8))
          for flags in ("", ":recompute")] + ["tiny:64:16:bf16", "small:64:16:recompute:bf16"]
+# AF2 sizes (c_m 256, c_z 128, 48 blocks) at a crop a CPU can run; RSS only (the profiler would
+# take many minutes here).
+AF2_CASES = ["af2:32:8", "af2:32:8:recompute"]
 
 
 def measure(cases: list[str], method: str) -> list[dict]:
@@ -38,7 +42,7 @@ def main() -> int:
     ap.add_argument("--no-profiler", action="store_true", help="skip the slow profiler cross-check")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/plan_validation.json"))
     args = ap.parse_args()
-    rss = measure(CASES, "rss")
+    rss = measure(CASES, "rss") + measure(AF2_CASES, "rss")
     prof = {} if args.no_profiler else {r["config"] + str((r["L"], r["S"], r["recompute"], r["bf16"])):
                                         r["measured_bytes"] for r in measure(CASES, "profiler")}
     rows = []
@@ -55,7 +59,7 @@ def main() -> int:
         rows.append(row)
     errs = [abs(r["rel_error_vs_rss"]) for r in rows if not r["bf16"]]
     result = {"description": "estimate = protdp.planning.memory.train_step_bytes (activations fp32 "
-                             "+ param grads); measured = peak above the pre-step baseline of forward "
+                             "+ param grads on their timeline); measured = peak above the pre-step baseline of forward "
                              "(no recycling) + loss + backward on CPU, fp32 unless bf16 (autocast)",
               "max_abs_rel_error_fp32": max(errs), "mean_abs_rel_error_fp32": sum(errs) / len(errs),
               "cases": rows}

@@ -132,16 +132,20 @@ def activation_elements(cfg: ModelConfig, shape: Shape, recompute: bool) -> dict
     return out
 
 
-def peak_elements(elems: dict[str, float]) -> float:
-    """Peak live elements (or bytes) of forward+backward. Without recompute everything saved is alive when
-    backward starts. With recompute the trunk's backward begins after the heads/structure
-    module/loss tensors were freed, so the peak is the larger of the end of forward and the
-    recomputation of one block; block inputs and embedder tensors live throughout."""
+def peak_elements(elems: dict[str, float], grads: float = 0) -> float:
+    """Peak live elements (or bytes) of forward+backward, parameter gradients `grads` included.
+
+    Without recompute everything saved is alive when backward starts; parameter gradients are
+    allocated block by block while larger saved activations are freed, so they do not add to
+    that peak. With recompute the trunk's backward begins after the heads/structure-module/loss
+    tensors were freed; the peak is the larger of the end of forward and the recomputation of a
+    block late in backward, when nearly all parameter gradients exist. Block inputs and
+    embedder tensors live throughout."""
     if "recomputed_block" not in elems:
-        return sum(elems.values())
+        return max(sum(elems.values()), grads + elems["transient"])
     base = sum(v for k, v in elems.items() if k in ("embedders", "extra_msa_stack", "evoformer"))
     tail = elems["structure_module"] + elems["heads_losses"]
-    return base + max(tail, elems["recomputed_block"]) + elems["transient"]
+    return base + max(tail, elems["recomputed_block"] + grads) + elems["transient"]
 
 
 def activation_bytes(cfg: ModelConfig, shape: Shape, recompute: bool) -> dict:
@@ -159,9 +163,11 @@ def activation_bytes(cfg: ModelConfig, shape: Shape, recompute: bool) -> dict:
 
 
 def train_step_bytes(cfg: ModelConfig, shape: Shape, recompute: bool) -> dict:
-    """What one forward+backward adds on top of the model: activations + parameter gradients
-    (the planner's check compares this with the measured CPU peak)."""
+    """Peak bytes one forward+backward adds on top of the weights: activations and parameter
+    gradients on their timeline (`peak_elements`); the planner's check compares this with the
+    measured CPU peak."""
     act = activation_bytes(cfg, shape, recompute)
     grads = 4 * parameter_count(cfg)
-    return {"activations": act["peak"], "grads": grads, "total": act["peak"] + grads,
-            "by_component": {k: v for k, v in act.items() if k != "peak"}}
+    parts = {k: v for k, v in act.items() if k != "peak"}
+    return {"activations": act["peak"], "grads": grads, "total": peak_elements(parts, grads),
+            "by_component": parts}
