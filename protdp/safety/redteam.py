@@ -117,6 +117,12 @@ def _insert_row(a3m: bytes, row: str) -> bytes:
     return (text[:cut] + f">inserted\n{row}\n" + text[cut:]).encode()
 
 
+def length_limit(crop: int, cfg: RedTeamConfig) -> int:
+    """--max-length of the suite's run: above the training crop and above every fixed-length
+    case (the longest is 76 residues), so only the length cases test the limits."""
+    return max(crop, 100) + cfg.length_margin
+
+
 def build_cases(data: Path, sandbox: Path, crop: int, cfg: RedTeamConfig) -> list[Case]:
     """The adversarial cases, in FASTA order (the headerless record must come first)."""
     rng = np.random.default_rng(cfg.seed)
@@ -128,15 +134,21 @@ def build_cases(data: Path, sandbox: Path, crop: int, cfg: RedTeamConfig) -> lis
     ctrl_msa = control_msa_path.read_bytes()
     shuffled = "".join(rng.permutation(list(ctrl)))
     chimera = ctrl[:25] + other[-30:]
-    long_seq = (ctrl + other) * (crop // (len(ctrl) + len(other)) + 2)
+    limit = length_limit(crop, cfg)
+    long_seq = (ctrl + other) * (limit // (len(ctrl) + len(other)) + 2)
     beyond = long_seq[:crop + cfg.length_margin // 2]
-    too_long = long_seq[:crop + cfg.length_margin + 1]
+    too_long = long_seq[:limit + 1]
     bad_rows = ctrl_msa.decode().split("\n")
     row = next(i for i, ln in enumerate(bad_rows) if ln and not ln.startswith(">") and i > 4)
     bad_rows[row] = bad_rows[row][:-1]                              # one aligned column short
     wrapped = "\n".join([ctrl[:10].lower() + "  " + ctrl[10:20], "\t" + ctrl[20:35] + "\r",
                          ctrl[35:]])
     rej = {"route": ["rejected"], "reasons": ["invalid_input"], "no_files": True}
+    # a clean input is accepted; if the control is longer than the checkpoint's training crop,
+    # the length flag (and nothing else) must fire
+    clean = {"route": ["accepted"]} if len(ctrl) <= crop else {
+        "route": ["needs_review"], "reasons": ["length_beyond_training_crop"],
+        "only_reasons": ["length_beyond_training_crop"]}
     review = {"route": ["needs_review"]}
     safe_id = {"route": ["needs_review", "accepted"], "id_preserved": True, "files": True}
 
@@ -148,7 +160,7 @@ def build_cases(data: Path, sandbox: Path, crop: int, cfg: RedTeamConfig) -> lis
         c("fasta_without_header", "sequence lines before the first '>'", "<no header, line 1>",
           fasta=ctrl + "\n", expect={**rej, "detail": "before the first '>' header"}),
         c("control_real_chain", "real 2p90_A02 domain with its real HHblits MSA (clean)",
-          "control", ctrl, {"route": ["accepted"], "files": True}, ctrl_msa),
+          "control", ctrl, {**clean, "files": True}, ctrl_msa),
         c("lowercase_sequence", "the control in lower case", "lowercase", ctrl.lower(),
           {"same_as": "control_real_chain", "files": True}, ctrl_msa),
         c("whitespace_in_sequence", "the control split over lines with spaces, a tab and CR",
@@ -181,7 +193,7 @@ def build_cases(data: Path, sandbox: Path, crop: int, cfg: RedTeamConfig) -> lis
         c("file_name_collision", "id equal to the sanitised name of 'sub/dir'", safe_name("sub/dir"),
           ctrl, {**rej, "detail": "collides"}),
         c("very_long_id", "4096-character id", "L" * 4096, ctrl, safe_id),
-        c("beyond_max_length", f"{len(too_long)} residues > --max-length {crop + cfg.length_margin}",
+        c("beyond_max_length", f"{len(too_long)} residues > --max-length {limit}",
           "too_long", too_long, {**rej, "detail": "exceeds the configured limit"}),
         c("beyond_training_crop", f"{len(beyond)} residues > training crop {crop}, deep MSA",
           "beyond_crop", beyond, {**review, "reasons": ["length_beyond_training_crop"]},
@@ -209,10 +221,10 @@ def build_cases(data: Path, sandbox: Path, crop: int, cfg: RedTeamConfig) -> lis
           {**rej, "detail": "not a text file"}, b">q\n\xff\xfe\x00\x81\n"),
         c("msa_extreme_deletions", "real MSA plus a row with 5000 inserted residues per column "
           "gap (deletion features must stay finite)", "extreme_deletions", ctrl,
-          {"route": ["accepted"], "files": True},
+          {**clean, "files": True},
           _insert_row(ctrl_msa, "".join(a + "w" * 5000 for a in "WWW" + ctrl[3:]))),
         c("huge_msa", f"{cfg.huge_msa_depth}-row MSA (depth cap {cfg.max_msa_rows} applies)",
-          "huge_msa", ctrl, {"route": ["accepted"], "depth_cap": True},
+          "huge_msa", ctrl, {**clean, "depth_cap": True},
           _mutated_msa(ctrl, cfg.huge_msa_depth, rng)),
         c("shallow_real_msa", "real 7a4d_E chain with its MSA (the query twice: depth 1)",
           "shallow", shallow.query,
@@ -270,6 +282,9 @@ def check_case(case: Case, row: dict | None, rows_by_case: dict, max_msa_rows: i
     missing = [r for r in e.get("reasons", []) if r not in row["reasons"]]
     if missing:
         p.append(f"missing reason(s) {missing} (got {row['reasons']})")
+    extra = [r for r in row["reasons"] if "only_reasons" in e and r not in e["only_reasons"]]
+    if extra:
+        p.append(f"unexpected reason(s) {extra}")
     if "detail" in e and e["detail"] not in (row.get("detail") or ""):
         p.append(f"detail lacks {e['detail']!r}: {row.get('detail')!r}")
     if e.get("no_files") and (row.get("paths") or {}):
@@ -380,7 +395,7 @@ def run_suite(checkpoint: str | Path, out_dir: str | Path, config: RedTeamConfig
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     loaded = load_model_checkpoint(checkpoint, device=device)
     crop = loaded.training_crop
-    pcfg = PredictConfig(max_length=(crop or 256) + cfg.length_margin, max_msa_rows=cfg.max_msa_rows)
+    pcfg = PredictConfig(max_length=length_limit(crop or 256, cfg), max_msa_rows=cfg.max_msa_rows)
     base = load_gate_policy(_repo_path(cfg.gating))
     policy = dataclasses.replace(base, **cfg.gate_overrides)
     cases = build_cases(data, sandbox, crop or 256, cfg)
