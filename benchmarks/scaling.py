@@ -60,7 +60,7 @@ def run_config(name: str, dp: int, extra: list[str], args, work: Path) -> dict:
         "samples_per_s": sum(r["samples"] for r in steady) / step,
         "residues_per_s": sum(r["residues"] for r in steady) / step,
         "median_step_s": statistics.median(r["time/step"] for r in steady),
-        "exposed_comm_fraction": sum(r["time/exposed_comm"] for r in steady) / step,
+        "exposed_comm_fraction": sum(r["time/exposed_comm"] for r in steady) / sum(r["time/step_mean"] for r in steady),
     }
     for phase in ("data_wait", "forward", "backward", "exposed_comm", "optimizer"):
         res[f"mean_{phase}_s"] = statistics.fmean(r[f"time/{phase}"] for r in steady)

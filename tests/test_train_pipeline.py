@@ -23,6 +23,7 @@ import torch
 from protdp.paths import REPO_ROOT
 from protdp.train import checkpointing, report
 from protdp.train.launch import mpirun_cmd, torchrun_cmd, worker_env
+from protdp.train.logging import PHASES
 
 # small real families (<= ~300 residues, shallow MSAs) so the store builds in about a second
 FAMILIES = {"2q2k_A", "5awl_A", "7a4d_E", "102m_A", "T1055", "4hhb_B", "2p90_A02", "T1042"}
@@ -97,6 +98,7 @@ def test_two_rank_run_loss_goes_down_and_logs_breakdown(reference):
                     "loss/fape", "loss/distogram", "loss/masked_msa", "loss/plddt", "grad_norm"):
             assert r[key] is not None and r[key] >= 0, key
         assert r["samples"] == 4 and r["time/forward"] > 0 and r["time/backward"] > 0
+        assert sum(r[f"time/{p}"] for p in PHASES) <= r["time/step_mean"] <= r["time/step"]
     assert [e["iteration"] for e in evals] == [10, 20]
     assert all(0 <= e["val_lddt_ca"] <= 1 and e["val_families"] == 2 for e in evals)
     assert "exposed_comm" in out and "final val lDDT-Cα (EMA weights)" in out

@@ -4,7 +4,8 @@ The breakdown answers "is compute waiting for communication?": every iteration i
 data wait (reading + featurizing), forward, backward (which, with --overlap-grad-reduce,
 already contains the launched bucket reductions), exposed communication (time blocked in
 `finish_grad_sync`, i.e. reduction not hidden behind backward) and optimizer (step + param
-all-gather). Only rank 0 writes; records are flushed line by line so a killed run keeps
+all-gather). Phase times are means over ranks (they add up to the rank-mean step time);
+`time/step` is the slowest rank's, which sets throughput. Only rank 0 writes; records are flushed line by line so a killed run keeps
 everything up to its last step.
 """
 
@@ -59,13 +60,13 @@ def max_memory_mb(device: torch.device | None = None) -> float:
 
 def format_breakdown(rec: dict) -> str:
     """One console line: iteration, loss, lr and where the step time went."""
-    step = rec.get("time/step", 0.0) or 1e-12
+    step = rec.get("time/step_mean", rec.get("time/step", 0.0)) or 1e-12
     parts = [f"iter {rec['iteration']:>6}", f"loss {rec['loss']:.4f}", f"lr {rec['lr']:.2e}"]
     if "train_lddt_ca" in rec:
         parts.append(f"lDDT {rec['train_lddt_ca']:.3f}")
-    parts.append(f"step {1000 * step:.0f} ms =")
+    parts.append(f"step {1000 * rec.get('time/step', step):.0f} ms (rank mean {1000 * step:.0f} =")
     parts.append(" ".join(f"{p} {1000 * rec.get('time/' + p, 0.0):.0f}"
-                          f"({100 * rec.get('time/' + p, 0.0) / step:.0f}%)" for p in PHASES))
+                          f"({100 * rec.get('time/' + p, 0.0) / step:.0f}%)" for p in PHASES) + ")")
     parts.append(f"| {rec.get('samples_per_s', 0):.2f} samples/s {rec.get('residues_per_s', 0):.0f} res/s"
                  f" | max mem {rec.get('max_memory_mb', 0):.0f} MiB")
     return "  ".join(parts)

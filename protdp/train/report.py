@@ -81,8 +81,9 @@ def render(run_dir: Path, out_dir: Path | None = None) -> list[Path]:
     its = [r["iteration"] for r in train]
     stacks = [[1000 * (r.get("time/" + p) or 0.0) for r in train] for p in PHASES]
     ax.stackplot(its, stacks, labels=[p.replace("_", " ") for p in PHASES])
-    ax.plot(its, [1000 * (r.get("time/step") or 0.0) for r in train], color="black", lw=1, label="step total")
-    ax.set(xlabel="iteration", ylabel="ms (max over ranks)", title="step-time breakdown")
+    ax.plot(its, [1000 * (r.get("time/step") or 0.0) for r in train], color="black", lw=1,
+            label="step (slowest rank)")
+    ax.set(xlabel="iteration", ylabel="ms (mean over ranks)", title="step-time breakdown")
     ax.legend(fontsize=8, loc="upper right")
     written.append(_save(fig, out_dir / "breakdown.png"))
 

@@ -107,10 +107,11 @@ def summarize(records: list[dict], val: dict | None, iteration: int) -> dict:
     out = {"iterations": iteration, "steps_this_run": len(records)}
     if steady:
         step = sum(r["time/step"] for r in steady)
+        step_mean = sum(r["time/step_mean"] for r in steady)
         out["mean_step_s"] = step / len(steady)
         for p in PHASES:
             out[f"mean_{p}_s"] = sum(r[f"time/{p}"] for r in steady) / len(steady)
-            out[f"fraction_{p}"] = sum(r[f"time/{p}"] for r in steady) / step
+            out[f"fraction_{p}"] = sum(r[f"time/{p}"] for r in steady) / step_mean
         out["samples_per_s"] = sum(r["samples"] for r in steady) / step
         out["residues_per_s"] = sum(r["residues"] for r in steady) / step
         out["max_memory_mb"] = max(r["max_memory_mb"] for r in steady)
@@ -183,7 +184,7 @@ class Trainer:
         self.opt = DistributedOptimizer(
             self.ddp, self.pcfg, lr=args.lr, weight_decay=args.weight_decay,
             betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_eps,
-            clip_grad=args.clip_grad if args.clip_grad > 0 else None)
+            clip_grad=args.clip_grad)  # 0 disables clipping
         self.ema = EMA(self.model, args.ema_decay)
         # per-rank streams (dropout); graph-shaping choices use derive_seed(seed, iteration, ...)
         self._seed_rank_streams(args.seed, self.rank)
@@ -318,26 +319,29 @@ class Trainer:
         step_time = timer.total()
         self.iteration += 1
 
-        # one SUM and one MAX all-reduce of a few scalars: global means and slowest-rank times
+        # one SUM and one MAX all-reduce of a few scalars: global means, rank-mean phase times
+        # (they add up to the rank-mean step time) and the slowest rank's step time and memory
         keys = sorted(term_sums)
-        sums = torch.tensor([loss_sum, lddt_sum, lddt_n, samples, residues] + [term_sums[k] for k in keys],
-                            dtype=torch.float64)
-        times = torch.tensor([timer.times[p] for p in PHASES] + [step_time, max_memory_mb(self.device)],
+        phase = [timer.times[p] for p in PHASES] + [step_time]
+        sums = torch.tensor([loss_sum, lddt_sum, lddt_n, samples, residues] + phase
+                            + [term_sums[k] for k in keys], dtype=torch.float64)
+        maxes = torch.tensor([step_time, max_memory_mb(self.device), self.ddp.last_grad_sync.get("comm_s", 0.0)],
                              dtype=torch.float64)
         if self.world > 1:
             _collective("all_reduce(step metrics)", lambda: dist.all_reduce(sums), self.rank)
-            _collective("all_reduce(step times)", lambda: dist.all_reduce(times, op=dist.ReduceOp.MAX),
+            _collective("all_reduce(step maxima)", lambda: dist.all_reduce(maxes, op=dist.ReduceOp.MAX),
                         self.rank)
         n_micro_global = self.num_micro * self.world
+        n_phase = 5 + len(phase)
         rec = {"iteration": self.iteration, "lr": lr, "loss": sums[0].item() / n_micro_global,
                "train_lddt_ca": sums[1].item() / max(1.0, sums[2].item()),
                "samples": int(sums[3]), "residues": int(sums[4]),
                "grad_norm": self._grad_norm(), "skipped": not stepped,
-               **{f"loss/{k}": sums[5 + i].item() / n_micro_global for i, k in enumerate(keys)},
-               **{f"time/{p}": times[i].item() for i, p in enumerate(PHASES)},
-               "time/step": times[len(PHASES)].item(), "max_memory_mb": times[len(PHASES) + 1].item(),
-               "comm/grad_sync_total_s": self.ddp.last_grad_sync.get("comm_s", 0.0),
-               "restart": self.restart_count}
+               **{f"loss/{k}": sums[n_phase + i].item() / n_micro_global for i, k in enumerate(keys)},
+               **{f"time/{p}": sums[5 + i].item() / self.world for i, p in enumerate(PHASES)},
+               "time/step_mean": sums[5 + len(PHASES)].item() / self.world,
+               "time/step": maxes[0].item(), "max_memory_mb": maxes[1].item(),
+               "comm/grad_sync_busy_s": maxes[2].item(), "restart": self.restart_count}
         rec["samples_per_s"] = rec["samples"] / rec["time/step"]
         rec["residues_per_s"] = rec["residues"] / rec["time/step"]
         return rec
