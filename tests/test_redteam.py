@@ -106,3 +106,19 @@ def test_redteam_detects_unsanitised_ids(tmp_path, ckpt, data_dir, monkeypatch, 
     checks = {g["name"]: g for g in report["global_checks"]}
     assert not checks["no_writes_outside_out"]["passed"]
     assert any("redteam_escape" in p for p in checks["no_writes_outside_out"]["problems"])
+
+
+def test_expectations_adapt_to_a_short_training_crop(tmp_path, data_dir):
+    """With a crop shorter than the 45-residue control, clean inputs must get the length flag
+    and nothing else; limits stay above every fixed-length case."""
+    from protdp.config import load_config
+    from protdp.safety.redteam import RedTeamConfig, build_cases, check_case, length_limit
+
+    cfg = load_config(RedTeamConfig, small_config(tmp_path))
+    cases = {c.name: c for c in build_cases(data_dir, tmp_path, 32, cfg)}
+    assert cases["control_real_chain"].expect["only_reasons"] == ["length_beyond_training_crop"]
+    assert length_limit(32, cfg) == 116 and length_limit(256, cfg) == 272
+    row = {"route": "needs_review", "reasons": ["length_beyond_training_crop", "shallow_msa"],
+           "detail": "", "paths": {}, "mean_plddt": 50.0}
+    assert check_case(cases["huge_msa"], row, {}, cfg.max_msa_rows)[0] == \
+        "unexpected reason(s) ['shallow_msa']"
