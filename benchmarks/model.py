@@ -63,14 +63,21 @@ def run_case(case: dict) -> dict:
     torch.manual_seed(0)
     model = build_model(cfg, verbose=False)
     batch = _batch(case["L"], case["N"])
-    times = []
+    times, saved = [], {}
+
+    def pack(t):  # bytes of tensors autograd keeps for backward, once per storage
+        saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
     if case["mode"] == "train":
         model.train()
         for _ in range(case["repeats"]):
+            saved.clear()
             before = _rss_mib()
             t = time.perf_counter()
-            out = model(batch, num_recycles=0)
-            loss, _ = compute_loss(out, batch, model.config)
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                out = model(batch, num_recycles=0)
+                loss, _ = compute_loss(out, batch, model.config)
             loss.backward()
             times.append(time.perf_counter() - t)
             model.zero_grad(set_to_none=True)
@@ -82,8 +89,11 @@ def run_case(case: dict) -> dict:
             t = time.perf_counter()
             model(batch, num_recycles=0)
             times.append(time.perf_counter() - t)
-    return {"time_s": min(times), "peak_mib": round(_peak_mib() - before, 1),
-            "params": model.num_parameters()}
+    result = {"time_s": round(min(times), 4), "peak_mib": round(_peak_mib() - before, 1),
+              "params": model.num_parameters()}
+    if saved:  # checkpointed blocks keep only their inputs (not seen by this hook)
+        result["saved_activations_mib"] = round(sum(saved.values()) / 2 ** 20, 1)
+    return result
 
 
 def measure(case: dict) -> dict:
@@ -92,7 +102,8 @@ def measure(case: dict) -> dict:
     if proc.returncode != 0:
         return {**case, "error": proc.stderr.strip().splitlines()[-1]}
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    print(f"{case['name']:<40} {result['time_s']:8.3f} s  {result['peak_mib']:9.1f} MiB", flush=True)
+    print(f"{case['name']:<46} {result['time_s']:8.3f} s  {result['peak_mib']:9.1f} MiB peak  "
+          f"{result.get('saved_activations_mib', '-')} MiB saved", flush=True)
     return {**case, **result}
 
 
@@ -113,10 +124,10 @@ def main(argv: list[str] | None = None) -> int:
         for L in lengths:
             results["train"].append(measure({"name": f"train {config} L={L}", "config": config, "L": L,
                                              "N": 16, "mode": "train", "repeats": 2}))
-    for recompute in (False, True):
+    for recompute in (False, True):   # 8 blocks so the per-block saving is visible
         results["recompute"].append(measure({
-            "name": f"train small L=128 recompute={recompute}", "config": "small", "L": 128, "N": 16,
-            "mode": "train", "repeats": 2, "overrides": {"recompute": recompute}}))
+            "name": f"train small(8 blocks) L=128 recompute={recompute}", "config": "small", "L": 128,
+            "N": 16, "mode": "train", "repeats": 2, "overrides": {"recompute": recompute, "n_blocks": 8}}))
     for chunk in (None, 64):
         results["inference_chunking"].append(measure({
             "name": f"inference small L={infer_L} chunk={chunk}", "config": "small", "L": infer_L,
@@ -131,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         "inference_peak_memory_unchunked_over_chunked": ratio(results["inference_chunking"], "peak_mib"),
         "inference_time_unchunked_over_chunked": ratio(results["inference_chunking"], "time_s"),
         "train_peak_memory_plain_over_recompute": ratio(results["recompute"], "peak_mib"),
+        "train_saved_activations_plain_over_recompute": ratio(results["recompute"], "saved_activations_mib"),
         "train_time_plain_over_recompute": ratio(results["recompute"], "time_s"),
     }
     doc = {"benchmark": "protdp.model forward+backward / inference", "host": platform.node(),
