@@ -1,17 +1,13 @@
-"""Helpers shared by the model tests: random batches in the docs/batch_format.md layout and a
-Bio.PDB reader for real backbones (used until/unless protdp.data.features is available)."""
+"""Helpers shared by the model tests: random batches in the docs/batch_format.md layout,
+padding, the tiny config and a single-thread fixture."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import numpy as np
 import pytest
 import torch
 
-from protdp.config import read_yaml
+from protdp.config import load_config, read_yaml
 from protdp.model import ModelConfig
-from protdp.config import load_config
 from protdp.paths import REPO_ROOT
 
 CONFIG_DIR = REPO_ROOT / "configs" / "model"
@@ -89,40 +85,3 @@ def pad_batch(batch: dict, L_pad: int, N_pad: int) -> dict:
         value = torch.cat([batch[key], batch[key].new_zeros(N_pad - N, L)])
         out[key] = torch.cat([value, value.new_zeros(N_pad, L_pad - L)], dim=1)
     return out
-
-
-def read_backbone(path: Path, chain: str | None = None) -> dict:
-    """Real chain -> unbatched single-sequence batch (query-only MSA), Bio.PDB based.
-    CB of glycine is the ideal virtual CB (as in AF2's data pipeline)."""
-    from Bio.PDB import MMCIFParser, PDBParser
-
-    from protdp.data.residues import residue_name_to_letter, sequence_to_ids
-
-    parser = MMCIFParser(QUIET=True) if str(path).endswith(".cif") else PDBParser(QUIET=True)
-    model = next(iter(parser.get_structure("x", str(path))))
-    ch = model[chain] if chain else next(iter(model))
-    residues = [r for r in ch if r.id[0] == " " and "CA" in r]
-    L = len(residues)
-    pos = np.zeros((L, 5, 3), np.float32)
-    mask = np.zeros((L, 5), np.float32)
-    for i, res in enumerate(residues):
-        for j, name in enumerate(("N", "CA", "C", "O", "CB")):
-            if name in res:
-                pos[i, j], mask[i, j] = res[name].coord, 1.0
-        if "CB" not in res and mask[i, :3].all():
-            n, ca, c = pos[i, 0], pos[i, 1], pos[i, 2]
-            b, cc = ca - n, c - ca
-            pos[i, 4] = -0.58273431 * np.cross(b, cc) + 0.56802827 * b - 0.54067466 * cc + ca
-            mask[i, 4] = 1.0
-    seq = "".join(residue_name_to_letter(r.get_resname()) for r in residues)
-    aatype = torch.tensor(sequence_to_ids(seq), dtype=torch.long)
-    pos -= (pos[:, 1] * mask[:, 1:2]).sum(0) / mask[:, 1].sum()
-    return {
-        "aatype": aatype, "residue_index": torch.tensor([r.id[1] for r in residues]),
-        "seq_mask": torch.ones(L), "msa": aatype[None].clone(), "msa_mask": torch.ones(1, L),
-        "has_deletion": torch.zeros(1, L), "deletion_value": torch.zeros(1, L),
-        "true_msa": aatype[None].clone(), "bert_mask": torch.zeros(1, L),
-        "backbone_positions": torch.from_numpy(pos), "backbone_mask": torch.from_numpy(mask),
-        "resolution": torch.tensor(float("nan")), "num_residues": torch.tensor(L),
-        "family_id": path.stem,
-    }

@@ -81,7 +81,7 @@ class Attention(nn.Module):
     all rows (pair bias / triangle bias) and `mask` [*, R, Q] masks keys.
     """
 
-    def __init__(self, c_in: int, c_hidden: int, n_heads: int, gating: bool = True):
+    def __init__(self, c_in: int, c_hidden: int, n_heads: int):
         super().__init__()
         self.c_hidden = c_hidden
         self.n_heads = n_heads
@@ -89,7 +89,7 @@ class Attention(nn.Module):
         self.linear_q = Linear(c_in, hc, bias=False, init="glorot")
         self.linear_k = Linear(c_in, hc, bias=False, init="glorot")
         self.linear_v = Linear(c_in, hc, bias=False, init="glorot")
-        self.linear_g = Linear(c_in, hc, init="gating") if gating else None
+        self.linear_g = Linear(c_in, hc, init="gating")
         self.linear_o = Linear(hc, c_in, init="final")
 
     def _attend(self, x: torch.Tensor, mask: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -105,9 +105,7 @@ class Attention(nn.Module):
         logits.masked_fill_(mask[..., None, None, :] == 0, MASK_NEG)
         weights = torch.softmax(logits, dim=-1).to(v.dtype)
         o = rearrange(torch.matmul(weights, v), "... h q c -> ... q (h c)")     # [*, R, Q, H*c]
-        if self.linear_g is not None:
-            o = o * torch.sigmoid(self.linear_g(x))
-        return self.linear_o(o)
+        return self.linear_o(o * torch.sigmoid(self.linear_g(x)))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, bias: torch.Tensor | None = None,
                 chunk_size: int | None = None) -> torch.Tensor:
