@@ -109,7 +109,7 @@ class Engine:
         self.exposed_from_wait = name.startswith("ours")
         if name.startswith("torch"):
             self.model = torch.nn.parallel.DistributedDataParallel(
-                net, bucket_cap_mb=args.bucket_mb, find_unused_parameters=args.model != "mlp")
+                net, bucket_cap_mb=args.bucket_mb)
             if name == "torch_ddp_zero":
                 from torch.distributed.optim import ZeroRedundancyOptimizer
                 self.opt = ZeroRedundancyOptimizer(net.parameters(),
@@ -122,7 +122,7 @@ class Engine:
             self.cfg = ParallelConfig(
                 data_parallel_size=world, micro_batch_size=1, bucket_size=bucket_elems,
                 overlap_grad_reduce=name != "ours_no_overlap", use_distributed_optimizer=distopt,
-                overlap_param_gather=distopt, allow_unused_parameters=args.model != "mlp")
+                overlap_param_gather=distopt)
             self.model = DataParallel(net, self.cfg)
             self.model.broadcast_params()
             self.opt = DistributedOptimizer(self.model, self.cfg, lr=LR)
@@ -151,6 +151,7 @@ class Engine:
             self.opt.step()
             t1 = time.perf_counter()
             rec = {"step_s": t1 - t0, "fwd_bwd_s": t_bwd - t0, "opt_s": t1 - t_sync,
+                   "finish_grad_sync_s": t_sync - t_bwd,
                    "grad_wait_s": self.model.last_grad_sync["wait_s"],
                    "grad_comm_s": self.model.last_grad_sync["comm_s"],
                    # param gathers of the previous step waited for inside this forward
@@ -237,6 +238,7 @@ def worker(args) -> dict | None:
     for name, e in engines.items():
         med = {k: statistics.median(r[k] for r in e.records) for k in e.records[0]}
         row = {"step_s": med["step_s"], "fwd_bwd_s": med["fwd_bwd_s"], "opt_s": med["opt_s"],
+               "step_s_all": [round(r["step_s"], 4) for r in e.records],
                "optimizer_state_bytes": e.state_bytes(), "resident_mb": round(e.rss_mb, 1)}
         if "grad_wait_s" in med:
             row["exposed_comm_s"] = med["grad_wait_s"] + med["param_wait_s"]
@@ -324,7 +326,7 @@ def parse(argv=None):
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1, help="torch threads per rank")
-    ap.add_argument("--evo-config", default="tiny.yaml")
+    ap.add_argument("--evo-config", default="small.yaml")
     ap.add_argument("--evo-len", type=int, default=32)
     ap.add_argument("--evo-msa", type=int, default=16)
     ap.add_argument("--label", default="", help="free text stored in the result (e.g. netsim)")

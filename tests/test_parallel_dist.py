@@ -187,3 +187,20 @@ def test_h_i_layout_mismatch_and_dead_rank(runs):
         assert res["i_error"].startswith(f"rank {rank}: collective '")
         assert "grad bucket" in res["i_error"] or "grad norm" in res["i_error"]
         assert res["i_seconds"] <= timeout + 5
+
+
+def test_g_checkpoint_damage_is_reported_and_old_copy_found(ckpt, tmp_path):
+    import shutil
+
+    from protdp.errors import InputError
+
+    out, _ = ckpt
+    # a crash between the two renames of the swap leaves only `<dir>.old`: it is found
+    shutil.copytree(out / "ckpt_w3", tmp_path / "ck.old")
+    assert consolidate_optimizer(tmp_path / "ck").keys() == consolidate_optimizer(
+        out / "ckpt_w3").keys()
+    (tmp_path / "ck.old" / "optim_rank00001.pt").unlink()
+    with pytest.raises(InputError, match="optim_rank00001.pt"):
+        consolidate_optimizer(tmp_path / "ck")
+    with pytest.raises(InputError, match="meta.json missing"):
+        consolidate_optimizer(tmp_path / "nothing_here")

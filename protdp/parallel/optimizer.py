@@ -32,6 +32,9 @@ from protdp.parallel.ddp import DataParallel
 log = logging.getLogger(__name__)
 
 STATE_FORMAT = "protdp-sharded-optimizer-v1"
+# restored from a checkpoint; implementation switches (fused, foreach, ...) stay as constructed
+_HYPERPARAMS = ("lr", "betas", "eps", "weight_decay", "momentum", "dampening", "nesterov",
+                "amsgrad", "maximize")
 
 
 class NonFiniteGradientError(ProtdpError):
@@ -287,7 +290,7 @@ class DistributedOptimizer:
                     st["step"] = (torch.tensor(step, dtype=torch.float32, device=shard.master.device)
                                   if fused else torch.tensor(step, dtype=_scalar_dtype()))
         for group, saved in zip(self.inner.param_groups, states[0]["param_groups"]):
-            group.update(saved)
+            group.update({k: v for k, v in saved.items() if k in _HYPERPARAMS})
         self.skipped_steps = states[0]["skipped_steps"]
         self.consecutive_skips = states[0]["consecutive_skips"]
         self._masters_to_params()
