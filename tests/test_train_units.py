@@ -185,3 +185,30 @@ def test_report_renders_pngs_and_rejects_garbage(tmp_path):
         report.read_metrics(tmp_path / "metrics.jsonl")
     with pytest.raises(InputError, match="no metrics.jsonl"):
         report.main([str(tmp_path / "nowhere")])
+
+
+def test_split_families_is_seeded_disjoint_and_validated():
+    from protdp.train.trainer import split_families
+
+    ids = [f"f{i:02d}" for i in range(20)]
+    a = parse_args(["--val-fraction", "0.15", "--seed", "3"])
+    train, val = split_families(list(reversed(ids)), a)
+    assert len(val) == 3 and set(train) | set(val) == set(ids) and not set(train) & set(val)
+    assert split_families(ids, a) == (train, val)  # order of the store does not matter
+    assert split_families(ids, parse_args(["--val-fraction", "0.15", "--seed", "4"]))[1] != val
+    assert split_families(ids, parse_args(["--val-fraction", "0.01"]))[1].__len__() == 1
+    assert split_families(ids, parse_args(["--val-fraction", "0"]))[1] == []
+    named = split_families(ids, parse_args(["--val-families", "f05, f07"]))
+    assert named[1] == ["f05", "f07"] and "f05" not in named[0]
+    with pytest.raises(ConfigError, match="f99"):
+        split_families(ids, parse_args(["--val-families", "f99"]))
+    with pytest.raises(ConfigError, match="no training families"):
+        split_families(["f00"], parse_args(["--val-fraction", "0.5"]))
+
+
+def test_derive_seed_is_stable_and_distinct():
+    from protdp.train.trainer import derive_seed
+
+    assert derive_seed(1, 2, 3) == derive_seed(1, 2, 3)
+    assert len({derive_seed(1234, it, m) for it in range(50) for m in range(4)}) == 200
+    assert 0 <= derive_seed(2**40, -1) < 2**31
