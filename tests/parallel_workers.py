@@ -389,3 +389,24 @@ def failures(rank: int, world: int, outdir: Path, res: dict):
     except DistributedError as exc:
         res["i_error"] = str(exc)
     res["i_seconds"] = time.monotonic() - t0
+
+
+def timeouts(rank: int, world: int, outdir: Path, res: dict):
+    """A live peer that skips a collective: the waiting rank gets a timeout naming rank + op."""
+    from datetime import timedelta
+
+    from protdp.errors import DistributedError
+    from protdp.parallel import DataParallel
+
+    group = dist.new_group(timeout=timedelta(seconds=3))  # short timeout only for this check
+    model = DataParallel(make_net(), cfg(world), process_group=group)
+    if rank == world - 1:
+        time.sleep(6)  # alive but diverged: never joins the broadcast below
+        return
+    t0 = time.monotonic()
+    try:
+        model.broadcast_params()
+        res["timeout_error"] = None
+    except DistributedError as exc:
+        res["timeout_error"] = str(exc)
+    res["timeout_seconds"] = time.monotonic() - t0

@@ -26,7 +26,7 @@ def runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("parallel")
     results = {}
     for w in (3, 2, 1):
-        jobs = ["suite", "checkpoints"] + (["failures"] if w == 3 else [])
+        jobs = ["suite", "checkpoints"] + {3: ["failures"], 2: ["timeouts"], 1: []}[w]
         results[w] = pw.spawn(jobs, w, out, timeout_s=FAILURE_TIMEOUT_S if w == 3 else 60.0)
     return out, results
 
@@ -204,3 +204,11 @@ def test_g_checkpoint_damage_is_reported_and_old_copy_found(ckpt, tmp_path):
         consolidate_optimizer(tmp_path / "ck")
     with pytest.raises(InputError, match="meta.json missing"):
         consolidate_optimizer(tmp_path / "nothing_here")
+
+
+def test_i_collective_timeout_names_rank_and_op(runs):
+    waiting, sleeper = runs[1][2]["timeouts"]
+    assert "error" not in waiting and "error" not in sleeper, (waiting, sleeper)
+    assert waiting["timeout_error"] is not None
+    assert waiting["timeout_error"].startswith("rank 0: collective 'broadcast(params)' failed")
+    assert 2.5 <= waiting["timeout_seconds"] <= 3 + 5
