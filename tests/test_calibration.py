@@ -98,6 +98,8 @@ def test_calibrate_end_to_end(small_store, tiny_checkpoint, capsys):
     assert doc["families"] == fams and doc["n_targets"] == len(fams)
     assert doc["n_residues"] == observed
     assert sum(b["residues"] for b in doc["bands"].values()) == observed
+    assert sum(b["targets"] for b in doc["bands_by_target"].values()) == len(fams)
+    assert "warning" in doc                                   # 3-4 targets is far too few
     # the per-target true lDDT is the real metric on the model's own prediction: re-run one
     from protdp.data.features import collate, featurize
     from protdp.inference.checkpoint import load_model_checkpoint

@@ -5,8 +5,8 @@ lDDT-Cα. On held-out families of the HDF5 store this runs the model, scores eac
 against the experimental structure (`protdp.metrics.per_residue_lddt_ca` / `lddt_ca`) and
 reports:
 
-- per AFDB band (very high > 90, confident 70-90, low 50-70, very low < 50; residue level) the
-  residue count, mean pLDDT and mean true lDDT-Cα (x100);
+- per AFDB band (very high > 90, confident 70-90, low 50-70, very low < 50) the count, mean
+  pLDDT and mean true lDDT-Cα (x100), per residue and per target (band of the mean pLDDT);
 - Spearman rank correlation of pLDDT with true lDDT, per residue and per target (mean pLDDT vs
   global lDDT-Cα); `null` when either side is constant;
 - a reliability plot (PNG): mean true lDDT per pLDDT bin against the diagonal, plus targets;
@@ -33,6 +33,7 @@ from protdp.inference.gate import AFDB_BANDS, GatePolicy, band_of
 
 CALIBRATION_FORMAT = "protdp-calibration-v1"
 RELIABILITY_BINS = np.arange(0, 101, 10)            # pLDDT bin edges for the plot
+MIN_TARGETS = 30                                    # fewer held-out targets -> a warning
 
 
 # ------------------------------------------------------------------------------ pure statistics
@@ -108,14 +109,22 @@ def summarize(per_target: list[dict], target_lddt: float) -> dict:
     res_t = np.concatenate([np.asarray(r["true_lddt"], float) for r in per_target])
     mean_p = np.array([r["mean_plddt"] for r in per_target])
     glob_t = np.array([r["lddt_ca"] for r in per_target])
-    return {
+    target_bands = band_table(mean_p, glob_t)
+    for b in target_bands.values():
+        b["targets"] = b.pop("residues")
+    out = {
         "n_targets": len(per_target), "n_residues": int(len(res_p)),
         "bands": band_table(res_p, res_t),
+        "bands_by_target": target_bands,
         "spearman": {"residue": spearman(res_p, res_t), "target": spearman(mean_p, glob_t)},
         "reliability": reliability_curve(res_p, res_t),
         "threshold": {"target_lddt": target_lddt, **gate_threshold(mean_p, glob_t, target_lddt)},
         "mean_abs_error": float(np.mean(np.abs(res_p - 100 * res_t))),
     }
+    if len(per_target) < MIN_TARGETS:
+        out["warning"] = (f"only {len(per_target)} targets: the threshold is a rough estimate "
+                          f"(use >= {MIN_TARGETS} held-out families)")
+    return out
 
 
 def plot_reliability(report: dict, per_target: list[dict], path: Path) -> None:
@@ -275,5 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name:<10} {b['residues']:>6} residues  mean true lDDT {acc}")
     print(f"gate threshold (mean pLDDT) {thr['accept_mean_plddt']:.1f}: "
           f"{'achievable' if thr['achievable'] else 'NOT achievable'}, coverage {thr['coverage']:.0%}")
+    if "warning" in doc:
+        print(f"warning: {doc['warning']}")
     print(f"wrote {path} and {path.parent / doc['plot']}")
     return 0
