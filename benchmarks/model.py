@@ -96,6 +96,19 @@ def run_case(case: dict) -> dict:
     return result
 
 
+def param_counts() -> dict:
+    """Parameter count of each configs/model/*.yaml (built on the meta device: no memory)."""
+    import torch
+
+    from protdp.config import load_config
+    from protdp.model import AlphaFoldModel, ModelConfig
+    counts = {}
+    for path in sorted((ROOT / "configs" / "model").glob("*.yaml")):
+        with torch.device("meta"):
+            counts[path.stem] = AlphaFoldModel(load_config(ModelConfig, path)).num_parameters()
+    return counts
+
+
 def measure(case: dict) -> dict:
     proc = subprocess.run([sys.executable, __file__, "--case", json.dumps(case)], capture_output=True,
                           text=True, cwd=ROOT)
@@ -147,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     doc = {"benchmark": "protdp.model forward+backward / inference", "host": platform.node(),
            "cpus": os.cpu_count(), "load_avg_1m_at_end": os.getloadavg()[0], "torch_threads": 1,
-           "note": "shared CPU: absolute times are noisy; compare ratios", "summary": summary, **results}
+           "note": "shared CPU: absolute times are noisy; compare ratios", "summary": summary,
+           "parameters": param_counts(), **results}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
     print(json.dumps(summary, indent=2))
