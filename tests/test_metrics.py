@@ -92,3 +92,13 @@ def test_gdt_ts():
     with pytest.raises(ValueError):
         lddt_ca(np.zeros((3, 3)), np.zeros((4, 3)))
     assert math.isfinite(gdt_ts(x[:2], x[:2]))
+
+
+def test_rmsd_matches_scipy_reference():
+    from scipy.spatial.transform import Rotation
+    rng = np.random.default_rng(9)
+    x = _chain(20, seed=9)
+    y = x @ _rotation(10).T + rng.normal(scale=1.5, size=x.shape)
+    xc, yc = x - x.mean(0), y - y.mean(0)
+    _, rssd = Rotation.align_vectors(yc, xc)          # rotates xc onto yc, root of summed squares
+    assert rmsd_ca(x, y) == pytest.approx(rssd / np.sqrt(len(x)), rel=1e-6)
