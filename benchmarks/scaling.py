@@ -9,13 +9,17 @@ with and without --overlap-grad-reduce. On this 2-core machine the two ranks and
 reduction threads share the same cores, so overlap cannot hide much (see benchmarks/netsim.sh
 for a simulated network); the ratio is what the run measured, not a claim about clusters.
 
-    .venv/bin/python benchmarks/scaling.py --data data.h5 [--iters 12] [--out benchmarks/results/scaling.json]
+    .venv/bin/python benchmarks/scaling.py --data data.h5 [--iters 16] [--repeats 2] [--out ...]
+
+Each configuration runs `--repeats` times, round-robin, and the best run is reported (all
+repeats are kept in the JSON): other jobs on a shared machine only ever slow a run down.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -58,6 +62,7 @@ def run_config(name: str, dp: int, extra: list[str], args, work: Path) -> dict:
     res = {
         "dp": dp, "flags": extra, "iterations_measured": len(steady), "wall_s": round(time.time() - t0, 1),
         "samples_per_s": sum(r["samples"] for r in steady) / step,
+        "mean_step_s": step / len(steady),
         "residues_per_s": sum(r["residues"] for r in steady) / step,
         "median_step_s": statistics.median(r["time/step"] for r in steady),
         "exposed_comm_fraction": sum(r["time/exposed_comm"] for r in steady) / sum(r["time/step_mean"] for r in steady),
@@ -76,14 +81,22 @@ def main(argv=None) -> int:
     p.add_argument("--model-config", default="configs/model/small.yaml")
     p.add_argument("--crop-size", type=int, default=64)
     p.add_argument("--max-msa-rows", type=int, default=16)
-    p.add_argument("--iters", type=int, default=12)
-    p.add_argument("--warmup", type=int, default=2, help="iterations dropped from the statistics")
+    p.add_argument("--iters", type=int, default=16)
+    p.add_argument("--warmup", type=int, default=3, help="iterations dropped from the statistics")
+    p.add_argument("--repeats", type=int, default=2, help="runs per configuration (best is reported)")
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "scaling.json")
     args = p.parse_args(argv)
-    results = {}
+    load_before = os.getloadavg()
+    runs: dict[str, list[dict]] = {name: [] for name, _, _ in CONFIGS}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, dp, extra in CONFIGS:
-            results[name] = run_config(name, dp, extra, args, Path(tmp))
+        for rep in range(args.repeats):  # round-robin, so load from other jobs hits all configs
+            for name, dp, extra in CONFIGS:
+                runs[name].append(run_config(name, dp, extra, args, Path(tmp) / f"r{rep}"))
+    # best of the repeats: the least disturbed run of each configuration on a shared machine
+    results = {name: {**max(rs, key=lambda r: r["samples_per_s"]),
+                      "all_repeats_samples_per_s": [r["samples_per_s"] for r in rs],
+                      "all_repeats_exposed_comm_fraction": [r["exposed_comm_fraction"] for r in rs]}
+               for name, rs in runs.items()}
     thr1 = results["dp1"]["samples_per_s"]
     summary = {
         "weak_scaling_efficiency_overlap_distopt": results["dp2_overlap_distopt"]["samples_per_s"] / (2 * thr1),
@@ -94,7 +107,8 @@ def main(argv=None) -> int:
     }
     out = {"benchmark": "weak scaling 1 -> 2 ranks, small model, 1 thread per rank",
            "settings": {k: str(v) for k, v in vars(args).items()},
-           "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version(),
+           "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                       "load_average_before_after": [load_before[0], os.getloadavg()[0]],
                        "note": "shared 2-core machine: ranks and gloo threads compete for the same cores"},
            "configs": results, "summary": summary}
     args.out.parent.mkdir(parents=True, exist_ok=True)

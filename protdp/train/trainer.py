@@ -14,11 +14,11 @@ checkpointed.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import math
 import os
 import random
-import time
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -57,16 +57,6 @@ def split_families(ids: list[str], args: TrainArgs) -> tuple[list[str], list[str
     if not train:
         raise ConfigError(f"no training families left after holding out {len(val)} for validation")
     return train, sorted(val)
-
-
-@dataclass
-class StepResult:
-    loss: float
-    terms: dict
-    lddt_sum: float
-    lddt_count: int
-    samples: int
-    residues: int
 
 
 def _collective(op: str, fn, rank: int):
@@ -402,9 +392,9 @@ class Trainer:
             barrier=lambda: _collective("barrier(checkpoint)", dist.barrier, self.rank),
             save_engine=lambda p: engine_save(p, self.ddp, self.opt))
         path = checkpointing.save_checkpoint(
-            saver, self.args.save, self.iteration, ema_state=self.ema.state_dict(), rank_state={"sampler": self.sampler.state_dict(),
-                                                         "iteration": self.iteration},
-            config={**self.args.to_dict(), "model": _to_plain(self.model_config)})
+            saver, self.args.save, self.iteration, ema_state=self.ema.state_dict(),
+            rank_state={"sampler": self.sampler.state_dict(), "iteration": self.iteration},
+            config={**self.args.to_dict(), "model": dataclasses.asdict(self.model_config)})
         self.logger.print(f"saved checkpoint {path}")
 
     # ------------------------------------------------------------------ the loop
@@ -434,7 +424,7 @@ class Trainer:
             summary["restart"] = self.restart_count
             self.logger.print(format_summary(summary))
             if self.rank == 0:
-                (args.run_dir / "summary.json").write_text(__import__("json").dumps(summary, indent=1))
+                (args.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
             return summary
         finally:
             self.logger.close()
@@ -444,12 +434,6 @@ class Trainer:
         if val is not None:
             self.last_val = val
             self.logger.eval(val)
-
-
-def _to_plain(cfg):
-    import dataclasses
-
-    return dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else cfg
 
 
 def pretrain(args: TrainArgs) -> dict:
