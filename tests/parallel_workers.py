@@ -358,6 +358,13 @@ def checkpoints(rank: int, world: int, outdir: Path, res: dict):
         res["after_crash_loaded_extra_world"] = torch.load(
             path / "model.pt", weights_only=True)["extra"]["world"]
         res["after_crash_tmp_left"] = (outdir / "ckpt_w1.tmp").exists()
+        from protdp.errors import InputError
+        wrong, wrong_opt, _ = train_ours(world, rank, config, 0, net=make_net(hidden=HID + 2))
+        try:
+            load_checkpoint(path, wrong, wrong_opt)
+            res["wrong_model_error"] = None
+        except InputError as exc:
+            res["wrong_model_error"] = str(exc)
 
 
 def failures(rank: int, world: int, outdir: Path, res: dict):

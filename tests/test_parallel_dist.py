@@ -173,6 +173,9 @@ def test_g_crash_during_save_keeps_previous_checkpoint(ckpt):
     res = _ranks(results, 1)[0]
     assert res["crash_raised"]
     assert res["after_crash_loaded_extra_world"] == 1
+    # loading into a model of another shape: a clear error naming the file and the tensor
+    assert "ckpt_w1/model.pt" in res["wrong_model_error"]
+    assert "size mismatch" in res["wrong_model_error"] and "0.weight" in res["wrong_model_error"]
 
 
 def test_h_i_layout_mismatch_and_dead_rank(runs):

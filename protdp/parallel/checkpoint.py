@@ -120,7 +120,12 @@ def load_checkpoint(path: str | Path, model: DataParallel,
     model.finish_param_sync()
     blob = torch.load(path / "model.pt", map_location="cpu", weights_only=True)
     with torch.no_grad():
-        model.module.load_state_dict(blob["model"])  # copies into the param buffer views
+        try:
+            model.module.load_state_dict(blob["model"])  # copies into the param buffer views
+        except RuntimeError as exc:
+            detail = " ".join(str(exc).split())[:600]
+            raise InputError(f"the saved model does not fit this model: {detail}",
+                             path=path / "model.pt") from None
     if optimizer is not None:
         if not meta["optimizer_files"]:
             raise InputError("checkpoint has no optimizer state", path=path / "meta.json")
