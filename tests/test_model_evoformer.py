@@ -61,6 +61,9 @@ def test_outer_product_mean_matches_loops_and_chunks():
             expect[i, j] = opm.linear_out(outer.flatten()) / norm
     assert torch.allclose(opm(m, mask), expect, atol=1e-5)
     assert torch.allclose(opm(m, mask, chunk_size=2), expect, atol=1e-5)
+    mask[:, 1] = 0                                  # residue 1 has no rows: no update touches it
+    out = opm(m, mask, chunk_size=2)
+    assert torch.all(out[1] == 0) and torch.all(out[:, 1] == 0) and out[0, 0].abs().sum() > 0
 
 
 def test_chunked_model_equals_unchunked():

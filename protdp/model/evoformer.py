@@ -97,14 +97,17 @@ class OuterProductMean(nn.Module):
         m = self.norm(m)
         a = self.linear_a(m) * mask                                   # [*, S, L, c]
         b = self.linear_b(m) * mask
-        norm = torch.einsum("...si,...sj->...ij", msa_mask, msa_mask) + 1e-3  # [*, L, L]
+        count = torch.einsum("...si,...sj->...ij", msa_mask, msa_mask)       # [*, L, L] shared rows
 
-        def rows(a_t, norm_rows):
-            # a_t [*, I, S, c] (a chunk of residues i), norm_rows [*, I, L] -> [*, I, L, C_z]
+        def rows(a_t, count_rows):
+            # a_t [*, I, S, c] (a chunk of residues i), count_rows [*, I, L] -> [*, I, L, C_z]
             outer = torch.einsum("...isc,...sjd->...ijcd", a_t, b)
-            return self.linear_out(rearrange(outer, "... c d -> ... (c d)")) / norm_rows[..., None]
+            out = self.linear_out(rearrange(outer, "... c d -> ... (c d)")) / (count_rows[..., None] + 1e-3)
+            # pairs without any shared row (padding, all-masked MSAs) get no update rather than
+            # the AF2 code's bias / 1e-3
+            return out * (count_rows[..., None] > 0).to(out.dtype)
 
-        return chunk_rows(rows, a.transpose(-2, -3), norm, chunk_size)
+        return chunk_rows(rows, a.transpose(-2, -3), count, chunk_size)
 
 
 class TriangleMultiplication(nn.Module):

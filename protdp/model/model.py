@@ -91,7 +91,9 @@ class AlphaFoldModel(nn.Module):
             return feat, mask, extra_feat, batch["extra_msa_mask"].float()
         n = self.config.max_msa_clusters
         if feat.shape[-3] <= n:
-            return feat, mask, None, None
+            # No extra rows: run the stack on one fully masked row (as AF2 does with its padded
+            # extra MSA) so every rank builds the same graph and every parameter gets a gradient.
+            return feat, mask, feat[..., :1, :, :] * 0.0, mask[..., :1, :] * 0.0
         return feat[..., :n, :, :], mask[..., :n, :], feat[..., n:, :, :], mask[..., n:, :]
 
     def iteration(self, batch: Mapping, prev: dict | None) -> dict:
