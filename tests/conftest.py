@@ -13,3 +13,12 @@ def data_dir():
     assert (root / "PAIRS.tsv").exists(), (
         f"real data corpus not found at {root}; set PROTDP_DATA or place shared/ beside the repo")
     return root
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_torch_thread():
+    """Tests share 2 cores with spawned ranks and servers: intra-op threads only oversubscribe."""
+    import torch
+
+    torch.set_num_threads(1)
+    yield

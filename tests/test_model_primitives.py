@@ -74,3 +74,13 @@ def test_shared_dropout_shares_mask_along_dim():
     y = col(x)
     assert torch.all(y == y[:, :1])
     assert torch.equal(SharedDropout(0.5, -3).eval()(x), x)
+
+
+def test_model_moves_between_dtypes_and_devices():
+    """nn.Module.to()/.float()/.double() must work (no module may shadow nn.Module._apply)."""
+    from protdp.model import build_model
+
+    model = build_model("configs/model/tiny.yaml", verbose=False).double()
+    assert all(p.dtype == torch.float64 for p in model.parameters())
+    model.to("cpu", torch.float32)
+    assert all(p.dtype == torch.float32 for p in model.parameters())

@@ -108,10 +108,7 @@ def _check_finite(state: dict, source: Path) -> None:
 def _build(config_dict: dict, state: dict, ema: dict | None, source: Path,
            device: torch.device) -> tuple[AlphaFoldModel, str]:
     config = load_config(ModelConfig, config_dict)
-    # built directly on the device: `model.to()` is broken while primitives.Transition defines
-    # a method named `_apply` (it shadows nn.Module._apply); load_state_dict copies across devices
-    with torch.device(device):
-        model = AlphaFoldModel(config)
+    model = AlphaFoldModel(config).to(device)
     merged = dict(state)
     weights = "raw"
     if ema:

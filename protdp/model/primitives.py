@@ -122,12 +122,12 @@ class Transition(nn.Module):
         self.linear_1 = Linear(c, n * c, init="relu")
         self.linear_2 = Linear(n * c, c, init="final")
 
-    def _apply(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def _transition(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return self.linear_2(F.relu(self.linear_1(self.norm(x)))) * mask[..., None]
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, chunk_size: int | None = None) -> torch.Tensor:
         # x [*, R, Q, C], mask [*, R, Q] -> [*, R, Q, C]
-        return chunk_rows(self._apply, x, mask, chunk_size)
+        return chunk_rows(self._transition, x, mask, chunk_size)
 
 
 class SharedDropout(nn.Module):
