@@ -133,6 +133,9 @@ def test_gate_loads_calibrated_policy(tmp_path):
     kw = dict(length=20, msa_depth=50, training_crop=64)
     assert route(plddt, policy=base, **kw).route == "accepted"
     assert route(plddt, policy=policy, **kw).route == "needs_review"
+    loose = dict(report, threshold={**report["threshold"], "accept_mean_plddt": 40.0})
+    path.write_text(json.dumps(loose))
+    assert cal.load_calibrated_policy(path, base).accept_mean_plddt == base.accept_mean_plddt
     path.write_text(json.dumps({"format": cal.CALIBRATION_FORMAT, "threshold": {"accept_mean_plddt": "x"}}))
     with pytest.raises(InputError, match="threshold.accept_mean_plddt"):
         cal.load_calibrated_policy(path, base)
@@ -145,3 +148,23 @@ def test_calibrate_rejects_unknown_family(small_store, tiny_checkpoint, tmp_path
     with pytest.raises(InputError, match="families not in the store"):
         cal.main(["--checkpoint", str(tiny_checkpoint), "--data", str(small_store),
                   "--out", str(tmp_path), "--families", "nope_X"])
+
+
+def test_predict_uses_calibration_beside_checkpoint(tiny_checkpoint, tmp_path, capsys):
+    """`protdp predict` tightens the gate with CHECKPOINT_DIR/calibration.json when present."""
+    import shutil
+
+    from protdp.inference import cli as predict_cli
+    ckpt = tmp_path / "ckpt" / "tiny.pt"
+    ckpt.parent.mkdir()
+    shutil.copy(tiny_checkpoint, ckpt)
+    (ckpt.parent / "calibration.json").write_text(json.dumps(
+        {"format": cal.CALIBRATION_FORMAT, "threshold": {"accept_mean_plddt": 97.5}}))
+    fasta = tmp_path / "t.fasta"
+    fasta.write_text(">t1\nMKTAYIAKQRQISFVKSHFSRQ\n")
+    out = tmp_path / "out"
+    assert predict_cli.main(["--checkpoint", str(ckpt), "--fasta", str(fasta), "--out", str(out),
+                             "--no-progress"]) == 0
+    assert "mean pLDDT >= 97.5 (calibrated" in capsys.readouterr().out
+    prov = json.loads(next(out.glob("targets/*/provenance.json")).read_text())
+    assert "97.5" in json.dumps(prov)

@@ -31,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queue-url", default=os.environ.get("PROTDP_QUEUE_URL"),
                    help="review queue (SQLite path/URL or postgresql://); default OUT/review_queue.sqlite")
     p.add_argument("--gating", default=None, help="gate policy YAML (default configs/gating.yaml)")
+    p.add_argument("--calibration", default=None,
+                   help="calibration.json from `protdp calibrate`; tightens the gate's mean-pLDDT "
+                        "threshold (default: CHECKPOINT/calibration.json when present)")
     p.add_argument("--screening", default=None, help="FASTA of sequences of concern")
     d = PredictConfig()
     p.add_argument("--max-length", type=int, default=d.max_length,
@@ -44,6 +47,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dist-timeout-minutes", type=float, default=24 * 60.0,
                    help="timeout of the end-of-run barrier across ranks (%(default)s)")
     return p
+
+
+def _gate_policy(args):
+    """Gate policy YAML, tightened by a calibration report (explicit, or beside the checkpoint)."""
+    from pathlib import Path
+
+    from protdp.inference.predictor import load_gate_policy
+    from protdp.safety.calibration import load_calibrated_policy
+
+    policy = load_gate_policy(args.gating)
+    calibration = args.calibration
+    checkpoint = Path(args.checkpoint)
+    beside = (checkpoint if checkpoint.is_dir() else checkpoint.parent) / "calibration.json"
+    if calibration is None and beside.is_file():
+        calibration = beside
+    if calibration is None:
+        return policy
+    policy = load_calibrated_policy(calibration, policy)
+    print(f"protdp predict: gate threshold mean pLDDT >= {policy.accept_mean_plddt:g} "
+          f"(calibrated: {calibration})")
+    return policy
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,9 +100,10 @@ def main(argv: list[str] | None = None) -> int:
         barrier = dist_barrier
         if device is None and torch.cuda.is_available():
             device = f"cuda:{launch.local_rank}"
+    gating = _gate_policy(args)
     try:
         result = predict(args.checkpoint, args.fasta, args.out, msa_dir=args.msa_dir,
-                         config=config, gating=args.gating, screening=args.screening,
+                         config=config, gating=gating, screening=args.screening,
                          queue_url=args.queue_url, rank=launch.rank,
                          world_size=launch.world_size, barrier=barrier, device=device,
                          progress=not args.no_progress)

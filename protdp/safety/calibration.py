@@ -224,8 +224,9 @@ def calibrate(checkpoint: str | Path, data: str | Path, out_dir: str | Path | No
 def load_calibrated_policy(calibration_json: str | Path, base_policy: GatePolicy | None = None
                            ) -> GatePolicy:
     """`base_policy` (default GatePolicy()) with `accept_mean_plddt` from a calibration report.
-    Never loosens the gate below what the report supports: the calibrated value replaces the base
-    value only where the report's threshold is achievable; otherwise 100 (review everything)."""
+    Calibration only ever tightens the gate: the result is max(base threshold, calibrated
+    threshold), so a report can never let lower-confidence predictions through than the policy
+    does (an unachievable target is stored as 100: review everything)."""
     path = Path(calibration_json)
     try:
         doc = json.loads(path.read_text())
@@ -241,7 +242,7 @@ def load_calibrated_policy(calibration_json: str | Path, base_policy: GatePolicy
         raise InputError(f"expected a number in [0, 100], got {thr!r}", path=path,
                          field="threshold.accept_mean_plddt")
     base = base_policy if base_policy is not None else GatePolicy()
-    return dataclasses.replace(base, accept_mean_plddt=float(thr))
+    return dataclasses.replace(base, accept_mean_plddt=max(float(thr), base.accept_mean_plddt))
 
 
 def _families_arg(text: str | None) -> list[str] | None:
