@@ -3,13 +3,16 @@
 Megatron concept: weak scaling keeps the per-rank work fixed (micro-batch 1, no accumulation,
 global batch = dp), so ideal throughput doubles; efficiency = throughput(2) / (2 x
 throughput(1)). Each configuration is a real `torchrun pipelines/pretrain.py` run on the small
-model; numbers come from its metrics.jsonl (first iterations dropped as warm-up). Also reports
+model; numbers come from its metrics.jsonl (first iterations dropped as warm-up). Work per
+sample is equal across configurations: by default every family is long and deep enough to
+fill the crop and the MSA rows, and the number of recycles of micro-batch m of step i comes
+from (seed, i, m), identical for dp=1 and dp=2. Also reports
 the fraction of step time that is exposed communication (time blocked in finish_grad_sync)
 with and without --overlap-grad-reduce. On this 2-core machine the two ranks and gloo's
 reduction threads share the same cores, so overlap cannot hide much (see benchmarks/netsim.sh
 for a simulated network); the ratio is what the run measured, not a claim about clusters.
 
-    .venv/bin/python benchmarks/scaling.py --data data.h5 [--iters 16] [--repeats 2] [--out ...]
+    .venv/bin/python benchmarks/scaling.py [--data data.h5] [--iters 16] [--repeats 2] [--out ...]
 
 Each configuration runs `--repeats` times, round-robin, and the best run is reported (all
 repeats are kept in the JSON): other jobs on a shared machine only ever slow a run down.
@@ -34,11 +37,15 @@ sys.path.insert(0, str(REPO))
 from protdp.train.launch import torchrun_cmd, worker_env  # noqa: E402
 from protdp.train.report import read_metrics  # noqa: E402
 
+# The small model has 178k parameters: Megatron's default bucket (40M elements) would make one
+# bucket that can only be reduced after the whole backward, so overlap could not differ from no
+# overlap. 25k-element buckets (~8 buckets) let reductions start during backward.
+BUCKET = ["--bucket-size", "25000"]
 CONFIGS = [  # name, dp, extra flags
-    ("dp1", 1, ["--overlap-grad-reduce", "--use-distributed-optimizer"]),
-    ("dp2_overlap_distopt", 2, ["--overlap-grad-reduce", "--use-distributed-optimizer"]),
-    ("dp2_no_overlap_distopt", 2, ["--no-overlap-grad-reduce", "--use-distributed-optimizer"]),
-    ("dp2_overlap", 2, ["--overlap-grad-reduce", "--no-use-distributed-optimizer"]),
+    ("dp1", 1, ["--overlap-grad-reduce", "--use-distributed-optimizer", *BUCKET]),
+    ("dp2_overlap_distopt", 2, ["--overlap-grad-reduce", "--use-distributed-optimizer", *BUCKET]),
+    ("dp2_no_overlap_distopt", 2, ["--no-overlap-grad-reduce", "--use-distributed-optimizer", *BUCKET]),
+    ("dp2_overlap", 2, ["--overlap-grad-reduce", "--no-use-distributed-optimizer", *BUCKET]),
 ]
 
 
@@ -75,9 +82,40 @@ def run_config(name: str, dp: int, extra: list[str], args, work: Path) -> dict:
     return res
 
 
+def uniform_store(out_dir: Path, crop_size: int, msa_rows: int) -> Path:
+    """A store of the real families (../shared/data/PAIRS.tsv) with >= crop_size observed
+    residues and >= msa_rows MSA rows, so every sample costs the same: samples/s of dp=1 and
+    dp=2 then compare equal work (with mixed lengths the two runs draw different families)."""
+    import csv
+
+    from protdp.data.store import build_store
+    from protdp.paths import data_root
+
+    root = data_root()
+    rows = list(csv.DictReader(open(root / "PAIRS.tsv"), delimiter="\t"))
+    depth: dict[str, int] = {}
+    for r in rows:
+        depth[r["pair_id"]] = max(depth.get(r["pair_id"], 0), int(r["msa_depth"]))
+    keep = [r for r in rows if int(r["observed_residues"]) >= crop_size and depth[r["pair_id"]] >= msa_rows]
+    pairs = out_dir / "pairs.tsv"
+    with open(pairs, "w") as fh:
+        fh.write("pair_id\tmsa_file\tstructure_file\tchain\n")
+        for r in keep:
+            fh.write(f"{r['pair_id']}\t{root / r['msa_file']}\t{root / r['structure_file']}\t{r['chain']}\n")
+    build_store(out_dir / "uniform.h5", pairs=pairs, progress=False, workers=2)
+    print(f"uniform store: {len({r['pair_id'] for r in keep})} families with >= {crop_size} observed "
+          f"residues and >= {msa_rows} MSA rows", flush=True)
+    return out_dir / "uniform.h5"
+
+
+def _compute(res: dict) -> float:
+    return res["mean_forward_s"] + res["mean_backward_s"]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", type=Path, required=True, help="HDF5 store (protdp data build)")
+    p.add_argument("--data", type=Path, default=None,
+                   help="HDF5 store (default: build one of equal-cost real families, see uniform_store)")
     p.add_argument("--model-config", default="configs/model/small.yaml")
     p.add_argument("--crop-size", type=int, default=64)
     p.add_argument("--max-msa-rows", type=int, default=16)
@@ -89,6 +127,8 @@ def main(argv=None) -> int:
     load_before = os.getloadavg()
     runs: dict[str, list[dict]] = {name: [] for name, _, _ in CONFIGS}
     with tempfile.TemporaryDirectory() as tmp:
+        if args.data is None:
+            args.data = uniform_store(Path(tmp), args.crop_size, args.max_msa_rows)
         for rep in range(args.repeats):  # round-robin, so load from other jobs hits all configs
             for name, dp, extra in CONFIGS:
                 runs[name].append(run_config(name, dp, extra, args, Path(tmp) / f"r{rep}"))
@@ -104,9 +144,12 @@ def main(argv=None) -> int:
         "weak_scaling_efficiency_overlap_allreduce": results["dp2_overlap"]["samples_per_s"] / (2 * thr1),
         "exposed_comm_fraction_with_overlap": results["dp2_overlap_distopt"]["exposed_comm_fraction"],
         "exposed_comm_fraction_without_overlap": results["dp2_no_overlap_distopt"]["exposed_comm_fraction"],
+        # forward+backward per step at dp=2 over dp=1: >1 means the ranks slow each other's compute
+        # (2 ranks + gloo threads + other jobs on 2 cores), which no overlap can hide
+        "compute_time_ratio_dp2_over_dp1": _compute(results["dp2_overlap_distopt"]) / _compute(results["dp1"]),
     }
     out = {"benchmark": "weak scaling 1 -> 2 ranks, small model, 1 thread per rank",
-           "settings": {k: str(v) for k, v in vars(args).items()},
+           "settings": {k: str(v) for k, v in vars(args).items() if k != "data"},
            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                        "load_average_before_after": [load_before[0], os.getloadavg()[0]],
                        "note": "shared 2-core machine: ranks and gloo threads compete for the same cores"},
