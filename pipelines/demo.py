@@ -14,6 +14,7 @@ PROTDP_DEMO_ITERS (training iterations; default from configs/train/demo.yaml).
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -56,15 +57,15 @@ def main() -> int:
 
     banner("3/4 pretrain the small model: torchrun, 2 CPU ranks, overlap + distributed optimizer")
     iters = int(os.environ.get("PROTDP_DEMO_ITERS", "0")) or None
-    kwargs = {} if iters is None else {"train_iters": iters}
-    rc = run_demo_training(store_path, run_dir, **kwargs)
+    shutil.rmtree(run_dir, ignore_errors=True)          # a fresh run each time (resume: --load)
+    rc = run_demo_training(store_path, run_dir, train_iters=iters)
     if rc != 0:
         print(f"demo: training failed with exit code {rc}", file=sys.stderr)
         return rc
     print(f"plots: protdp report {run_dir}")
 
     banner("4/4 predict the held-out chains through the confidence gate")
-    chains = chains_from_pairs(held_out_ids(store_path, demo_train_argv(store_path, run_dir, **kwargs)))
+    chains = chains_from_pairs(held_out_ids(store_path, demo_train_argv(store_path, run_dir, iters)))
     queue_url = f"sqlite:///{out / 'review_queue.sqlite'}"
     pred = predict_chains(run_dir, chains, out / "predictions", queue_url=queue_url)
     c = pred.counts

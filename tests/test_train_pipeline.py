@@ -274,3 +274,39 @@ def test_hung_peer_ends_in_clear_timeout_error(store, tmp_path):
     line = next(ln for ln in out.text.splitlines() if "pretrain: error: rank 0: collective" in ln)
     assert "timeout" in line.lower() or "timed out" in line.lower(), line
     assert waited < 40, f"error took {waited:.0f} s for a 6 s timeout"
+
+
+def test_non_finite_activations_skip_the_step_instead_of_leaving_collectives(store, tmp_path):
+    """A rank whose model output is non-finite (compute_loss raises NonFiniteError) must not drop
+    out of the collectives: it back-propagates NaN into every gradient, the optimizer's
+    all-reduced vote skips the step, the weights stay put, and the next step trains normally."""
+    import torch.distributed as dist
+
+    from protdp.model.losses import NonFiniteError
+    from protdp.train.args import parse_args
+    from protdp.train.trainer import Trainer
+
+    trainer = Trainer(parse_args(tiny_argv(store, save=tmp_path / "ck", **{"data-parallel-size": 1,
+                                                                           "train-iters": "3"})))
+    real_loss, calls = trainer.compute_loss, {"n": 0}
+
+    def flaky_loss(outputs, batch, config):
+        calls["n"] += 1
+        if calls["n"] == trainer.num_micro + 1:          # first micro-batch of the second step
+            raise NonFiniteError("3 non-finite value(s) in model outputs", field="plddt_logits")
+        return real_loss(outputs, batch, config)
+
+    trainer.compute_loss = flaky_loss
+    try:
+        first = trainer.train_step()
+        before = {k: v.detach().clone() for k, v in trainer.ddp.module.state_dict().items()}
+        skipped = trainer.train_step()
+        after = {k: v.detach().clone() for k, v in trainer.ddp.module.state_dict().items()}
+        third = trainer.train_step()
+    finally:
+        trainer.logger.close()
+        dist.destroy_process_group()
+    assert not first["skipped"] and skipped["skipped"] and not third["skipped"]
+    changed = [k for k in before if not torch.equal(before[k], after[k])]
+    assert not changed, changed[:5]
+    assert set(skipped) == set(first)                     # same metric keys: same all-reduce

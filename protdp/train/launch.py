@@ -46,13 +46,16 @@ def worker_env(threads: int = 1) -> dict:
     return env
 
 
-def demo_train_argv(store: str | Path, out_dir: str | Path, train_iters: int = 60) -> list[str]:
-    """The demo's flags: small model, 2 CPU ranks, overlap + distributed optimizer."""
-    return ["--config", str(REPO_ROOT / "configs" / "train" / "demo.yaml"), "--data", str(store),
-            "--save", str(out_dir), "--load", str(out_dir), "--train-iters", str(train_iters)]
+def demo_train_argv(store: str | Path, out_dir: str | Path, train_iters: int | None = None
+                    ) -> list[str]:
+    """The demo's flags: small model, 2 CPU ranks, overlap + distributed optimizer
+    (iterations from configs/train/demo.yaml unless `train_iters` is given)."""
+    argv = ["--config", str(REPO_ROOT / "configs" / "train" / "demo.yaml"), "--data", str(store),
+            "--save", str(out_dir), "--load", str(out_dir)]
+    return argv + (["--train-iters", str(train_iters)] if train_iters else [])
 
 
-def run_demo_training(store: str | Path, out_dir: str | Path, train_iters: int = 60,
+def run_demo_training(store: str | Path, out_dir: str | Path, train_iters: int | None = None,
                       nproc: int = 2) -> int:
     """What `make demo` runs after building the store: torchrun on pipelines/pretrain.py."""
     cmd = torchrun_cmd(demo_train_argv(store, out_dir, train_iters), nproc=nproc, max_restarts=2)

@@ -14,6 +14,7 @@ checkpointed.
 from __future__ import annotations
 
 import contextlib
+import sys
 import dataclasses
 import json
 import math
@@ -285,7 +286,7 @@ class Trainer:
             with (contextlib.nullcontext() if last else self.ddp.no_sync()):
                 with timer.phase("forward"):
                     outputs = self.ddp(batch, recycle_generator=self._recycle_generator(it, micro))
-                    total, terms = self.compute_loss(outputs, batch, self.model_config)
+                    total, terms = self._loss_or_poison(outputs, batch, it)
                 with timer.phase("backward"):
                     (total / self.num_micro).backward()
             loss_sum += float(total.detach())
@@ -311,10 +312,10 @@ class Trainer:
 
         # one SUM and one MAX all-reduce of a few scalars: global means, rank-mean phase times
         # (they add up to the rank-mean step time) and the slowest rank's step time and memory
-        keys = sorted(term_sums)
+        keys = self._term_keys
         phase = [timer.times[p] for p in PHASES] + [step_time]
         sums = torch.tensor([loss_sum, lddt_sum, lddt_n, samples, residues] + phase
-                            + [term_sums[k] for k in keys], dtype=torch.float64)
+                            + [term_sums.get(k, float("nan")) for k in keys], dtype=torch.float64)
         maxes = torch.tensor([step_time, max_memory_mb(self.device), self.ddp.last_grad_sync.get("comm_s", 0.0)],
                              dtype=torch.float64)
         if self.world > 1:
@@ -335,6 +336,26 @@ class Trainer:
         rec["samples_per_s"] = rec["samples"] / rec["time/step"]
         rec["residues_per_s"] = rec["residues"] / rec["time/step"]
         return rec
+
+    @property
+    def _term_keys(self) -> list[str]:
+        """Loss terms in a fixed order, identical on every rank (the metrics all-reduce needs it)."""
+        keys = ["aux", "backbone_fape", "distogram", "fape", "masked_msa", "plddt", "torsion"]
+        return keys + (["pae"] if self.model_config.pae_head else [])
+
+    def _loss_or_poison(self, outputs: dict, batch: dict, iteration: int):
+        """The loss; on non-finite activations (a diverging model) a NaN loss over every
+        parameter instead, so this rank still runs the same backward and collectives and the
+        optimizer's all-reduced non-finite vote skips the step on every rank (no rank leaves)."""
+        from protdp.model.losses import NonFiniteError
+
+        try:
+            return self.compute_loss(outputs, batch, self.model_config)
+        except NonFiniteError as exc:
+            print(f"rank {self.rank} iter {iteration}: {exc}; voting to skip the step",
+                  file=sys.stderr, flush=True)
+            poison = sum(p.sum() for p in self.ddp.module.parameters()) * float("nan")
+            return poison, {k: poison.detach() for k in self._term_keys}
 
     def _grad_norm(self):
         g = getattr(self.opt, "last_grad_norm", None)
