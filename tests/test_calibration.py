@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from data_fixtures import build_pairs_store
 from protdp.errors import InputError
 from protdp.inference.gate import GatePolicy, route
 from protdp.safety import calibration as cal
@@ -49,22 +50,11 @@ def test_band_table_and_spearman():
 
 @pytest.fixture(scope="session")
 def small_store(tmp_path_factory, data_dir):
-    from protdp.data.store import build_store
-    tmp = tmp_path_factory.mktemp("calib_store")
-    lines = (data_dir / "PAIRS.tsv").read_text().splitlines()
-    keep = [lines[0]] + [ln for ln in lines[1:] if ln.split("\t")[0] in SMALL_PAIRS]
-    rows = []
-    header = keep[0].split("\t")
-    for ln in keep[1:]:
-        row = dict(zip(header, ln.split("\t")))
-        row["msa_file"] = str(data_dir / row["msa_file"])
-        row["structure_file"] = str(data_dir / row["structure_file"])
-        rows.append("\t".join(row.get(h, "") for h in header))
-    pairs = tmp / "pairs.tsv"
-    pairs.write_text("\n".join([keep[0]] + rows) + "\n")
-    report = build_store(tmp / "store.h5", pairs=pairs, progress=False)
-    assert report.accepted_families >= 3, report.summary()
-    return tmp / "store.h5"
+    from protdp.data.store import FamilyStore
+    path = build_pairs_store(data_dir, SMALL_PAIRS, tmp_path_factory.mktemp("calib_store"))
+    with FamilyStore(path) as store:
+        assert len(store.family_ids) >= 3
+    return path
 
 
 @pytest.fixture(scope="session")

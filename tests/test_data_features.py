@@ -3,17 +3,17 @@ collate padding, determinism, inference features without structure."""
 
 from __future__ import annotations
 
-import csv
 import math
 
 import numpy as np
 import pytest
 import torch
 
+from data_fixtures import build_pairs_store
 from protdp.data.features import collate, featurize, featurize_query, msa_profile
 from protdp.data.parse import parse_msa
 from protdp.data.residues import MASK_ID, sequence_to_ids
-from protdp.data.store import FamilyStore, build_store
+from protdp.data.store import FamilyStore
 from protdp.errors import InputError
 
 CONTRACT = {  # key -> (dtype, number of dims unbatched)
@@ -30,14 +30,7 @@ CONTRACT = {  # key -> (dtype, number of dims unbatched)
 def store(tmp_path_factory, data_dir):
     ids = {"2q2k_A", "5awl_A", "2p90_A02", "4hhb_B"}
     tmp = tmp_path_factory.mktemp("feat")
-    with open(data_dir / "PAIRS.tsv") as fh:
-        rows = [r for r in csv.DictReader(fh, delimiter="\t") if r["pair_id"] in ids]
-    lines = ["pair_id\tmsa_file\tstructure_file\tchain"] + [
-        f"{r['pair_id']}\t{data_dir / r['msa_file']}\t{data_dir / r['structure_file']}\t"
-        f"{r['chain']}" for r in rows]
-    (tmp / "pairs.tsv").write_text("\n".join(lines) + "\n")
-    build_store(tmp / "d.h5", pairs=tmp / "pairs.tsv", progress=False)
-    return FamilyStore(tmp / "d.h5")
+    return FamilyStore(build_pairs_store(data_dir, ids, tmp))
 
 
 def test_contract_keys_dtypes_shapes(store):

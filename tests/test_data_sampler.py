@@ -3,7 +3,6 @@ counts, balance, determinism, resume == no resume, reshard resume 2 -> 1; DataLo
 
 from __future__ import annotations
 
-import csv
 from collections import Counter
 
 import numpy as np
@@ -12,9 +11,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from data_fixtures import build_pairs_store
 from protdp.data.features import collate
 from protdp.data.sampler import FamilyDataset, FamilySampler, family_costs, sharding_summary
-from protdp.data.store import FamilyStore, build_store
+from protdp.data.store import FamilyStore
 from protdp.errors import ConfigError
 
 lengths_st = st.lists(st.integers(5, 600), min_size=1, max_size=40)
@@ -186,14 +186,7 @@ def test_state_dict_with_prefetching_loader_count():
 def store(tmp_path_factory, data_dir):
     ids = {"2q2k_A", "5awl_A", "2p90_A02", "7a4d_E", "T1042"}
     tmp = tmp_path_factory.mktemp("samp")
-    with open(data_dir / "PAIRS.tsv") as fh:
-        rows = [r for r in csv.DictReader(fh, delimiter="\t") if r["pair_id"] in ids]
-    lines = ["pair_id\tmsa_file\tstructure_file\tchain"] + [
-        f"{r['pair_id']}\t{data_dir / r['msa_file']}\t{data_dir / r['structure_file']}\t"
-        f"{r['chain']}" for r in rows]
-    (tmp / "pairs.tsv").write_text("\n".join(lines) + "\n")
-    build_store(tmp / "d.h5", pairs=tmp / "pairs.tsv", progress=False)
-    return FamilyStore(tmp / "d.h5")
+    return FamilyStore(build_pairs_store(data_dir, ids, tmp))
 
 
 def test_dataloader_workers_match_single_process(store):

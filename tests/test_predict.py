@@ -50,15 +50,6 @@ def tiny_model(seed: int = 0, noise: float = 0.3):
     return model
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny tensors: one intra-op thread is ~5x faster than many on a shared 2-core box."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
     return save_model_checkpoint(tiny_model(), None, tmp_path_factory.mktemp("ckpt") / "tiny.pt",

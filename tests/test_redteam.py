@@ -18,14 +18,6 @@ from protdp.paths import REPO_ROOT
 TINY = REPO_ROOT / "configs" / "model" / "tiny.yaml"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
     torch.manual_seed(0)

@@ -7,7 +7,6 @@ One store and one reference run are built per module and shared; everything uses
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import shutil
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from data_fixtures import build_pairs_store
 from protdp.paths import REPO_ROOT
 from protdp.train import checkpointing, report
 from protdp.train.launch import mpirun_cmd, torchrun_cmd, worker_env
@@ -62,19 +62,7 @@ def assert_same_params(a: dict, b: dict) -> None:
 
 @pytest.fixture(scope="module")
 def store(data_dir, tmp_path_factory) -> Path:
-    from protdp.data.store import build_store
-
-    root = tmp_path_factory.mktemp("store")
-    pairs = root / "pairs.tsv"
-    with open(data_dir / "PAIRS.tsv") as fh, open(pairs, "w") as out:
-        out.write("pair_id\tmsa_file\tstructure_file\tchain\n")
-        for row in csv.DictReader(fh, delimiter="\t"):
-            if row["pair_id"] in FAMILIES and row["msa_file"] not in SKIP_MSAS:
-                out.write(f"{row['pair_id']}\t{data_dir / row['msa_file']}\t"
-                          f"{data_dir / row['structure_file']}\t{row['chain']}\n")
-    rep = build_store(root / "data.h5", pairs=pairs, progress=False)
-    assert rep.to_dict()  # built
-    return root / "data.h5"
+    return build_pairs_store(data_dir, FAMILIES, tmp_path_factory.mktemp("store"), SKIP_MSAS)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import hashlib
 import json
 import multiprocessing as mp
 import os
@@ -31,6 +30,7 @@ from protdp.data.parse import (_EXT_TO_FMT, merge_msas, pair_msa_structure, pars
                                parse_structure, list_chains)
 from protdp.data.residues import sequence_to_ids
 from protdp.errors import InputError
+from protdp.fileio import sha256_file  # noqa: F401  (re-exported)
 
 FORMAT_VERSION = 1
 STRUCTURE_EXTS = (".pdb", ".cif", ".ent", ".mmcif")
@@ -111,14 +111,6 @@ def discover_by_name(msa_dir: str | Path | None, structure_dir: str | Path | Non
         if s not in used:
             specs[f"structure:{s.name}"] = FamilySpec(None, [], str(s.resolve()), None)
     return list(specs.values())
-
-
-def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 # ------------------------------------------------------------------------------ map step

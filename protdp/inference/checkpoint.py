@@ -32,6 +32,7 @@ from protdp.config import load_config, to_dict
 from protdp.errors import InputError
 from protdp.model.config import ModelConfig
 from protdp.model.model import AlphaFoldModel
+from protdp.fileio import sha256_file  # noqa: F401  (re-exported)
 
 MODEL_FILE_FORMAT = "protdp-model-v1"
 _TRACKER = "latest_checkpointed_iteration.txt"   # protdp.train.checkpointing.TRACKER
@@ -56,14 +57,6 @@ class LoadedModel:
                 "weights": self.weights, "iteration": self.iteration,
                 "training_crop": self.training_crop, "max_msa_rows": self.max_msa_rows,
                 "num_parameters": self.model.num_parameters()}
-
-
-def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(chunk), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _files_digest(root: Path, files: list[Path]) -> str:
