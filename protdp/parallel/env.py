@@ -156,9 +156,20 @@ def init_distributed(timeout: float | timedelta | None = DEFAULT_TIMEOUT_S,
     if launch.world_size == 1 and launch.launcher == "none":
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=td)
         return launch
-    if launch.launcher == "torchrun":  # torchrun's agent may already host the store (env://)
-        dist.init_process_group(backend, init_method="env://", rank=launch.rank,
-                                world_size=launch.world_size, timeout=td)
+    if launch.launcher == "torchrun":
+        source = env if env is not None else os.environ
+        attempt = source.get("TORCHELASTIC_RESTART_COUNT")
+        if attempt is not None and source.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+            # The agent's TCPStore outlives an elastic restart: gloo's full-mesh set-up of
+            # attempt N would read attempt N-1's (dead) peer addresses ("Connection refused").
+            # A per-attempt key prefix keeps every attempt's rendezvous apart.
+            store = dist.TCPStore(launch.master_addr, launch.master_port, launch.world_size,
+                                  is_master=False, timeout=td)
+            dist.init_process_group(backend, store=dist.PrefixStore(f"protdp/attempt_{attempt}", store),
+                                    rank=launch.rank, world_size=launch.world_size, timeout=td)
+        else:  # torchrun's agent may already host the store (env://)
+            dist.init_process_group(backend, init_method="env://", rank=launch.rank,
+                                    world_size=launch.world_size, timeout=td)
         return launch
     store = dist.TCPStore(launch.master_addr, launch.master_port, launch.world_size,
                           is_master=launch.rank == 0, timeout=td)

@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from protdp.errors import ConfigError
+from protdp.parallel import init_distributed
 from protdp.parallel import load_checkpoint as engine_load
 from protdp.parallel import save_checkpoint as engine_save
 from protdp.train import checkpointing
@@ -65,31 +66,6 @@ def _collective(op: str, fn, rank: int):
     from protdp.parallel.collectives import run
 
     return run(op, fn, rank)
-
-
-def _init_process_group(timeout_s: float):
-    """`protdp.parallel.init_distributed`, after a workaround for elastic restarts.
-
-    Under torchrun the workers rendezvous through the agent's TCPStore, which outlives a
-    restart: gloo's full-mesh set-up of attempt N then reads attempt N-1's (dead) peer
-    addresses and fails with "Connection refused". Prefixing the store per restart attempt
-    keeps every attempt's keys apart.
-    """
-    from datetime import timedelta
-
-    from protdp.parallel import detect_launch_env, init_distributed
-    from protdp.parallel.env import default_backend
-
-    launch = detect_launch_env()
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
-    if (launch.launcher == "torchrun" and attempt is not None and not dist.is_initialized()
-            and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"):
-        td = timedelta(seconds=timeout_s)
-        store = dist.TCPStore(launch.master_addr, launch.master_port, launch.world_size,
-                              is_master=False, timeout=td)
-        dist.init_process_group(default_backend(), store=dist.PrefixStore(f"protdp/attempt_{attempt}", store),
-                                rank=launch.rank, world_size=launch.world_size, timeout=td)
-    return init_distributed(timeout=timeout_s)
 
 
 def summarize(records: list[dict], val: dict | None, iteration: int) -> dict:
@@ -148,7 +124,7 @@ class Trainer:
         if not args.data:
             raise ConfigError("--data: an HDF5 store is required (build one with `protdp data build`)")
         self.store = FamilyStore(args.data)  # fail fast on a missing store, before any rendezvous
-        launch = _init_process_group(args.distributed_timeout_minutes * 60.0)
+        launch = init_distributed(timeout=args.distributed_timeout_minutes * 60.0)
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.launcher = launch.launcher
         self.args = args = args.check_world(self.world)
