@@ -150,3 +150,19 @@ def test_accepted_implies_every_check_passes(values, depth, crop):
         assert crop is None or len(p) <= crop
     else:
         assert d.reasons
+
+
+@pytest.mark.parametrize("sequence, flagged", [
+    ("Q" * 40, True),                                  # homopolymer
+    ("QP" * 30, True),                                 # dipeptide repeat: 1 bit
+    ("GGSGGSGGSGGSGGSGGSGGSGGS", True),                # flexible linker: G is 67 %
+    ("MQIFVKTLTGKTITLEVEPSDTIENVKAKIQDKEGIPPDQQRLIFAGKQLEDGRTLSDYNIQKESTLHLVLRLRGG", False),
+    ("YYDPETGTWY", False),                             # short real peptide (5AWL)
+])
+def test_low_complexity_sequences_go_to_review(sequence, flagged):
+    """Confident-looking predictions of repeats must not be accepted on pLDDT alone."""
+    policy = GatePolicy(min_msa_depth=1)
+    d = route(np.full(len(sequence), 95.0), length=len(sequence), msa_depth=100, training_crop=None,
+              policy=policy, sequence=sequence)
+    assert ("low_complexity" in d.reasons) == flagged
+    assert d.route == ("needs_review" if flagged else "accepted")

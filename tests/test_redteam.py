@@ -62,13 +62,16 @@ def test_redteam_suite_passes_on_tiny_checkpoint(tmp_path, ckpt, data_dir, capsy
 
 
 def test_redteam_fails_on_a_weakened_gate(tmp_path, ckpt, data_dir, monkeypatch, capsys):
-    """Gate thresholds that no longer flag shallow MSAs or long inputs, and (fault injection)
+    """Gate thresholds that no longer flag shallow MSAs, long inputs or low-complexity
+    sequences, and (fault injection)
     a screening list that never hits: the suite must name the misses and exit 1."""
     from protdp.safety.screening import ScreeningList
 
     monkeypatch.setattr(ScreeningList, "hits", lambda self, sequence: [])
     cfg = small_config(tmp_path, gate_overrides={"min_msa_depth": 0,
-                                                 "review_beyond_training_crop": False})
+                                                 "review_beyond_training_crop": False,
+                                                 "max_single_residue_fraction": 1.0,
+                                                 "min_sequence_entropy_bits": 0.0})
     out = tmp_path / "rt"
     rc = protdp_main(["redteam", "--checkpoint", str(ckpt), "--out", str(out),
                       "--config", str(cfg), "--data", str(data_dir)])

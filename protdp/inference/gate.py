@@ -42,6 +42,8 @@ REASON_TEXT = {
     "length_beyond_training_crop": "sequence longer than the training crop",
     "shallow_msa": "MSA shallower than the configured minimum",
     "screening": "sequence matched the safety screening list",
+    "low_complexity": "low-complexity sequence (homopolymer or short repeat): confident-looking "
+                      "but rarely meaningful",
 }
 
 
@@ -59,6 +61,11 @@ class GatePolicy:
     """MSA rows (query included) below which the input is out of distribution: needs_review."""
     review_beyond_training_crop: bool = True
     """Send targets longer than the checkpoint's training crop to review."""
+    max_single_residue_fraction: float = 0.5
+    """Largest tolerated fraction of one residue type; above it: low_complexity (review)."""
+    min_sequence_entropy_bits: float = 2.0
+    """Shannon entropy of the residue composition (bits) below which a sequence of at least
+    20 residues is low-complexity (natural proteins: ~4.2 bits; a dipeptide repeat: 1 bit)."""
 
     def __post_init__(self):
         for name in ("accept_mean_plddt", "very_low_plddt"):
@@ -71,6 +78,12 @@ class GatePolicy:
         if isinstance(self.min_msa_depth, bool) or not isinstance(self.min_msa_depth, int) \
                 or self.min_msa_depth < 0:
             raise ValueError(f"min_msa_depth must be a non-negative integer, got {self.min_msa_depth!r}")
+        frac = self.max_single_residue_fraction
+        if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0 < frac <= 1:
+            raise ValueError(f"max_single_residue_fraction must be a number in (0, 1], got {frac!r}")
+        bits = self.min_sequence_entropy_bits
+        if isinstance(bits, bool) or not isinstance(bits, (int, float)) or not 0 <= bits <= 4.33:
+            raise ValueError(f"min_sequence_entropy_bits must be a number in [0, 4.32], got {bits!r}")
         if not isinstance(self.review_beyond_training_crop, bool):
             raise ValueError("review_beyond_training_crop must be true or false, "
                              f"got {self.review_beyond_training_crop!r}")
@@ -117,9 +130,19 @@ def band_of(value: float) -> str:
     return "very_low"
 
 
+def sequence_complexity(sequence: str) -> tuple[float, float]:
+    """(largest single-residue fraction, Shannon entropy in bits) of a one-letter sequence."""
+    if not sequence:
+        return 0.0, 0.0
+    _, counts = np.unique(np.frombuffer(sequence.upper().encode("ascii", "replace"), np.uint8),
+                          return_counts=True)
+    p = counts / counts.sum()
+    return float(p.max()), float(-(p * np.log2(p)).sum())
+
+
 def route(plddt: np.ndarray, *, length: int, msa_depth: int, training_crop: int | None,
           screening_hits: Sequence = (), invalid_reason: str | None = None,
-          policy: GatePolicy) -> GateDecision:
+          policy: GatePolicy, sequence: str | None = None) -> GateDecision:
     """Route one prediction. `plddt` is [L] on the 0–100 scale; `length` must equal L.
 
     `invalid_reason` (set by the predictor for a bad target) -> rejected. Otherwise every failed
@@ -164,6 +187,13 @@ def route(plddt: np.ndarray, *, length: int, msa_depth: int, training_crop: int 
     if msa_depth < policy.min_msa_depth:
         reasons.append("shallow_msa")
         details["shallow_msa"] = f"MSA depth {msa_depth} < minimum {policy.min_msa_depth}"
+    if sequence:
+        top, bits = sequence_complexity(sequence)
+        if top > policy.max_single_residue_fraction or (
+                len(sequence) >= 20 and bits < policy.min_sequence_entropy_bits):
+            reasons.append("low_complexity")
+            details["low_complexity"] = (f"one residue type is {top:.0%} of the sequence, "
+                                         f"composition entropy {bits:.2f} bits")
     hits = list(screening_hits or ())
     if hits:
         reasons.append("screening")

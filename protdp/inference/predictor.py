@@ -253,7 +253,7 @@ class Predictor:
         hit_text = [f"{h.entry} (query {h.query_start + 1}-{h.query_end}, {h.method})" for h in hits]
         decision: GateDecision = route(plddt, length=len(seq), msa_depth=msa_depth,
                                        training_crop=self.loaded.training_crop,
-                                       screening_hits=hit_text, policy=self.policy)
+                                       screening_hits=hit_text, policy=self.policy, sequence=seq)
         outputs = {}
         if finite_xyz.all() and np.isfinite(plddt).all():
             files = write_structures(tdir, t.file_name, seq, out["positions"], plddt)
