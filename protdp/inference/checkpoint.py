@@ -186,6 +186,14 @@ def _load_training_dir(path: Path, device: torch.device) -> LoadedModel:
                        int(it) if isinstance(it, int) else None)
 
 
+def checkpoint_home(path: str | Path) -> Path:
+    """The folder a checkpoint's reports live in (`protdp calibrate` writes calibration.json
+    there, `protdp predict` reads it): the resolved iter_N folder of a training run, or the
+    folder holding a model file."""
+    path = Path(path).resolve()
+    return _resolve_training_dir(path) if path.is_dir() else path.parent
+
+
 def load_model_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> LoadedModel:
     """Load a model file or a training checkpoint folder (EMA weights preferred), in eval mode."""
     path, device = Path(path).resolve(), torch.device(device)

@@ -51,15 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _gate_policy(args):
     """Gate policy YAML, tightened by a calibration report (explicit, or beside the checkpoint)."""
-    from pathlib import Path
-
+    from protdp.inference.checkpoint import checkpoint_home
     from protdp.inference.predictor import load_gate_policy
     from protdp.safety.calibration import load_calibrated_policy
 
     policy = load_gate_policy(args.gating)
     calibration = args.calibration
-    checkpoint = Path(args.checkpoint)
-    beside = (checkpoint if checkpoint.is_dir() else checkpoint.parent) / "calibration.json"
+    beside = checkpoint_home(args.checkpoint) / "calibration.json"
     if calibration is None and beside.is_file():
         calibration = beside
     if calibration is None:

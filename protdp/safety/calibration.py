@@ -188,7 +188,7 @@ def calibrate(checkpoint: str | Path, data: str | Path, out_dir: str | Path | No
               max_msa_rows: int = 128, num_recycles: int | None = None) -> Path:
     """Run the whole report; returns the path of calibration.json."""
     from protdp.data.store import FamilyStore
-    from protdp.inference.checkpoint import load_model_checkpoint
+    from protdp.inference.checkpoint import checkpoint_home, load_model_checkpoint
 
     if not 0.0 < target_lddt <= 1.0:
         raise InputError(f"target lDDT must be in (0, 1], got {target_lddt}", field="--target-lddt")
@@ -203,7 +203,7 @@ def calibrate(checkpoint: str | Path, data: str | Path, out_dir: str | Path | No
         per_target = evaluate_families(loaded, store, fams, max_msa_rows, num_recycles)
     report = summarize(per_target, target_lddt)
     if out_dir is None:
-        out_dir = loaded.path if loaded.path.is_dir() else loaded.path.parent
+        out_dir = checkpoint_home(loaded.path)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     png = out_dir / "calibration.png"
