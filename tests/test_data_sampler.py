@@ -8,7 +8,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from data_fixtures import build_pairs_store
@@ -108,6 +108,7 @@ def test_resume_equals_no_resume(lengths, ws, mbs, cut, seed):
 @settings(max_examples=30, deadline=None)
 @given(lengths=st.lists(st.integers(5, 600), min_size=2, max_size=40),
        cut=st.integers(0, 25), seed=st.integers(0, 1000), new_ws=st.integers(1, 3))
+@example(lengths=[5, 5, 5], cut=1, seed=0, new_ws=2)   # a re-served padding slot (found by CI)
 def test_reshard_resume_mid_epoch(lengths, cut, seed, new_ws):
     """2 ranks run `cut` micro-batches, then the job restarts on new_ws ranks: every family
     of the epoch is served exactly once overall (re-serves aside)."""
@@ -129,8 +130,11 @@ def test_reshard_resume_mid_epoch(lengths, cut, seed, new_ws):
     before_first = set(served)
     after_distinct = [set(a) for a in after]
     assert set().union(*after_distinct) | before_first == set(fams)
-    # families consumed before the restart are not served again in this epoch
-    assert not before_first & set().union(*after_distinct)
+    # families consumed before the restart are not served again in this epoch, except as
+    # re-served padding slots (a rank that runs out repeats a family to keep lock-step)
+    again = before_first & set().union(*after_distinct)
+    padding = sum(old[0].stats()["reserved_per_rank"]) + sum(new[0].stats()["reserved_per_rank"])
+    assert len(again) <= padding, (again, padding)
     # next epoch: identical to a fresh run at the new world size
     for r, s in enumerate(new):
         s.set_epoch(1)
