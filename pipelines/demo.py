@@ -57,7 +57,11 @@ def main() -> int:
 
     banner("3/4 pretrain the small model: torchrun, 2 CPU ranks, overlap + distributed optimizer")
     iters = int(os.environ.get("PROTDP_DEMO_ITERS", "0")) or None
-    shutil.rmtree(run_dir, ignore_errors=True)          # a fresh run each time (resume: --load)
+    # a fresh run each time (resume is `--load`); its predictions and queue start empty too
+    shutil.rmtree(run_dir, ignore_errors=True)
+    shutil.rmtree(out / "predictions", ignore_errors=True)
+    for f in out.glob("review_queue.sqlite*"):          # the database and its WAL files
+        f.unlink()
     rc = run_demo_training(store_path, run_dir, train_iters=iters)
     if rc != 0:
         print(f"demo: training failed with exit code {rc}", file=sys.stderr)
