@@ -213,6 +213,14 @@ def parse_a3m(text: str, path: str | Path = "<string>") -> Msa:
     return _finish([r[0] for r in records], cols, dels, path, [r[2] for r in records])
 
 
+def _aligned_msa(names: list[str], rows: list[bytes], lines: list[int], path: Path) -> Msa:
+    """Equal-length aligned rows (no insertion letters) -> Msa projected on the query's columns."""
+    if not rows:
+        raise InputError("no sequences found (empty MSA)", path=path)
+    arr, d = _project_on_query(_rows_array(rows), np.zeros((len(rows), len(rows[0])), np.int64))
+    return _finish(names, arr, d, path, lines)
+
+
 def _parse_aligned_fasta(text: str, path: Path) -> Msa:
     records = _fasta_records(text, path)
     rows, lines = [], []
@@ -222,10 +230,7 @@ def _parse_aligned_fasta(text: str, path: Path) -> Msa:
                              f"{len(rows[0])}", path=path, line=lineno)
         rows.append(seq.upper().encode("ascii"))
         lines.append(lineno)
-    if not rows:
-        raise InputError("no sequences found (empty MSA)", path=path)
-    arr, d = _project_on_query(_rows_array(rows), np.zeros((len(rows), len(rows[0])), np.int64))
-    return _finish([r[0] for r in records], arr, d, path, lines)
+    return _aligned_msa([r[0] for r in records], rows, lines, path)
 
 
 def _check_stockholm_names(text: str, path: Path) -> None:
@@ -280,11 +285,7 @@ def _parse_psicov(text: str, path: Path) -> Msa:
                              f"has {len(rows[0])}", path=path, line=lineno)
         rows.append(line.upper().encode("ascii"))
         lines.append(lineno)
-    if not rows:
-        raise InputError("no sequences found (empty MSA)", path=path)
-    names = [f"row{i}" for i in range(len(rows))]
-    arr, d = _project_on_query(_rows_array(rows), np.zeros((len(rows), len(rows[0])), np.int64))
-    return _finish(names, arr, d, path, lines)
+    return _aligned_msa([f"row{i}" for i in range(len(rows))], rows, lines, path)
 
 
 def parse_msa(path: str | Path, fmt: str | None = None) -> Msa:
