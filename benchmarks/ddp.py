@@ -56,6 +56,12 @@ def rss_mb() -> float:
     return float("nan")
 
 
+def _cpu_s() -> float:
+    """CPU time of this process (all its threads, user + system)."""
+    t = os.times()
+    return t.user + t.system
+
+
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -139,6 +145,12 @@ class Engine:
                    for v in st.values() if isinstance(v, torch.Tensor) and v.numel() > 1)
 
     def step(self) -> dict:
+        rec = self._step()
+        rec["cpu_s"] = _cpu_s() - rec.pop("cpu0")
+        return rec
+
+    def _step(self) -> dict:
+        cpu0 = _cpu_s()
         t0 = time.perf_counter()
         if isinstance(self.opt, DistributedOptimizer):
             self.opt.zero_grad()
@@ -156,14 +168,15 @@ class Engine:
                    "grad_comm_s": self.model.last_grad_sync["comm_s"],
                    # param gathers of the previous step waited for inside this forward
                    "param_wait_s": self.model.comm_stats["param_sync_wait_s"] - param_wait0,
-                   "param_comm_s": self.model.comm_stats["param_sync_comm_s"] - param_comm0}
+                   "param_comm_s": self.model.comm_stats["param_sync_comm_s"] - param_comm0,
+                   "cpu0": cpu0}
         else:
             self.opt.zero_grad(set_to_none=False)
             self.loss(self.model).backward()  # DDP waits for its allreduces inside backward
             t_bwd = time.perf_counter()
             self.opt.step()
             t1 = time.perf_counter()
-            rec = {"step_s": t1 - t0, "fwd_bwd_s": t_bwd - t0, "opt_s": t1 - t_bwd}
+            rec = {"step_s": t1 - t0, "fwd_bwd_s": t_bwd - t0, "opt_s": t1 - t_bwd, "cpu0": cpu0}
         return rec
 
     def settle(self):
@@ -182,19 +195,28 @@ def timed(fn, reps: int) -> float:
 
 
 def collective_choice(world: int, numel: int = 4 * 2**20, reps: int = 9) -> dict:
-    """gloo: all_reduce vs reduce_scatter vs all_gather on the same 16 MB fp32 buffer."""
+    """gloo: torch's all_reduce / reduce_scatter / all_gather vs protdp's point-to-point rings
+    (protdp.parallel.ring), on the same 16 MB fp32 buffer: the measurement behind the per-backend
+    choice in protdp.parallel.collectives."""
+    from protdp.parallel import ring
+
     x = torch.randn(numel)
     shard = torch.empty(numel // world)
     rs = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
     ag = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    ranks, rank = list(range(world)), dist.get_rank()
     out = {"bytes": numel * 4, "backend": dist.get_backend()}
     for name, fn in [("all_reduce_s", lambda: dist.all_reduce(x)),
                      ("reduce_scatter_s", lambda: rs(shard, x)),
-                     ("all_gather_s", lambda: ag(x, shard))]:
+                     ("all_gather_s", lambda: ag(x, shard)),
+                     ("ring_reduce_scatter_s", lambda: ring.run_blocking(
+                         ring.ring_reduce_scatter(x, None, ranks, rank))),
+                     ("ring_all_gather_s", lambda: ring.run_blocking(
+                         ring.ring_all_gather(x, None, ranks, rank)))]:
         fn()
         out[name] = timed(fn, reps)
-    out["reduce_scatter_over_all_reduce"] = out["reduce_scatter_s"] / out["all_reduce_s"]
-    out["all_gather_over_all_reduce"] = out["all_gather_s"] / out["all_reduce_s"]
+    for name in ("reduce_scatter", "all_gather", "ring_reduce_scatter", "ring_all_gather"):
+        out[f"{name}_over_all_reduce"] = out[f"{name}_s"] / out["all_reduce_s"]
     return out
 
 
@@ -238,6 +260,7 @@ def worker(args) -> dict | None:
     for name, e in engines.items():
         med = {k: statistics.median(r[k] for r in e.records) for k in e.records[0]}
         row = {"step_s": med["step_s"], "fwd_bwd_s": med["fwd_bwd_s"], "opt_s": med["opt_s"],
+               "cpu_s": statistics.mean(r["cpu_s"] for r in e.records),
                "step_s_all": [round(r["step_s"], 4) for r in e.records],
                "optimizer_state_bytes": e.state_bytes(), "resident_mb": round(e.rss_mb, 1)}
         if "grad_wait_s" in med:
@@ -294,10 +317,10 @@ def table(res: dict) -> str:
                      f"{r['optimizer_state_bytes'] / 2**20:7.1f} {r['resident_mb']:7.1f} "
                      f"{r.get('bucketed_busbw_gbs', float('nan')):6.2f}")
     c = res["collectives"]
-    lines.append(f"{c['backend']} 16 MB: all_reduce {1e3 * c['all_reduce_s']:.1f} ms, "
-                 f"reduce_scatter {1e3 * c['reduce_scatter_s']:.1f} ms "
-                 f"({c['reduce_scatter_over_all_reduce']:.2f}x), all_gather "
-                 f"{1e3 * c['all_gather_s']:.1f} ms ({c['all_gather_over_all_reduce']:.2f}x)")
+    lines.append(f"{c['backend']} 16 MB: all_reduce {1e3 * c['all_reduce_s']:.1f} ms; vs that: "
+                 + ", ".join(f"{n} {1e3 * c[n + '_s']:.1f} ms ({c[n + '_over_all_reduce']:.2f}x)"
+                             for n in ("reduce_scatter", "all_gather", "ring_reduce_scatter",
+                                       "ring_all_gather")))
     lines.append("peak RSS per rank: " + ", ".join(f"rank {p['rank']} {p['peak_rss_mb']:.0f} MB"
                                                   for p in res["per_rank"]))
     return "\n".join(lines)

@@ -203,6 +203,16 @@ def suite(rank: int, world: int, outdir: Path, res: dict):
     m, opt, _ = train_ours(world, rank, cfg(world, use_distributed_optimizer=True), 20)
     res["b_distopt_vs_ref"] = max_rel(flat(m.module), flat(ref20))
     res["b_state_bytes"] = opt.state_bytes()
+    res["b_auto_collectives"] = (m.grad_collective, m.param_collective)
+    # every gradient-reduction / param-gather collective, overlapped, against the reference
+    ref6, _ = train_reference(6, world)
+    res["b_by_collective"] = {}
+    for grc in ("all_reduce", "reduce_scatter", "ring_reduce_scatter"):
+        for pgc in ("all_gather", "ring_all_gather"):
+            mc, _, _ = train_ours(world, rank, cfg(
+                world, use_distributed_optimizer=True, overlap_param_gather=True,
+                grad_reduce_collective=grc, param_gather_collective=pgc), 6)
+            res["b_by_collective"][f"{grc}+{pgc}"] = max_rel(flat(mc.module), flat(ref6))
     m, opt, _ = train_ours(world, rank, cfg(world), 20)
     res["b_plain_vs_ref"] = max_rel(flat(m.module), flat(ref20))
     res["b_plain_state_bytes"] = opt.state_bytes()

@@ -62,6 +62,11 @@ def test_b_distributed_adamw_matches_single_process(suite, world):
               f"{res['b_distopt_vs_ref']:.2e}, plain {res['b_plain_vs_ref']:.2e}, "
               f"SGD {res['b_sgd_vs_ref']:.2e}")
         assert res["b_distopt_vs_ref"] <= TIGHT
+        # gloo: the point-to-point rings are the default; every choice matches the reference
+        assert res["b_auto_collectives"] == ("ring_reduce_scatter", "ring_all_gather")
+        assert len(res["b_by_collective"]) == 6
+        for name, diff in res["b_by_collective"].items():
+            assert diff <= TIGHT, (name, diff)
         assert res["b_plain_vs_ref"] <= TIGHT
         assert res["b_sgd_vs_ref"] <= TIGHT
         assert res["b_ranks_agree"] == 0.0

@@ -5,17 +5,19 @@ group's timeout, and a failure (dead peer, timeout, mismatched op) becomes a `Di
 that names this rank and the operation. Also records when each async collective was in flight,
 so callers can report total communication time next to the exposed (waited-for) time.
 
-Backend choice (measured on this 2-core machine with gloo, 2 ranks, interleaved repeats; see
-benchmarks/results/ddp*.json "collectives"): for 16 MB fp32, reduce_scatter takes 1.5-3x the time
-of an all_reduce of the same buffer (loopback and the 4 Gbit/s two-namespace network alike), so
-with gloo the distributed optimizer's gradient reduction is an all_reduce and each rank then reads
-its own shard; all_gather takes ~0.65-0.9x of an all_reduce, so params are all-gathered. With NCCL
-reduce_scatter moves half the bytes of an all_reduce and is used, as in Megatron.
+Backend choice (measured with gloo, 2 and 3 ranks, on loopback and on the two-namespace network
+of benchmarks/netsim.sh; see benchmarks/results/ddp*.json "collectives"): gloo's own
+reduce_scatter takes 1.1-5x the time of an all_reduce of the same buffer, while a ring
+reduce-scatter issued as point-to-point messages (`protdp.parallel.ring`) takes about half of it,
+as the bytes say. So on gloo the distributed optimizer reduce-scatters its gradient buckets with
+that ring and all-gathers params with the ring all-gather, both on the comm thread; with NCCL
+torch's reduce_scatter / all_gather (which are rings already) are used, as in Megatron.
 """
 
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -26,10 +28,21 @@ from protdp.errors import DistributedError
 
 
 def grad_reduce_collective(requested: str, backend: str) -> str:
-    """'all_reduce' or 'reduce_scatter' for the gradient buckets of a distributed optimizer."""
+    """Collective for the gradient buckets of a distributed optimizer.
+
+    'reduce_scatter' (torch's), 'ring_reduce_scatter' (point-to-point ring on the comm thread)
+    or 'all_reduce' (every rank then reads its own shard).
+    """
     if requested != "auto":
         return requested
-    return "reduce_scatter" if backend == "nccl" else "all_reduce"
+    return "reduce_scatter" if backend == "nccl" else "ring_reduce_scatter"
+
+
+def param_gather_collective(requested: str, backend: str) -> str:
+    """'all_gather' (torch's) or 'ring_all_gather' (point-to-point ring on the comm thread)."""
+    if requested != "auto":
+        return requested
+    return "all_gather" if backend == "nccl" else "ring_all_gather"
 
 
 def _describe(exc: BaseException) -> str:
@@ -64,7 +77,7 @@ class CommTimeline:
         self.intervals = []
 
     def busy_s(self) -> float:
-        spans = sorted((a, b) for a, b in self.intervals if b is not None)
+        spans = sorted((a, b) for a, b in self.intervals if a is not None and b is not None)
         total, cur_a, cur_b = 0.0, None, None
         for a, b in spans:
             if cur_b is None or a > cur_b:
@@ -79,12 +92,15 @@ class CommTimeline:
 
 
 class Pending:
-    """An in-flight async collective; `wait()` raises a DistributedError naming rank and op."""
+    """An in-flight async collective (a torch Work, or a Future of the comm thread);
+    `wait()` raises a DistributedError naming rank and op."""
 
-    def __init__(self, op: str, work, rank: int, timeline: CommTimeline | None):
-        self.op, self.work, self.rank = op, work, rank
+    def __init__(self, op: str, work, rank: int, timeline: CommTimeline | None,
+                 future: Future | None = None):
+        self.op, self.work, self.rank, self.future = op, work, rank, future
         self.done_future = None
-        if timeline is not None:
+        self.span = None
+        if timeline is not None and work is not None:
             span = [time.perf_counter(), None]
             timeline.intervals.append(span)
 
@@ -92,13 +108,21 @@ class Pending:
                 span[1] = time.perf_counter()
                 return None
 
-            self.done_future = work.get_future().then(_mark)
+            try:
+                self.done_future = work.get_future().then(_mark)
+            except RuntimeError:  # some Works (gloo reduce_scatter) have no future: end = wait
+                self.span = span
 
     def wait(self):
         try:
+            if self.future is not None:
+                self.future.result()
+                return
             self.work.wait()
             if self.done_future is not None:
                 self.done_future.wait()
+            if self.span is not None and self.span[1] is None:
+                self.span[1] = time.perf_counter()
         except (RuntimeError, dist.DistError) as exc:
             raise fail(self.rank, self.op, exc) from exc
 
@@ -111,6 +135,15 @@ def launch(op: str, fn: Callable[[], object], rank: int,
     except (RuntimeError, dist.DistError) as exc:
         raise fail(rank, op, exc) from exc
     return Pending(op, work, rank, timeline)
+
+
+def launch_on(worker, op: str, make_op: Callable, rank: int,
+              timeline: CommTimeline | None = None, group=None) -> Pending:
+    """Queue a ring op (`make_op(sequence)`) of `group` on a `ring.CommWorker` thread."""
+    span = [None, None]
+    if timeline is not None:
+        timeline.intervals.append(span)
+    return Pending(op, None, rank, None, future=worker.submit(make_op, span, group))
 
 
 def all_reduce_sum_(t: torch.Tensor, group, rank: int, op: str = "all_reduce") -> torch.Tensor:

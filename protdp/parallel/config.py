@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from protdp.errors import ConfigError
 
-GRAD_REDUCE_COLLECTIVES = ("auto", "all_reduce", "reduce_scatter")
+GRAD_REDUCE_COLLECTIVES = ("auto", "all_reduce", "reduce_scatter", "ring_reduce_scatter")
+PARAM_GATHER_COLLECTIVES = ("auto", "all_gather", "ring_all_gather")
 
 
 def default_bucket_size(data_parallel_size: int) -> int:
@@ -55,7 +56,10 @@ class ParallelConfig:
     pipeline_model_parallel_size: int = 1
     """Pipeline parallelism is not implemented: must be 1."""
     grad_reduce_collective: str = "auto"
-    """'auto' picks the faster collective per backend (gloo: all_reduce, nccl: reduce_scatter)."""
+    """Distributed optimizer's grad reduction; 'auto' picks the faster one per backend (nccl:
+    reduce_scatter; gloo: ring_reduce_scatter, a point-to-point ring on a comm thread)."""
+    param_gather_collective: str = "auto"
+    """Distributed optimizer's param gather; 'auto': nccl all_gather, gloo ring_all_gather."""
     param_align: int = 64
     """Every parameter starts at a multiple of this many elements in the buffers."""
     check_for_nan_in_grad: bool = True
@@ -101,9 +105,14 @@ class ParallelConfig:
         if self.grad_reduce_collective not in GRAD_REDUCE_COLLECTIVES:
             raise ConfigError(f"grad_reduce_collective={self.grad_reduce_collective!r}: expected "
                               f"one of {GRAD_REDUCE_COLLECTIVES}")
-        if self.grad_reduce_collective == "reduce_scatter" and not self.use_distributed_optimizer:
-            raise ConfigError("grad_reduce_collective='reduce_scatter' leaves each rank with only "
-                              "its shard of the gradient: it requires use_distributed_optimizer=True")
+        if self.param_gather_collective not in PARAM_GATHER_COLLECTIVES:
+            raise ConfigError(f"param_gather_collective={self.param_gather_collective!r}: "
+                              f"expected one of {PARAM_GATHER_COLLECTIVES}")
+        if (self.grad_reduce_collective.endswith("reduce_scatter")
+                and not self.use_distributed_optimizer):
+            raise ConfigError(f"grad_reduce_collective={self.grad_reduce_collective!r} leaves each "
+                              "rank with only its shard of the gradient: it requires "
+                              "use_distributed_optimizer=True")
         if self.max_consecutive_skipped_steps < 0:
             raise ConfigError("max_consecutive_skipped_steps must be >= 0")
 

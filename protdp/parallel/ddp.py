@@ -10,7 +10,9 @@ Megatron concepts (megatron/core/distributed/distributed_data_parallel.py, param
 - `finish_grad_sync()` waits for all buckets (its wait time is the *exposed* communication);
 - `no_sync()` for all but the last micro-batch; `zero_grad_buffer()`; `broadcast_params()`;
 - with the distributed optimizer, `start_param_sync()`/`finish_param_sync()` gather the updated
-  param shards, optionally overlapped with the next forward through per-module pre-hooks.
+  param shards, optionally overlapped with the next forward through per-module pre-hooks;
+- on gloo the dist-opt's reduce-scatter / all-gather are point-to-point rings run on a comm thread
+  (`protdp.parallel.ring`, the CPU analogue of Megatron's communication stream).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from torch import nn
 
 from protdp.errors import ConfigError, DistributedError
 from protdp.parallel import collectives as coll
+from protdp.parallel import ring
 from protdp.parallel.buffer import BufferLayout, build_layout, layout_hash, layout_summary
 from protdp.parallel.config import ParallelConfig
 
@@ -65,9 +68,14 @@ class DataParallel(nn.Module):
             raise ConfigError(f"ParallelConfig.data_parallel_size={self.config.data_parallel_size} "
                               f"but the process group has {self.dp} ranks")
         self.backend = dist.get_backend(process_group)
+        distopt = self.config.use_distributed_optimizer
         self.grad_collective = (coll.grad_reduce_collective(self.config.grad_reduce_collective,
                                                             self.backend)
-                                if self.config.use_distributed_optimizer else "all_reduce")
+                                if distopt else "all_reduce")
+        self.param_collective = (coll.param_gather_collective(
+            self.config.param_gather_collective, self.backend) if distopt else None)
+        self.group_ranks = (dist.get_process_group_ranks(process_group) if process_group
+                            else list(range(self.dp)))
 
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         if not named:
@@ -110,6 +118,9 @@ class DataParallel(nn.Module):
         self._param_timeline = coll.CommTimeline()
         self.comm_stats = self._zero_stats()
         self.last_grad_sync = {"wait_s": 0.0, "comm_s": 0.0}
+        uses_ring = self.dp > 1 and (self.grad_collective.startswith("ring")
+                                     or (self.param_collective or "").startswith("ring"))
+        self._comm_worker = ring.shared_worker() if uses_ring else None
         if self.config.overlap_param_gather:
             self._register_param_gather_hooks()
 
@@ -203,13 +214,25 @@ class DataParallel(nn.Module):
         buf = self.buffers[g]
         bucket = buf.layout.buckets[bi]
         data = buf.grad_data[bucket.start:bucket.end]  # [bucket numel] fp32
-        if self.config.check_for_nan_in_grad and not torch.isfinite(data.sum()):
-            self.local_nonfinite.append(key)  # detected locally, before the collective
+
+        def check_finite():  # detected locally, before the collective
+            if self.config.check_for_nan_in_grad and not torch.isfinite(data.sum()):
+                self.local_nonfinite.append(key)
+
+        what = f"{self.grad_collective}(grad bucket {bi} of {buf.layout.dtype} buffer)"
+        if self.grad_collective == "ring_reduce_scatter" and self.dp > 1:
+            # on the comm thread: check, reduce-scatter, average only this rank's shard
+            make_op = lambda seq: ring.ring_reduce_scatter(  # noqa: E731
+                data, self.group, self.group_ranks, self.rank, seq, scale=1.0 / self.dp,
+                before=check_finite)
+            self._launched[key] = coll.launch_on(self._comm_worker, what, make_op, self.rank,
+                                                 self._grad_timeline, self.group)
+            return
+        check_finite()
         if self.dp == 1:
             self._launched[key] = None
             return
         data.div_(self.dp)  # average once: SUM of grad/dp
-        what = f"{self.grad_collective}(grad bucket {bi} of {buf.layout.dtype} buffer)"
         if self.grad_collective == "reduce_scatter":
             shard = bucket.shards[self.rank]
             out = buf.grad_data[shard.start:shard.end]
@@ -288,21 +311,34 @@ class DataParallel(nn.Module):
                 coll.run(f"broadcast(buffer {name})", lambda t=t: dist.broadcast(
                     t, src=self.src_rank, group=self.group), self.rank)
 
-    def start_param_sync(self):
-        """Gather each rank's updated param shard into every rank's param buffer (async)."""
+    @property
+    def bucket_keys(self) -> list[tuple[int, int]]:
+        """(buffer, bucket) of every bucket in reduction order (the order of the collectives)."""
+        return list(self._order)
+
+    def start_param_sync(self, keys=None):
+        """Gather each rank's updated param shard of buckets `keys` (default: all, in forward
+        order) into every rank's param buffer (async). Every rank must pass the same keys."""
         if self.dp == 1:
             return
-        self._param_timeline.reset()
+        if not self._param_pending:
+            self._param_timeline.reset()
         # reverse bucket order: the last bucket holds the first layers, needed first by forward
-        for key in reversed(self._order):
+        for key in (reversed(self._order) if keys is None else keys):
             g, bi = key
             buf = self.buffers[g]
             bucket = buf.layout.buckets[bi]
             shard = bucket.shards[self.rank]
             data = buf.param_data[bucket.start:bucket.end]
+            what = f"{self.param_collective}(param bucket {bi} of {buf.layout.dtype} buffer)"
+            if self.param_collective == "ring_all_gather":
+                make_op = lambda seq, d=data: ring.ring_all_gather(  # noqa: E731
+                    d, self.group, self.group_ranks, self.rank, seq)
+                self._param_pending[key] = coll.launch_on(self._comm_worker, what, make_op,
+                                                          self.rank, self._param_timeline, self.group)
+                continue
             src = buf.param_data[shard.start:shard.end]
             fn = lambda d=data, s=src: _all_gather(d, s, group=self.group, async_op=True)  # noqa
-            what = f"all_gather(param bucket {bi} of {buf.layout.dtype} buffer)"
             self._param_pending[key] = coll.launch(what, fn, self.rank, self._param_timeline)
 
     def finish_param_sync(self, keys=None):

@@ -52,6 +52,11 @@ class _OwnedShard:
     master: torch.Tensor  # [end - start] fp32 (a view of the param buffer for fp32 params)
     param_view: torch.Tensor  # [end - start] model dtype, view of the param buffer
     owned: tuple[OwnedRange, ...]  # shard_start/shard_end relative to `start`
+    inner: torch.optim.Optimizer | None = None  # torch's AdamW/SGD over `master` alone
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.buffer, self.bucket)
 
 
 def _scalar_dtype() -> torch.dtype:
@@ -125,37 +130,48 @@ class DistributedOptimizer:
                 master = pview if pview.dtype == torch.float32 else pview.detach().float().clone()
                 master.grad = buf.grad_data[start:end]
                 self._shards.append(_OwnedShard(g, bucket.index, start, end, master, pview, owned))
-        masters = [s.master for s in self._shards]
+        # one torch optimizer per shard, so each bucket's shard can be stepped and its params
+        # gathered while the next shard is stepped (the gather overlaps the optimizer step)
         if self.kind == "adamw":
             if fused is None:  # torch's fused AdamW kernel: ~5x faster than the loop on CPU
-                fused = all(m.device.type in ("cpu", "cuda") for m in masters)
-            self.inner = torch.optim.AdamW(masters, lr=lr, betas=betas, eps=eps,
-                                           weight_decay=weight_decay, fused=fused)
+                fused = all(s.master.device.type in ("cpu", "cuda") for s in self._shards)
+            make = lambda ps: torch.optim.AdamW(ps, lr=lr, betas=betas, eps=eps,  # noqa: E731
+                                                weight_decay=weight_decay, fused=fused)
         elif self.kind == "sgd":
-            self.inner = torch.optim.SGD(masters, lr=lr, momentum=momentum,
-                                         weight_decay=weight_decay)
+            make = lambda ps: torch.optim.SGD(ps, lr=lr, momentum=momentum,  # noqa: E731
+                                              weight_decay=weight_decay)
         else:
             raise ConfigError(f"optimizer={optimizer!r}: expected 'adamw' or 'sgd'")
+        for shard in self._shards:
+            shard.inner = make([shard.master])
+        self._lr = lr
+        by_key = {shard.key: shard for shard in self._shards}
+        # forward order of the buckets (the last bucket holds the first layers): stepped and
+        # gathered in the order the next forward needs them; None where this rank owns nothing
+        self._step_order = [(key, by_key.get(key)) for key in reversed(model.bucket_keys)]
 
     # ------------------------------------------------------------------ lr / introspection
     @property
     def param_groups(self) -> list[dict]:
-        """torch-style param groups (set `group['lr']` for warmup/decay schedules)."""
-        return self.inner.param_groups
+        """torch-style param groups, one per shard (set `group['lr']` on all of them for
+        warmup/decay schedules, or call `set_lr`)."""
+        return [g for shard in self._shards for g in shard.inner.param_groups]
 
     def set_lr(self, lr: float):
-        for group in self.inner.param_groups:
+        self._lr = lr
+        for group in self.param_groups:
             group["lr"] = lr
 
     @property
     def lr(self) -> float:
-        return self.inner.param_groups[0]["lr"]
+        groups = self.param_groups
+        return groups[0]["lr"] if groups else self._lr
 
     def state_bytes(self) -> int:
         """Bytes of optimizer state (+ separate fp32 masters) held by this rank."""
         total = 0
         for shard in self._shards:
-            for v in self.inner.state.get(shard.master, {}).values():
+            for v in shard.inner.state.get(shard.master, {}).values():
                 if isinstance(v, torch.Tensor) and v.numel() > 1:
                     total += v.numel() * v.element_size()
             if shard.master.data_ptr() != shard.param_view.data_ptr():
@@ -203,24 +219,26 @@ class DistributedOptimizer:
                     "rate, check the data, or raise max_consecutive_skipped_steps")
             return False
         self.consecutive_skips = 0
-        if self.clip_grad > 0:
-            coef = self.clip_grad / (norm + 1e-6)  # as torch.nn.utils.clip_grad_norm_
-            if coef < 1.0:
-                for shard in self._shards:
+        coef = self.clip_grad / (norm + 1e-6) if self.clip_grad > 0 else 1.0  # as clip_grad_norm_
+        # bucket by bucket in forward order: step this rank's shard, then start gathering that
+        # bucket's params at once (every rank issues one gather per bucket, owned or not)
+        for key, shard in self._step_order:
+            if shard is not None:
+                if coef < 1.0:
                     shard.master.grad.mul_(coef)
-        self.inner.step()
-        self._masters_to_params()
-        if self.sharded:
-            self.model.start_param_sync()
-            if not self.config.overlap_param_gather:
-                self.model.finish_param_sync()
+                shard.inner.step()
+                self._master_to_params(shard)
+            if self.sharded:
+                self.model.start_param_sync([key])
+        if self.sharded and not self.config.overlap_param_gather:
+            self.model.finish_param_sync()
         return True
 
-    def _masters_to_params(self):
-        with torch.no_grad():
-            for shard in self._shards:
-                if shard.master.data_ptr() != shard.param_view.data_ptr():
-                    shard.param_view.copy_(shard.master)
+    @staticmethod
+    def _master_to_params(shard: _OwnedShard):
+        if shard.master.data_ptr() != shard.param_view.data_ptr():
+            with torch.no_grad():
+                shard.param_view.copy_(shard.master)
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
@@ -229,7 +247,7 @@ class DistributedOptimizer:
         fragments: dict[str, list[dict]] = {}
         step = None
         for shard in self._shards:
-            st = self.inner.state.get(shard.master, {})
+            st = shard.inner.state.get(shard.master, {})
             if "step" in st:
                 step = float(st["step"])
             for r in shard.owned:
@@ -243,7 +261,7 @@ class DistributedOptimizer:
         return {
             "format": STATE_FORMAT, "optimizer": self.kind, "step": step,
             "param_groups": [{k: v for k, v in g.items() if k != "params"}
-                             for g in self.inner.param_groups],
+                             for g in self.param_groups[:1]],  # the same for every shard
             "skipped_steps": self.skipped_steps, "consecutive_skips": self.consecutive_skips,
             "shapes": {n: list(p.shape) for n, p in params.items()},
             "dp": self.dp, "rank": self.rank, "sharded": self.sharded, "fragments": fragments,
@@ -271,7 +289,7 @@ class DistributedOptimizer:
         step = states[0]["step"]
         with torch.no_grad():
             for shard in self._shards:
-                st = self.inner.state[shard.master]
+                st = shard.inner.state[shard.master]
                 for r in shard.owned:
                     if not bool(covered[r.name][r.param_start:r.param_end].all()):
                         raise InputError(f"parameter '{r.name}' elements [{r.param_start}, "
@@ -286,14 +304,17 @@ class DistributedOptimizer:
                             st[key] = torch.zeros_like(shard.master)
                         st[key][r.shard_start:r.shard_end].copy_(piece)
                 if step is not None:  # where torch keeps it: on the device when fused
-                    fused = self.inner.param_groups[0].get("fused")
+                    fused = shard.inner.param_groups[0].get("fused")
                     st["step"] = (torch.tensor(step, dtype=torch.float32, device=shard.master.device)
                                   if fused else torch.tensor(step, dtype=_scalar_dtype()))
-        for group, saved in zip(self.inner.param_groups, states[0]["param_groups"]):
+        saved = states[0]["param_groups"][0]
+        for group in self.param_groups:
             group.update({k: v for k, v in saved.items() if k in _HYPERPARAMS})
+        self._lr = saved.get("lr", self._lr)
         self.skipped_steps = states[0]["skipped_steps"]
         self.consecutive_skips = states[0]["consecutive_skips"]
-        self._masters_to_params()
+        for shard in self._shards:
+            self._master_to_params(shard)
         if self.sharded:
             self.model.start_param_sync()
             self.model.finish_param_sync()

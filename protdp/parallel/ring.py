@@ -1,0 +1,231 @@
+"""Ring reduce-scatter / all-gather over torch.distributed point-to-point ops, on a comm thread.
+
+Why: gloo's own `reduce_scatter` is 1.1-5x slower than an `all_reduce` of the same buffer
+(benchmarks/results/ddp*.json "collectives"), although a ring reduce-scatter moves half the
+bytes of a ring all-reduce. The distributed optimizer (Megatron dist-opt: reduce-scatter grads,
+all-gather params) needs exactly that half. So on gloo the same textbook ring that NCCL runs
+(Patarasuk & Yuan 2009, "Bandwidth optimal all-reduce algorithms"; NCCL's ring) is issued as
+`dist.isend`/`dist.irecv` between ring neighbours: n-1 steps, each sending one chunk of
+size/n, so every rank sends (n-1)/n × size bytes per collective - half an all-reduce.
+
+Async: the steps of one collective depend on each other (receive, add, forward), so a
+`CommWorker` thread drives them while the main thread computes - the CPU analogue of Megatron's
+separate communication stream. Each collective is a generator that posts one ring step's
+isend/irecv and yields their Works; the worker keeps up to `window` collectives posted at once
+(so the link never idles between buckets) and completes them in FIFO order. Every message has a
+tag unique to (collective, step), so ranks that post in a different interleaving still match.
+Receives time out with the process group's timeout (gloo), and the first failure poisons the
+worker: later collectives fail at once instead of each waiting out the timeout.
+
+The schedules are pure functions (`reduce_scatter_schedule`, `all_gather_schedule`) so the chunk
+bookkeeping is unit-tested without a process group.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from typing import Callable, Generator
+
+import torch
+import torch.distributed as dist
+
+TAG_SPACE = 2**30  # gloo tags are 32-bit; (collective, step) pairs wrap around in this space
+
+RingOp = Generator[list, None, object]  # yields the Works of one posted step; returns a result
+
+
+def reduce_scatter_schedule(rank: int, world: int) -> list[tuple[int, int]]:
+    """(chunk to send to rank+1, chunk to receive from rank-1 and add into) for each ring step.
+
+    After all world-1 steps, chunk `rank` on `rank` holds the sum over all ranks.
+    """
+    return [((rank - s - 1) % world, (rank - s - 2) % world) for s in range(world - 1)]
+
+
+def all_gather_schedule(rank: int, world: int) -> list[tuple[int, int]]:
+    """(chunk to send to rank+1, chunk to receive from rank-1) for each ring step.
+
+    Starts from each rank holding chunk `rank`; after world-1 steps every rank holds all chunks.
+    """
+    return [((rank - s) % world, (rank - s - 1) % world) for s in range(world - 1)]
+
+
+def step_tag(sequence: int, step: int, world: int) -> int:
+    """Message tag of ring step `step` of the `sequence`-th collective of a worker."""
+    return (sequence * max(world - 1, 1) + step) % TAG_SPACE
+
+
+def _post(send: torch.Tensor, recv: torch.Tensor, group, group_ranks: list[int], rank: int,
+          tag: int) -> list:
+    """Post: send `send` to the next rank of the ring, receive `recv` from the previous one."""
+    world = len(group_ranks)
+    nxt, prv = group_ranks[(rank + 1) % world], group_ranks[(rank - 1) % world]
+    return [dist.irecv(recv, src=prv, group=group, tag=tag),
+            dist.isend(send, dst=nxt, group=group, tag=tag)]
+
+
+def ring_reduce_scatter(data: torch.Tensor, group, group_ranks: list[int], rank: int,
+                        sequence: int = 0, scale: float = 1.0,
+                        before: Callable[[], None] | None = None) -> RingOp:
+    """SUM-reduce-scatter `data` [world × chunk] in place; returns this rank's chunk × `scale`.
+
+    Other chunks of `data` are left holding partial sums. `before()` runs first (on the worker).
+    """
+    if before is not None:
+        before()
+    world = len(group_ranks)
+    chunks = data.view(world, -1)  # [world, chunk]
+    tmp = torch.empty_like(chunks[0])  # [chunk]
+    for step, (send_i, recv_i) in enumerate(reduce_scatter_schedule(rank, world)):
+        yield _post(chunks[send_i], tmp, group, group_ranks, rank,
+                    step_tag(sequence, step, world))
+        chunks[recv_i].add_(tmp)
+    mine = chunks[rank]
+    if scale != 1.0:
+        mine.mul_(scale)
+    return mine
+
+
+def ring_all_gather(data: torch.Tensor, group, group_ranks: list[int], rank: int,
+                    sequence: int = 0) -> RingOp:
+    """All-gather in place: chunk `rank` of `data` [world × chunk] is this rank's contribution."""
+    world = len(group_ranks)
+    chunks = data.view(world, -1)  # [world, chunk]
+    for step, (send_i, recv_i) in enumerate(all_gather_schedule(rank, world)):
+        yield _post(chunks[send_i], chunks[recv_i], group, group_ranks, rank,
+                    step_tag(sequence, step, world))
+    return data
+
+
+def run_blocking(op: RingOp):
+    """Drive a ring op to completion on the calling thread; returns its result."""
+    try:
+        while True:
+            for work in next(op):
+                work.wait()
+    except StopIteration as stop:
+        return stop.value
+
+
+class _Job:
+    __slots__ = ("op", "future", "span", "works")
+
+    def __init__(self, op, future, span):
+        self.op, self.future, self.span, self.works = op, future, span, []
+
+
+class CommWorker:
+    """A daemon thread that drives submitted ring ops, up to `window` posted at once, and
+    completes them in FIFO order.
+
+    `submit(make_op, span, group)` takes `make_op(sequence) -> RingOp` and returns a Future;
+    `span` (a 2-list) receives [posted, done] perf_counter times, so callers can measure how long
+    communication was really in flight. One worker per process (`shared_worker()`) serves every
+    process group, so ops of different models on one group never share a tag.
+    """
+
+    def __init__(self, name: str = "protdp-comm", window: int = 4):
+        self.window = max(1, int(window))
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._broken: BaseException | None = None
+        self._sequences: dict = collections.defaultdict(int)  # group -> ops admitted so far
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+        # stop the thread before the interpreter finalizes: a daemon thread that is torn down
+        # while it sits in a torch call aborts the process ("terminate called ...")
+        atexit.register(self.close, join_s=5.0)
+
+    def submit(self, make_op: Callable[[int], RingOp], span: list | None = None,
+               group=None) -> Future:
+        """Queue `make_op(sequence)`; `sequence` counts the ops of `group` (tags are per group,
+        so every rank of the group numbers them alike)."""
+        fut: Future = Future()
+        self._jobs.put((make_op, fut, span, group))
+        return fut
+
+    def close(self, join_s: float = 0.0):
+        """Stop the thread once queued ops are done (waits up to `join_s` seconds for it)."""
+        self._jobs.put(None)
+        if join_s > 0 and self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(join_s)
+
+    # ------------------------------------------------------------------ worker thread
+    def _advance(self, job: _Job) -> bool:
+        """Post the job's next step; True when the op has finished (future completed)."""
+        try:
+            job.works = next(job.op)
+            return False
+        except StopIteration as stop:
+            self._finish(job, stop.value, None)
+            return True
+
+    def _finish(self, job: _Job, result, error: BaseException | None):
+        if job.span is not None:  # before the future completes: a waiter may read it at once
+            job.span[1] = time.perf_counter()
+        if error is None:
+            job.future.set_result(result)
+        else:
+            job.future.set_exception(error)
+
+    def _admit(self, item) -> _Job | None:
+        make_op, fut, span, group = item
+        if not fut.set_running_or_notify_cancel():
+            return None
+        if self._broken is not None:  # the ring is out of step: fail fast, don't wait again
+            fut.set_exception(RuntimeError(f"an earlier collective on this rank failed "
+                                           f"({self._broken})"))
+            return None
+        if span is not None:
+            span[0] = time.perf_counter()
+        job = _Job(None, fut, span)
+        try:
+            job.op = make_op(self._sequences[group])
+            self._sequences[group] += 1
+            return None if self._advance(job) else job
+        except BaseException as exc:
+            self._finish(job, None, exc)
+            raise
+
+    def _loop(self):
+        active: collections.deque[_Job] = collections.deque()
+        while True:
+            try:
+                while len(active) < self.window:  # post as many ops as the window allows
+                    try:
+                        item = self._jobs.get(block=not active)
+                    except queue.Empty:
+                        break
+                    if item is None:
+                        return
+                    job = self._admit(item)
+                    if job is not None:
+                        active.append(job)
+                if not active:
+                    continue
+                job = active[0]
+                for work in job.works:
+                    work.wait()
+                if self._advance(job):
+                    active.popleft()
+            except BaseException as exc:  # delivered to every waiter; the ring is now broken
+                self._broken = exc
+                while active:
+                    self._finish(active.popleft(), None, exc)
+
+
+_SHARED: CommWorker | None = None
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_worker() -> CommWorker:
+    """The process's comm thread (created on first use)."""
+    global _SHARED
+    with _SHARED_LOCK:
+        if _SHARED is None or not _SHARED._thread.is_alive():
+            _SHARED = CommWorker()
+        return _SHARED
