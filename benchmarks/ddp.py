@@ -1,21 +1,27 @@
 """Side-by-side benchmark of data-parallel engines on the same model and batch (issue 4, item 9).
 
-Configs (all torch's fused AdamW, same bucket size, same data):
-  torch_ddp        torch DistributedDataParallel + torch.optim.AdamW
-  torch_ddp_zero   torch DDP + torch ZeroRedundancyOptimizer(AdamW)
+Configs (all torch's fused AdamW, same bucket size, same data, same global grad-norm clipping):
+  torch_ddp        torch DistributedDataParallel + clip_grad_norm_ + torch.optim.AdamW
+  torch_ddp_zero   torch DDP + clip_grad_norm_ + torch ZeroRedundancyOptimizer(AdamW)
   ours_no_overlap  protdp DataParallel, reduction launched in finish_grad_sync, plain AdamW
   ours_overlap     protdp DataParallel, buckets reduced during backward, plain AdamW
   ours_distopt     ours_overlap + DistributedOptimizer sharding (+ overlapped param gather)
 
+Clipping is on by default (--clip-grad 1.0) because AF2/OpenFold training clips every step and
+our optimizer computes the global grad norm every step anyway (clipping, non-finite detection,
+logging): the torch loops then do the same work. --clip-grad 0 compares without it.
+
 All configs live in the same two processes and are timed in interleaved rounds, so load from
 other work on this shared machine hits them alike; ratios to torch DDP are the result, absolute
-times are noise. Per config: median step time and ratio to torch DDP; exposed communication
+times are noise. Per config: median step time and ratio to torch DDP; CPU time of the process per
+step (all threads; on 2 shared cores every engine is bound by it); exposed communication
 (ours: time waiting in finish_grad_sync + param-gather waits; torch DDP: its fwd+bwd time minus
 the same fwd+bwd without DDP) vs total communication time (ours: union of the intervals a bucket
 collective was in flight; torch: one flat all_reduce of the same bytes); optimizer-state bytes per
 rank; resident memory per config and peak RSS per rank; bus bandwidth of the bucketed reduction vs
-a flat all_reduce of the same bytes. Also: gloo all_reduce vs reduce_scatter vs all_gather for
-16 MB (the measurement behind protdp.parallel.collectives' per-backend choice).
+a flat all_reduce of the same bytes. Also: gloo's all_reduce / reduce_scatter / all_gather vs
+protdp's point-to-point rings for 16 MB (the measurement behind protdp.parallel.collectives'
+per-backend choice).
 
   python benchmarks/ddp.py                      # spawns 2 local ranks -> benchmarks/results/ddp.json
   torchrun ... benchmarks/ddp.py --worker --out X.json   # under any launcher (netsim.sh uses it)
@@ -131,7 +137,8 @@ class Engine:
                 overlap_param_gather=distopt)
             self.model = DataParallel(net, self.cfg)
             self.model.broadcast_params()
-            self.opt = DistributedOptimizer(self.model, self.cfg, lr=LR)
+            self.opt = DistributedOptimizer(self.model, self.cfg, lr=LR, clip_grad=args.clip_grad)
+        self.clip_grad = args.clip_grad
         self.net = net
         self.records: list[dict] = []
         self.step()  # creates optimizer state, so the resident size below includes it
@@ -174,6 +181,8 @@ class Engine:
             self.opt.zero_grad(set_to_none=False)
             self.loss(self.model).backward()  # DDP waits for its allreduces inside backward
             t_bwd = time.perf_counter()
+            if self.clip_grad > 0:  # grads are all-reduced: the local norm is the global norm
+                torch.nn.utils.clip_grad_norm_(self.net.parameters(), self.clip_grad)
             self.opt.step()
             t1 = time.perf_counter()
             rec = {"step_s": t1 - t0, "fwd_bwd_s": t_bwd - t0, "opt_s": t1 - t_bwd, "cpu0": cpu0}
@@ -294,11 +303,15 @@ def worker(args) -> dict | None:
     result["grad_bytes"] = grad_bytes
     result["workload"] = {k: getattr(args, k) for k in ("model", "width", "depth", "batch",
                                                         "bucket_mb", "steps", "rounds", "warmup",
-                                                        "threads")}
+                                                        "threads", "clip_grad")}
     if args.model == "evoformer":
         result["workload"].update(evo_config=args.evo_config, evo_len=args.evo_len,
                                   evo_msa=args.evo_msa)
     result["backend"] = dist.get_backend()
+    for e in engines.values():
+        e.settle()
+    dist.barrier()
+    dist.destroy_process_group()  # a clean exit (an exit with live gloo pairs can abort)
     return result if rank == 0 else None
 
 
@@ -307,11 +320,12 @@ def table(res: dict) -> str:
              f"{res['world_size']} ranks ({res['backend']}); compute {1e3 * res['compute_s']:.1f} "
              f"ms, flat all_reduce {1e3 * res['flat_all_reduce_s']:.1f} ms "
              f"({res['flat_busbw_gbs']:.2f} GB/s bus)",
-             f"{'config':<16} {'step ms':>8} {'ratio':>6} {'exposed':>8} {'comm':>7} "
+             f"{'config':<16} {'step ms':>8} {'ratio':>6} {'cpu ms':>7} {'exposed':>8} {'comm':>7} "
              f"{'exp/comm':>8} {'opt MB':>7} {'res MB':>7} {'busbw':>6}"]
     for name, r in res["configs"].items():
         ratio = r["exposed_over_total_comm"]
         lines.append(f"{name:<16} {1e3 * r['step_s']:8.1f} {r['ratio_to_torch_ddp']:6.2f} "
+                     f"{1e3 * r['cpu_s']:7.1f} "
                      f"{1e3 * r['exposed_comm_s']:8.1f} {1e3 * r['total_comm_s']:7.1f} "
                      f"{'-' if ratio is None else f'{ratio:.2f}':>8} "
                      f"{r['optimizer_state_bytes'] / 2**20:7.1f} {r['resident_mb']:7.1f} "
@@ -346,9 +360,12 @@ def parse(argv=None):
     ap.add_argument("--batch", type=int, default=32, help="samples per rank per step")
     ap.add_argument("--bucket-mb", type=float, default=4.0)
     ap.add_argument("--steps", type=int, default=4, help="timed steps per config per round")
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    ap.add_argument("--clip-grad", type=float, default=1.0,
+                    help="global grad-norm clipping in every config (AF2/OpenFold training clips; "
+                         "ours computes the global norm every step anyway); 0 = off")
     ap.add_argument("--evo-config", default="small.yaml")
     ap.add_argument("--evo-len", type=int, default=32)
     ap.add_argument("--evo-msa", type=int, default=16)

@@ -6,6 +6,7 @@
 #
 #   sudo benchmarks/netsim.sh                 # 1gbit and 4gbit (default)
 #   sudo benchmarks/netsim.sh 10gbit -- --steps 2 --rounds 2   # extra args go to ddp.py
+#   sudo NETSIM_SUFFIX=_b128 benchmarks/netsim.sh 4gbit -- --batch 128   # -> ..._4gbit_b128.json
 #
 # Needs root (CI runs as root); exits with a clear message where namespaces are not permitted.
 # The namespaces are always deleted (trap), also on failure or Ctrl-C.
@@ -65,7 +66,7 @@ run_node() {  # $1 = namespace, $2 = interface, $3 = node rank, $4 = output json
 
 mkdir -p benchmarks/results
 for rate in "${RATES[@]}"; do
-  out="benchmarks/results/ddp_netsim_${rate}.json"
+  out="benchmarks/results/ddp_netsim_${rate}${NETSIM_SUFFIX:-}.json"
   echo "== netsim at $rate -> $out"
   setup "$rate"
   run_node "$NS_A" "$VA" 0 "$out" "$rate" & pid_a=$!

@@ -213,9 +213,14 @@ def suite(rank: int, world: int, outdir: Path, res: dict):
                 world, use_distributed_optimizer=True, overlap_param_gather=True,
                 grad_reduce_collective=grc, param_gather_collective=pgc), 6)
             res["b_by_collective"][f"{grc}+{pgc}"] = max_rel(flat(mc.module), flat(ref6))
+    for grc in ("all_reduce", "ring_all_reduce"):  # without the distributed optimizer
+        mc, _, _ = train_ours(world, rank, cfg(world, grad_reduce_collective=grc), 6)
+        res["b_by_collective"][f"{grc} (plain)"] = max_rel(flat(mc.module), flat(ref6))
+        res[f"b_ranks_agree_{grc}"] = ranks_agree(flat(mc.module), world)
     m, opt, _ = train_ours(world, rank, cfg(world), 20)
     res["b_plain_vs_ref"] = max_rel(flat(m.module), flat(ref20))
     res["b_plain_state_bytes"] = opt.state_bytes()
+    res["b_auto_plain"] = m.grad_collective
     res["b_total_params"] = sum(p.numel() for p in m.module.parameters())
     res["b_ranks_agree"] = ranks_agree(flat(m.module), world)
 

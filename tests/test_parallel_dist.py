@@ -64,7 +64,9 @@ def test_b_distributed_adamw_matches_single_process(suite, world):
         assert res["b_distopt_vs_ref"] <= TIGHT
         # gloo: the point-to-point rings are the default; every choice matches the reference
         assert res["b_auto_collectives"] == ("ring_reduce_scatter", "ring_all_gather")
-        assert len(res["b_by_collective"]) == 6
+        assert res["b_auto_plain"] == "ring_all_reduce"
+        assert len(res["b_by_collective"]) == 8
+        assert res["b_ranks_agree_all_reduce"] == res["b_ranks_agree_ring_all_reduce"] == 0.0
         for name, diff in res["b_by_collective"].items():
             assert diff <= TIGHT, (name, diff)
         assert res["b_plain_vs_ref"] <= TIGHT

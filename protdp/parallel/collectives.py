@@ -9,9 +9,12 @@ Backend choice (measured with gloo, 2 and 3 ranks, on loopback and on the two-na
 of benchmarks/netsim.sh; see benchmarks/results/ddp*.json "collectives"): gloo's own
 reduce_scatter takes 1.1-5x the time of an all_reduce of the same buffer, while a ring
 reduce-scatter issued as point-to-point messages (`protdp.parallel.ring`) takes about half of it,
-as the bytes say. So on gloo the distributed optimizer reduce-scatters its gradient buckets with
-that ring and all-gathers params with the ring all-gather, both on the comm thread; with NCCL
-torch's reduce_scatter / all_gather (which are rings already) are used, as in Megatron.
+as the bytes say, and the ring reduce-scatter + all-gather together (a ring all-reduce) take less
+wall and CPU time than gloo's all_reduce, which also burns CPU while it waits. So on gloo the
+gradient buckets are reduced with those rings (reduce-scatter for the distributed optimizer,
+all-reduce otherwise) and params all-gathered with the ring, all on the comm thread, which also
+runs the local non-finite check and the averaging; with NCCL torch's reduce_scatter / all_reduce /
+all_gather (rings already) are used, as in Megatron.
 """
 
 from __future__ import annotations
@@ -27,15 +30,18 @@ import torch.distributed as dist
 from protdp.errors import DistributedError
 
 
-def grad_reduce_collective(requested: str, backend: str) -> str:
-    """Collective for the gradient buckets of a distributed optimizer.
+def grad_reduce_collective(requested: str, backend: str, distributed_optimizer: bool) -> str:
+    """Collective for the gradient buckets.
 
-    'reduce_scatter' (torch's), 'ring_reduce_scatter' (point-to-point ring on the comm thread)
-    or 'all_reduce' (every rank then reads its own shard).
+    With the distributed optimizer: 'reduce_scatter' (torch's), 'ring_reduce_scatter' (point-
+    to-point ring on the comm thread) or 'all_reduce' (every rank then reads its own shard);
+    without it: 'all_reduce' (torch's) or 'ring_all_reduce'.
     """
     if requested != "auto":
         return requested
-    return "reduce_scatter" if backend == "nccl" else "ring_reduce_scatter"
+    if backend == "nccl":
+        return "reduce_scatter" if distributed_optimizer else "all_reduce"
+    return "ring_reduce_scatter" if distributed_optimizer else "ring_all_reduce"
 
 
 def param_gather_collective(requested: str, backend: str) -> str:

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from protdp.errors import ConfigError
 
-GRAD_REDUCE_COLLECTIVES = ("auto", "all_reduce", "reduce_scatter", "ring_reduce_scatter")
+GRAD_REDUCE_COLLECTIVES = ("auto", "all_reduce", "ring_all_reduce", "reduce_scatter",
+                           "ring_reduce_scatter")
 PARAM_GATHER_COLLECTIVES = ("auto", "all_gather", "ring_all_gather")
 
 
@@ -56,8 +57,9 @@ class ParallelConfig:
     pipeline_model_parallel_size: int = 1
     """Pipeline parallelism is not implemented: must be 1."""
     grad_reduce_collective: str = "auto"
-    """Distributed optimizer's grad reduction; 'auto' picks the faster one per backend (nccl:
-    reduce_scatter; gloo: ring_reduce_scatter, a point-to-point ring on a comm thread)."""
+    """Gradient-bucket collective; 'auto' picks the faster one per backend: nccl all_reduce
+    (reduce_scatter with the distributed optimizer); gloo ring_all_reduce (ring_reduce_scatter),
+    point-to-point rings on a comm thread (protdp.parallel.ring)."""
     param_gather_collective: str = "auto"
     """Distributed optimizer's param gather; 'auto': nccl all_gather, gloo ring_all_gather."""
     param_align: int = 64

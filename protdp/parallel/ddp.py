@@ -69,9 +69,8 @@ class DataParallel(nn.Module):
                               f"but the process group has {self.dp} ranks")
         self.backend = dist.get_backend(process_group)
         distopt = self.config.use_distributed_optimizer
-        self.grad_collective = (coll.grad_reduce_collective(self.config.grad_reduce_collective,
-                                                            self.backend)
-                                if distopt else "all_reduce")
+        self.grad_collective = coll.grad_reduce_collective(self.config.grad_reduce_collective,
+                                                           self.backend, distopt)
         self.param_collective = (coll.param_gather_collective(
             self.config.param_gather_collective, self.backend) if distopt else None)
         self.group_ranks = (dist.get_process_group_ranks(process_group) if process_group
@@ -220,9 +219,11 @@ class DataParallel(nn.Module):
                 self.local_nonfinite.append(key)
 
         what = f"{self.grad_collective}(grad bucket {bi} of {buf.layout.dtype} buffer)"
-        if self.grad_collective == "ring_reduce_scatter" and self.dp > 1:
-            # on the comm thread: check, reduce-scatter, average only this rank's shard
-            make_op = lambda seq: ring.ring_reduce_scatter(  # noqa: E731
+        if self.grad_collective.startswith("ring") and self.dp > 1:
+            # on the comm thread: check, reduce-scatter, average this rank's shard (, all-gather)
+            ring_op = (ring.ring_reduce_scatter if self.grad_collective == "ring_reduce_scatter"
+                       else ring.ring_all_reduce)
+            make_op = lambda seq: ring_op(  # noqa: E731
                 data, self.group, self.group_ranks, self.rank, seq, scale=1.0 / self.dp,
                 before=check_finite)
             self._launched[key] = coll.launch_on(self._comm_worker, what, make_op, self.rank,

@@ -1,4 +1,5 @@
-"""Ring reduce-scatter / all-gather over torch.distributed point-to-point ops, on a comm thread.
+"""Ring reduce-scatter / all-gather / all-reduce over torch.distributed point-to-point ops, on a
+comm thread.
 
 Why: gloo's own `reduce_scatter` is 1.1-5x slower than an `all_reduce` of the same buffer
 (benchmarks/results/ddp*.json "collectives"), although a ring reduce-scatter moves half the
@@ -6,7 +7,9 @@ bytes of a ring all-reduce. The distributed optimizer (Megatron dist-opt: reduce
 all-gather params) needs exactly that half. So on gloo the same textbook ring that NCCL runs
 (Patarasuk & Yuan 2009, "Bandwidth optimal all-reduce algorithms"; NCCL's ring) is issued as
 `dist.isend`/`dist.irecv` between ring neighbours: n-1 steps, each sending one chunk of
-size/n, so every rank sends (n-1)/n × size bytes per collective - half an all-reduce.
+size/n, so every rank sends (n-1)/n × size bytes per collective - half an all-reduce. A ring
+all-reduce is the two in a row; on gloo it also costs less CPU than gloo's all_reduce, which
+keeps a core busy while it waits.
 
 Async: the steps of one collective depend on each other (receive, add, forward), so a
 `CommWorker` thread drives them while the main thread computes - the CPU analogue of Megatron's
@@ -56,8 +59,8 @@ def all_gather_schedule(rank: int, world: int) -> list[tuple[int, int]]:
 
 
 def step_tag(sequence: int, step: int, world: int) -> int:
-    """Message tag of ring step `step` of the `sequence`-th collective of a worker."""
-    return (sequence * max(world - 1, 1) + step) % TAG_SPACE
+    """Message tag of ring step `step` (< 2 × world) of the `sequence`-th collective of a group."""
+    return (sequence * 2 * world + step) % TAG_SPACE
 
 
 def _post(send: torch.Tensor, recv: torch.Tensor, group, group_ranks: list[int], rank: int,
@@ -71,7 +74,7 @@ def _post(send: torch.Tensor, recv: torch.Tensor, group, group_ranks: list[int],
 
 def ring_reduce_scatter(data: torch.Tensor, group, group_ranks: list[int], rank: int,
                         sequence: int = 0, scale: float = 1.0,
-                        before: Callable[[], None] | None = None) -> RingOp:
+                        before: Callable[[], None] | None = None, first_step: int = 0) -> RingOp:
     """SUM-reduce-scatter `data` [world × chunk] in place; returns this rank's chunk × `scale`.
 
     Other chunks of `data` are left holding partial sums. `before()` runs first (on the worker).
@@ -83,7 +86,7 @@ def ring_reduce_scatter(data: torch.Tensor, group, group_ranks: list[int], rank:
     tmp = torch.empty_like(chunks[0])  # [chunk]
     for step, (send_i, recv_i) in enumerate(reduce_scatter_schedule(rank, world)):
         yield _post(chunks[send_i], tmp, group, group_ranks, rank,
-                    step_tag(sequence, step, world))
+                    step_tag(sequence, first_step + step, world))
         chunks[recv_i].add_(tmp)
     mine = chunks[rank]
     if scale != 1.0:
@@ -92,13 +95,23 @@ def ring_reduce_scatter(data: torch.Tensor, group, group_ranks: list[int], rank:
 
 
 def ring_all_gather(data: torch.Tensor, group, group_ranks: list[int], rank: int,
-                    sequence: int = 0) -> RingOp:
+                    sequence: int = 0, first_step: int = 0) -> RingOp:
     """All-gather in place: chunk `rank` of `data` [world × chunk] is this rank's contribution."""
     world = len(group_ranks)
     chunks = data.view(world, -1)  # [world, chunk]
     for step, (send_i, recv_i) in enumerate(all_gather_schedule(rank, world)):
         yield _post(chunks[send_i], chunks[recv_i], group, group_ranks, rank,
-                    step_tag(sequence, step, world))
+                    step_tag(sequence, first_step + step, world))
+    return data
+
+
+def ring_all_reduce(data: torch.Tensor, group, group_ranks: list[int], rank: int,
+                    sequence: int = 0, scale: float = 1.0,
+                    before: Callable[[], None] | None = None) -> RingOp:
+    """SUM all-reduce in place (× `scale`): ring reduce-scatter, then ring all-gather."""
+    yield from ring_reduce_scatter(data, group, group_ranks, rank, sequence, scale, before)
+    yield from ring_all_gather(data, group, group_ranks, rank, sequence,
+                               first_step=len(group_ranks) - 1)
     return data
 
 
