@@ -108,3 +108,17 @@ def claim_worker(url: str, reviewer: str, barrier, out_path: str) -> None:
             errors.append(f"decide {item['id']}: {exc!r}")
     store.close()
     Path(out_path).write_text(json.dumps({"claimed": claimed, "errors": errors}))
+
+
+def open_worker(url: str, barrier, out_path: str) -> None:
+    """Open (and so create/migrate) the queue at `url` right after the others; write the outcome."""
+    from pathlib import Path
+
+    from protdp.review.store import ReviewStore
+
+    barrier.wait()
+    try:
+        ReviewStore(url).close()
+        Path(out_path).write_text("ok")
+    except Exception as exc:  # recorded; the test fails on any
+        Path(out_path).write_text(f"error: {exc}")

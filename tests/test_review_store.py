@@ -11,7 +11,7 @@ import multiprocessing as mp
 import time
 
 import pytest
-from review_fixtures import claim_worker, gated_item, pg_schema_url, queue_url, sqlite_url  # noqa: F401
+from review_fixtures import claim_worker, gated_item, open_worker, pg_schema_url, queue_url, sqlite_url  # noqa: F401
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
@@ -293,3 +293,21 @@ def test_eight_processes_claim_500_items_sqlite(sqlite_url, tmp_path):
 def test_eight_processes_claim_500_items_postgresql(tmp_path):
     with pg_schema_url() as url:
         _race(url, tmp_path)
+
+
+def test_concurrent_first_opens_of_a_new_sqlite_queue(tmp_path):
+    """Prediction ranks open one new SQLite file at once: none may fail with "database is
+    locked" (switching a new file to WAL needs an exclusive lock and is not retried by SQLite)."""
+    ctx = mp.get_context("forkserver")
+    failures = []
+    for trial in range(8):
+        url = f"sqlite:///{tmp_path / f'q{trial}.sqlite'}"
+        barrier = ctx.Barrier(6)
+        outs = [tmp_path / f"open{trial}_{k}.txt" for k in range(6)]
+        procs = [ctx.Process(target=open_worker, args=(url, barrier, str(o))) for o in outs]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(120)
+        failures += [o.read_text() for o in outs if o.read_text() != "ok"]
+    assert failures == []

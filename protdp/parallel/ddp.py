@@ -11,7 +11,7 @@ Megatron concepts (megatron/core/distributed/distributed_data_parallel.py, param
 - `no_sync()` for all but the last micro-batch; `zero_grad_buffer()`; `broadcast_params()`;
 - with the distributed optimizer, `start_param_sync()`/`finish_param_sync()` gather the updated
   param shards, optionally overlapped with the next forward through per-module pre-hooks;
-- on gloo the dist-opt's reduce-scatter / all-gather are point-to-point rings run on a comm thread
+- on gloo the gradient reductions and param gathers are point-to-point rings run on a comm thread
   (`protdp.parallel.ring`, the CPU analogue of Megatron's communication stream).
 """
 

@@ -31,6 +31,7 @@ import json
 import math
 import re
 import secrets
+import sqlite3
 import time
 from pathlib import Path
 from typing import Callable, Iterator
@@ -187,6 +188,25 @@ def _item(row) -> dict:
     return out
 
 
+def _enable_wal(cursor, busy_s: float) -> None:
+    """Put the SQLite file in WAL mode (persistent, so only the first opener changes it).
+
+    Switching the journal mode needs an exclusive lock and SQLite answers "database is locked"
+    at once, without its busy handler, when another process is opening the same new file (two
+    prediction ranks at start-up): retry until `busy_s` has passed.
+    """
+    deadline = time.monotonic() + busy_s
+    while True:
+        try:
+            if cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05 + 0.1 * secrets.randbelow(100) / 100)
+
+
 class ReviewStore:
     """The review queue at `url` (SQLite path/URL or `postgresql://...`); creates/migrates schema."""
 
@@ -223,13 +243,14 @@ class ReviewStore:
                              field="queue-url")
         if not Path(db).parent.exists():
             raise InputError(f"directory of SQLite queue {db} does not exist", field="queue-url")
-        engine = create_engine(parsed, connect_args={"timeout": 60})
+        busy_s = 60.0
+        engine = create_engine(parsed, connect_args={"timeout": busy_s})
 
         @event.listens_for(engine, "connect")
         def _connect(dbapi_conn, _record):
             dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (SQLAlchemy recipe)
             cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
+            _enable_wal(cur, busy_s)
             cur.execute("PRAGMA synchronous=NORMAL")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.close()
