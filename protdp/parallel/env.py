@@ -10,6 +10,7 @@ torchrun (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR/PORT`), OpenMPI `mpir
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 from dataclasses import dataclass
@@ -134,6 +135,19 @@ def default_backend() -> str:
     return "nccl" if torch.cuda.is_available() else "gloo"
 
 
+def _shutdown_at_exit() -> None:
+    """Destroy the default process group before the interpreter finalizes: a process that exits
+    with live gloo pairs (after point-to-point traffic) can abort ("terminate called without an
+    active exception") and turn a finished run into a failed one."""
+    import torch.distributed as dist
+
+    try:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:  # exiting anyway: never mask the program's own exit status
+        pass
+
+
 def init_distributed(timeout: float | timedelta | None = DEFAULT_TIMEOUT_S,
                      backend: str | None = None,
                      env: Mapping[str, str] | None = None) -> LaunchEnv:
@@ -149,6 +163,7 @@ def init_distributed(timeout: float | timedelta | None = DEFAULT_TIMEOUT_S,
     launch = detect_launch_env(env)
     if dist.is_initialized():
         return launch
+    atexit.register(_shutdown_at_exit)  # runs after the comm thread's own atexit close
     backend = backend or default_backend()
     td = _as_timedelta(timeout)
     if backend == "nccl":
