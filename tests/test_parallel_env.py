@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from protdp.errors import ConfigError
@@ -112,5 +114,7 @@ def test_openmpi_launch_end_to_end():
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    lines = sorted(line for line in proc.stdout.splitlines() if line.startswith("mpirun rank"))
+    # the two ranks share one stdout: their lines can interleave, so find the reports anywhere
+    lines = sorted(re.findall(r"mpirun rank \d+/\d+ local \d+ sum [\d.]+?(?=mpirun|\s|$)",
+                              proc.stdout))
     assert lines == ["mpirun rank 0/2 local 0 sum 3.0", "mpirun rank 1/2 local 1 sum 3.0"]
