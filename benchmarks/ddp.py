@@ -152,12 +152,12 @@ class Engine:
                    for v in st.values() if isinstance(v, torch.Tensor) and v.numel() > 1)
 
     def step(self) -> dict:
+        cpu0 = _cpu_s()
         rec = self._step()
-        rec["cpu_s"] = _cpu_s() - rec.pop("cpu0")
+        rec["cpu_s"] = _cpu_s() - cpu0
         return rec
 
     def _step(self) -> dict:
-        cpu0 = _cpu_s()
         t0 = time.perf_counter()
         if isinstance(self.opt, DistributedOptimizer):
             self.opt.zero_grad()
@@ -175,8 +175,7 @@ class Engine:
                    "grad_comm_s": self.model.last_grad_sync["comm_s"],
                    # param gathers of the previous step waited for inside this forward
                    "param_wait_s": self.model.comm_stats["param_sync_wait_s"] - param_wait0,
-                   "param_comm_s": self.model.comm_stats["param_sync_comm_s"] - param_comm0,
-                   "cpu0": cpu0}
+                   "param_comm_s": self.model.comm_stats["param_sync_comm_s"] - param_comm0}
         else:
             self.opt.zero_grad(set_to_none=False)
             self.loss(self.model).backward()  # DDP waits for its allreduces inside backward
@@ -185,7 +184,7 @@ class Engine:
                 torch.nn.utils.clip_grad_norm_(self.net.parameters(), self.clip_grad)
             self.opt.step()
             t1 = time.perf_counter()
-            rec = {"step_s": t1 - t0, "fwd_bwd_s": t_bwd - t0, "opt_s": t1 - t_bwd, "cpu0": cpu0}
+            rec = {"step_s": t1 - t0, "fwd_bwd_s": t_bwd - t0, "opt_s": t1 - t_bwd}
         return rec
 
     def settle(self):
