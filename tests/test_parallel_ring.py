@@ -60,7 +60,7 @@ def test_all_gather_delivers_every_chunk(world):
 
 @given(st.integers(min_value=1, max_value=64), st.integers(min_value=0, max_value=10**9))
 def test_tags_unique_within_a_window_of_collectives(world, sequence):
-    window = 8  # far more ops than CommWorker keeps in flight
+    window = 8  # tags of neighbouring collectives never collide
     steps = 2 * (world - 1)  # a ring all-reduce: reduce-scatter steps, then all-gather steps
     tags = [step_tag(sequence + j, s, world) for j in range(window) for s in range(steps)]
     assert len(set(tags)) == len(tags)

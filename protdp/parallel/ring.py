@@ -14,9 +14,11 @@ keeps a core busy while it waits.
 Async: the steps of one collective depend on each other (receive, add, forward), so a
 `CommWorker` thread drives them while the main thread computes - the CPU analogue of Megatron's
 separate communication stream. Each collective is a generator that posts one ring step's
-isend/irecv and yields their Works; the worker keeps up to `window` collectives posted at once
-(so the link never idles between buckets) and completes them in FIFO order. Every message has a
-tag unique to (collective, step), so ranks that post in a different interleaving still match.
+isend/irecv and yields their Works; the worker runs the collectives one after another in the
+order they were submitted (the same on every rank). Keeping several collectives posted at once
+made no measurable difference on the simulated network (benchmarks/netsim.sh, 4 Gbit/s), so it
+is not done. Every message still has a tag unique to (group, collective, step), so a message can
+only ever match its own receive.
 Receives time out with the process group's timeout (gloo), and the first failure poisons the
 worker: later collectives fail at once instead of each waiting out the timeout.
 
@@ -125,28 +127,19 @@ def run_blocking(op: RingOp):
         return stop.value
 
 
-class _Job:
-    __slots__ = ("op", "future", "span", "works")
-
-    def __init__(self, op, future, span):
-        self.op, self.future, self.span, self.works = op, future, span, []
-
-
 class CommWorker:
-    """A daemon thread that drives submitted ring ops, up to `window` posted at once, and
-    completes them in FIFO order.
+    """A daemon thread that runs submitted ring ops one after another (FIFO).
 
     `submit(make_op, span, group)` takes `make_op(sequence) -> RingOp` and returns a Future;
-    `span` (a 2-list) receives [posted, done] perf_counter times, so callers can measure how long
+    `span` (a 2-list) receives [start, done] perf_counter times, so callers can measure how long
     communication was really in flight. One worker per process (`shared_worker()`) serves every
     process group, so ops of different models on one group never share a tag.
     """
 
-    def __init__(self, name: str = "protdp-comm", window: int = 4):
-        self.window = max(1, int(window))
+    def __init__(self, name: str = "protdp-comm"):
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._broken: BaseException | None = None
-        self._sequences: dict = collections.defaultdict(int)  # group -> ops admitted so far
+        self._sequences: dict = collections.defaultdict(int)  # group -> ops started so far
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
         # stop the thread before the interpreter finalizes: a daemon thread that is torn down
@@ -167,68 +160,30 @@ class CommWorker:
         if join_s > 0 and self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(join_s)
 
-    # ------------------------------------------------------------------ worker thread
-    def _advance(self, job: _Job) -> bool:
-        """Post the job's next step; True when the op has finished (future completed)."""
-        try:
-            job.works = next(job.op)
-            return False
-        except StopIteration as stop:
-            self._finish(job, stop.value, None)
-            return True
-
-    def _finish(self, job: _Job, result, error: BaseException | None):
-        if job.span is not None:  # before the future completes: a waiter may read it at once
-            job.span[1] = time.perf_counter()
-        if error is None:
-            job.future.set_result(result)
-        else:
-            job.future.set_exception(error)
-
-    def _admit(self, item) -> _Job | None:
-        make_op, fut, span, group = item
-        if not fut.set_running_or_notify_cancel():
-            return None
-        if self._broken is not None:  # the ring is out of step: fail fast, don't wait again
-            fut.set_exception(RuntimeError(f"an earlier collective on this rank failed "
-                                           f"({self._broken})"))
-            return None
-        if span is not None:
-            span[0] = time.perf_counter()
-        job = _Job(None, fut, span)
-        try:
-            job.op = make_op(self._sequences[group])
-            self._sequences[group] += 1
-            return None if self._advance(job) else job
-        except BaseException as exc:
-            self._finish(job, None, exc)
-            raise
-
     def _loop(self):
-        active: collections.deque[_Job] = collections.deque()
-        while True:
+        while (item := self._jobs.get()) is not None:
+            make_op, fut, span, group = item
+            if not fut.set_running_or_notify_cancel():
+                continue
+            if self._broken is not None:  # the ring is out of step: fail fast, don't wait again
+                fut.set_exception(RuntimeError(f"an earlier collective on this rank failed "
+                                               f"({self._broken})"))
+                continue
+            if span is not None:
+                span[0] = time.perf_counter()
+            sequence = self._sequences[group]
+            self._sequences[group] += 1
             try:
-                while len(active) < self.window:  # post as many ops as the window allows
-                    try:
-                        item = self._jobs.get(block=not active)
-                    except queue.Empty:
-                        break
-                    if item is None:
-                        return
-                    job = self._admit(item)
-                    if job is not None:
-                        active.append(job)
-                if not active:
-                    continue
-                job = active[0]
-                for work in job.works:
-                    work.wait()
-                if self._advance(job):
-                    active.popleft()
-            except BaseException as exc:  # delivered to every waiter; the ring is now broken
+                result, error = run_blocking(make_op(sequence)), None
+            except BaseException as exc:  # delivered to the waiter; the ring is now broken
+                result, error = None, exc
                 self._broken = exc
-                while active:
-                    self._finish(active.popleft(), None, exc)
+            if span is not None:  # before the future completes: a waiter may read it at once
+                span[1] = time.perf_counter()
+            if error is None:
+                fut.set_result(result)
+            else:
+                fut.set_exception(error)
 
 
 _SHARED: CommWorker | None = None
