@@ -323,7 +323,8 @@ def table(res: dict) -> str:
              f"{'exp/comm':>8} {'opt MB':>7} {'res MB':>7} {'busbw':>6}"]
     for name, r in res["configs"].items():
         ratio = r["exposed_over_total_comm"]
-        lines.append(f"{name:<16} {1e3 * r['step_s']:8.1f} {r['ratio_to_torch_ddp']:6.2f} "
+        rel = r["ratio_to_torch_ddp"]
+        lines.append(f"{name:<16} {1e3 * r['step_s']:8.1f} {'-' if rel is None else f'{rel:.2f}':>6} "
                      f"{1e3 * r['cpu_s']:7.1f} "
                      f"{1e3 * r['exposed_comm_s']:8.1f} {1e3 * r['total_comm_s']:7.1f} "
                      f"{'-' if ratio is None else f'{ratio:.2f}':>8} "

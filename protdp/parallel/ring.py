@@ -14,11 +14,19 @@ keeps a core busy while it waits.
 Async: the steps of one collective depend on each other (receive, add, forward), so a
 `CommWorker` thread drives them while the main thread computes - the CPU analogue of Megatron's
 separate communication stream. Each collective is a generator that posts one ring step's
-isend/irecv and yields their Works; the worker runs the collectives one after another in the
-order they were submitted (the same on every rank). Keeping several collectives posted at once
-made no measurable difference on the simulated network (benchmarks/netsim.sh, 4 Gbit/s), so it
-is not done. Every message still has a tag unique to (group, collective, step), so a message can
-only ever match its own receive.
+isend/irecv and yields their Works. The worker starts the collectives in the order they were
+submitted (the same on every rank) and keeps up to `DEFAULT_WINDOW` (4) of them posted at once,
+always waiting for the step posted first. Each ring step costs a rendezvous round trip (gloo
+matches a receive with its send) besides the transfer; with later buckets already posted the
+transport keeps moving bytes during it. Measured on loopback with 2 ranks, eight 4 MB buckets
+through the worker: all-gather 19.1 -> 12.5 ms, reduce-scatter 19.8 -> 16.2 ms, all-reduce
+37.1 -> 35.8 ms (window 1 -> 4); in the training benchmark (benchmarks/ddp.py, local) ours
+without overlap went from 1.09-1.10x torch DDP to 0.95-1.02x and with overlap from 1.05x to
+0.96-1.00x. On the rate-limited two-namespace network the link, not the rendezvous, sets the
+pace and the window changes the ratios by less than the run-to-run noise. `PROTDP_COMM_WINDOW`
+overrides the window (1 = one collective at a time). Every message has a tag unique to
+(group, collective, step), so messages of collectives in flight together never match each
+other's receives.
 Receives time out with the process group's timeout (gloo), and the first failure poisons the
 worker: later collectives fail at once instead of each waiting out the timeout.
 
@@ -29,6 +37,7 @@ bookkeeping is unit-tested without a process group.
 from __future__ import annotations
 
 import atexit
+import os
 import collections
 import queue
 import threading
@@ -40,6 +49,7 @@ import torch
 import torch.distributed as dist
 
 TAG_SPACE = 2**30  # gloo tags are 32-bit; (collective, step) pairs wrap around in this space
+DEFAULT_WINDOW = int(os.environ.get("PROTDP_COMM_WINDOW", "4"))  # ring ops posted at once
 
 RingOp = Generator[list, None, object]  # yields the Works of one posted step; returns a result
 
@@ -127,16 +137,39 @@ def run_blocking(op: RingOp):
         return stop.value
 
 
+class _Job:
+    """One submitted ring op on the worker: its generator, Future, span and posted Works."""
+
+    __slots__ = ("op", "future", "span", "works")
+
+    def __init__(self, op: RingOp, future: Future, span: list | None):
+        self.op, self.future, self.span, self.works = op, future, span, []
+
+
 class CommWorker:
-    """A daemon thread that runs submitted ring ops one after another (FIFO).
+    """A daemon thread that drives submitted ring ops, up to `window` of them posted at once.
 
     `submit(make_op, span, group)` takes `make_op(sequence) -> RingOp` and returns a Future;
     `span` (a 2-list) receives [start, done] perf_counter times, so callers can measure how long
     communication was really in flight. One worker per process (`shared_worker()`) serves every
     process group, so ops of different models on one group never share a tag.
+
+    Ops start in submission order (the same on every rank); while fewer than `window` are in
+    flight the next one is admitted and its first step posted at once. The worker always waits
+    for the current step of the oldest op in flight and posts that op's next step as soon as it
+    completes; newer ops' steps progress in the transport meanwhile. A ring step costs a
+    rendezvous round trip (gloo matches every receive with its send) on top of the transfer;
+    with the next buckets' messages already posted the link carries them during that round trip.
+
+    Why the oldest op, not the oldest posted step: with 3+ ranks, waiting on a newer op's step
+    can deadlock - rank A waits for op k+1, whose peer B has not admitted op k+1 because B's
+    worker waits for A's next step of op k (found by the 3-rank test). Waiting by op order
+    keeps a global order: the oldest unfinished op is admitted everywhere (all older ones are
+    done, so no worker is blocked elsewhere) and every rank drives it to completion.
     """
 
-    def __init__(self, name: str = "protdp-comm"):
+    def __init__(self, name: str = "protdp-comm", window: int | None = None):
+        self.window = max(1, int(window if window is not None else DEFAULT_WINDOW))
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._broken: BaseException | None = None
         self._sequences: dict = collections.defaultdict(int)  # group -> ops started so far
@@ -160,30 +193,81 @@ class CommWorker:
         if join_s > 0 and self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(join_s)
 
+    # ------------------------------------------------------------------ worker thread
+    @staticmethod
+    def _finish(job: _Job, result, error: BaseException | None):
+        if job.span is not None:  # before the future completes: a waiter may read it at once
+            job.span[1] = time.perf_counter()
+        if error is None:
+            job.future.set_result(result)
+        else:
+            job.future.set_exception(error)
+
+    @staticmethod
+    def _advance(job: _Job) -> bool:
+        """Post the op's next step (True), or complete its future when it has none (False)."""
+        try:
+            job.works = next(job.op)
+            return True
+        except StopIteration as stop:
+            CommWorker._finish(job, stop.value, None)
+            return False
+
+    def _start(self, item) -> _Job | None:
+        """Admit a queued op and post its first step; None when it finished or was refused."""
+        make_op, fut, span, group = item
+        if not fut.set_running_or_notify_cancel():
+            return None
+        if self._broken is not None:  # the ring is out of step: fail fast, don't wait again
+            fut.set_exception(RuntimeError(f"an earlier collective on this rank failed "
+                                           f"({self._broken})"))
+            return None
+        if span is not None:
+            span[0] = time.perf_counter()
+        job = _Job(None, fut, span)
+        sequence = self._sequences[group]
+        self._sequences[group] += 1
+        try:
+            job.op = make_op(sequence)
+            return job if self._advance(job) else None
+        except BaseException as exc:
+            self._finish(job, None, exc)
+            raise
+
     def _loop(self):
-        while (item := self._jobs.get()) is not None:
-            make_op, fut, span, group = item
-            if not fut.set_running_or_notify_cancel():
-                continue
-            if self._broken is not None:  # the ring is out of step: fail fast, don't wait again
-                fut.set_exception(RuntimeError(f"an earlier collective on this rank failed "
-                                               f"({self._broken})"))
-                continue
-            if span is not None:
-                span[0] = time.perf_counter()
-            sequence = self._sequences[group]
-            self._sequences[group] += 1
+        posted: collections.deque[_Job] = collections.deque()  # ops in flight, oldest first
+        stopping = False
+        while not stopping or posted:
+            job = None
             try:
-                result, error = run_blocking(make_op(sequence)), None
-            except BaseException as exc:  # delivered to the waiter; the ring is now broken
-                result, error = None, exc
+                while not stopping and len(posted) < self.window:
+                    try:  # block for new work only when nothing is in flight
+                        item = self._jobs.get(block=not posted)
+                    except queue.Empty:
+                        break
+                    if item is None:
+                        stopping = True
+                        break
+                    job = self._start(item)
+                    if job is not None:
+                        posted.append(job)
+                    job = None
+                if not posted:
+                    continue
+                # always the oldest op: a newer op's step may wait for a peer that has not
+                # admitted that op yet, because its own worker waits here for the oldest one
+                job = posted[0]
+                for work in job.works:
+                    work.wait()
+                if not self._advance(job):
+                    posted.popleft()
+                job = None
+            except BaseException as exc:  # delivered to every waiter; the ring is now broken
                 self._broken = exc
-            if span is not None:  # before the future completes: a waiter may read it at once
-                span[1] = time.perf_counter()
-            if error is None:
-                fut.set_result(result)
-            else:
-                fut.set_exception(error)
+                for other in ([job] if job is not None else []) + list(posted):
+                    if not other.future.done():
+                        self._finish(other, None, exc)
+                posted.clear()
 
 
 _SHARED: CommWorker | None = None
