@@ -26,7 +26,8 @@ def runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("parallel")
     results = {}
     for w in (3, 2, 1):
-        jobs = ["suite", "checkpoints"] + {3: ["failures"], 2: ["timeouts"], 1: []}[w]
+        jobs = ["suite", "checkpoints", "ring_window"] + {3: ["failures"], 2: ["timeouts"],
+                                                         1: []}[w]
         results[w] = pw.spawn(jobs, w, out, timeout_s=FAILURE_TIMEOUT_S if w == 3 else 60.0)
     return out, results
 
@@ -183,6 +184,14 @@ def test_g_crash_during_save_keeps_previous_checkpoint(ckpt):
     # loading into a model of another shape: a clear error naming the file and the tensor
     assert "ckpt_w1/model.pt" in res["wrong_model_error"]
     assert "size mismatch" in res["wrong_model_error"] and "0.weight" in res["wrong_model_error"]
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_ring_collectives_in_flight_together_with_skewed_ranks(runs, world):
+    for res in _ranks({w: r["ring_window"] for w, r in runs[1].items()}, world):
+        assert res["ring_window_size"] > 1  # several collectives really were in flight
+        assert res["ring_window_max_err"] == 0.0  # small integers in fp64: exact
+        assert res["ring_window_seconds"] < 30
 
 
 def test_h_i_layout_mismatch_and_dead_rank(runs):
