@@ -95,13 +95,16 @@ def _fake_op(op: int, steps: int, gates: dict, log: list, fail_at: int | None = 
     return make
 
 
-def _open_when_posted(gates: dict, key, timeout: float = 10.0):
+def _wait_posted(gates: dict, key, timeout: float = 10.0):
     for _ in range(int(timeout / 0.005)):
         if key in gates:
-            gates[key].event.set()
-            return
+            return gates[key]
         threading.Event().wait(0.005)
     raise AssertionError(f"step {key} was never posted")
+
+
+def _open_when_posted(gates: dict, key, timeout: float = 10.0):
+    _wait_posted(gates, key, timeout).event.set()
 
 
 @pytest.mark.parametrize("window", [1, 3])
@@ -111,7 +114,8 @@ def test_comm_worker_posts_up_to_window_ops_ahead_in_order(window):
     try:
         futures = [worker.submit(_fake_op(i, 2, gates, log), group="g") for i in range(5)]
         _open_when_posted(gates, (0, 0))
-        threading.Event().wait(0.2)  # the worker is now blocked on op 0's second step
+        _wait_posted(gates, (0, 1))  # the worker now blocks on op 0's second step
+        threading.Event().wait(0.1)  # (it could only post more here if it did not block)
         first_posts = [name for kind, name in log if kind == "post"]
         # op 0 step 0 done, its step 1 posted; ops 1..window-1 posted ahead, no more
         assert first_posts == ["0.0"] + [f"{i}.0" for i in range(1, window)] + ["0.1"]
