@@ -10,10 +10,10 @@ from protdp.model.structure import (InvariantPointAttention, StructureModule, ba
                                     psi_from_atoms)
 
 
-def random_rigid(shape, seed=0) -> Rigid:
+def random_rigid(shape, seed=0, dtype=torch.float32) -> Rigid:
     g = torch.Generator().manual_seed(seed)
-    return Rigid(quat_to_rot(torch.randn(*shape, 4, generator=g)),
-                 torch.randn(*shape, 3, generator=g) * 5)
+    return Rigid(quat_to_rot(torch.randn(*shape, 4, generator=g, dtype=dtype)),
+                 torch.randn(*shape, 3, generator=g, dtype=dtype) * 5)
 
 
 def test_quaternion_rotation_is_proper_and_matches_axis_angle():
@@ -51,18 +51,20 @@ def test_frames_from_3_points_gram_schmidt():
 def test_ipa_invariant_to_global_rigid_transform():
     torch.manual_seed(0)
     L, cfg = 9, tiny_config()
-    ipa = InvariantPointAttention(cfg.c_s, cfg.c_z, 4, 3, 4, 5)
+    # in float64, so the check is about the math, not about fp32 rounding of outputs ~60
+    f64 = torch.float64
+    ipa = InvariantPointAttention(cfg.c_s, cfg.c_z, 4, 3, 4, 5).to(f64)
     torch.nn.init.normal_(ipa.linear_out.weight)
-    s, z = torch.randn(2, L, cfg.c_s), torch.randn(2, L, L, cfg.c_z)
-    frames = random_rigid((2, L), 4)
-    mask = torch.ones(2, L)
+    s, z = torch.randn(2, L, cfg.c_s, dtype=f64), torch.randn(2, L, L, cfg.c_z, dtype=f64)
+    frames = random_rigid((2, L), 4, f64)
+    mask = torch.ones(2, L, dtype=f64)
     mask[1, -2:] = 0
     out = ipa(s, z, frames, mask)
-    g = random_rigid((), 5)
+    g = random_rigid((), 5, f64)
     moved = Rigid(g.rot.expand(2, L, 3, 3), g.trans.expand(2, L, 3)).compose(frames)
-    assert torch.allclose(ipa(s, z, moved, mask), out, atol=1e-4)
+    assert torch.allclose(ipa(s, z, moved, mask), out, rtol=1e-9, atol=1e-9)
     # ... but not to per-residue transforms
-    assert not torch.allclose(ipa(s, z, random_rigid((2, L), 6), mask), out, atol=1e-3)
+    assert not torch.allclose(ipa(s, z, random_rigid((2, L), 6, f64), mask), out, atol=1e-3)
 
 
 def test_ideal_backbone_reconstruction_and_psi_roundtrip():
