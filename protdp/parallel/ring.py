@@ -16,17 +16,17 @@ Async: the steps of one collective depend on each other (receive, add, forward),
 separate communication stream. Each collective is a generator that posts one ring step's
 isend/irecv and yields their Works. The worker starts the collectives in the order they were
 submitted (the same on every rank) and keeps up to `DEFAULT_WINDOW` (4) of them posted at once,
-always waiting for the step posted first. Each ring step costs a rendezvous round trip (gloo
-matches a receive with its send) besides the transfer; with later buckets already posted the
-transport keeps moving bytes during it. Measured on loopback with 2 ranks, eight 4 MB buckets
-through the worker: all-gather 19.1 -> 12.5 ms, reduce-scatter 19.8 -> 16.2 ms, all-reduce
-37.1 -> 35.8 ms (window 1 -> 4); in the training benchmark (benchmarks/ddp.py, local) ours
-without overlap went from 1.09-1.10x torch DDP to 0.95-1.02x and with overlap from 1.05x to
-0.96-1.00x. On the rate-limited two-namespace network the link, not the rendezvous, sets the
-pace and the window changes the ratios by less than the run-to-run noise. `PROTDP_COMM_WINDOW`
-overrides the window (1 = one collective at a time). Every message has a tag unique to
-(group, collective, step), so messages of collectives in flight together never match each
-other's receives.
+always waiting on the current step of the oldest one (`CommWorker` says why that order and not
+the oldest posted step). Each ring step costs a rendezvous round trip (gloo matches a receive
+with its send) besides the transfer; with later buckets already posted the transport keeps
+moving bytes during it. Measured on loopback with 2 ranks, eight 4 MB buckets through the
+worker, window 1 -> 4: all-gather 17.1 -> 14.3 ms, reduce-scatter 18.6 -> 15.3 ms, all-reduce
+36.0 -> 35.4 ms; in benchmarks/ddp.py (local) ours without overlap went from 1.09-1.10x torch
+DDP to 0.95-1.04x and with overlap from 1.05x to 0.96-1.00x. On the rate-limited two-namespace
+network the link sets the pace and the window moves the ratios less than the run-to-run noise.
+`PROTDP_COMM_WINDOW` overrides the window (1 = one collective at a time). Every message has a
+tag unique to (group, collective, step), so messages of collectives in flight together never
+match each other's receives.
 Receives time out with the process group's timeout (gloo), and the first failure poisons the
 worker: later collectives fail at once instead of each waiting out the timeout.
 
