@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protdp.parallel.ring import (TAG_SPACE, CommWorker, all_gather_schedule,
-                                  reduce_scatter_schedule, step_tag)
+from protdp.errors import ConfigError
+from protdp.parallel.ring import (DEFAULT_WINDOW, TAG_SPACE, CommWorker, all_gather_schedule,
+                                  reduce_scatter_schedule, step_tag, window_from_env)
 
 
 def test_two_ranks_exact():
@@ -158,3 +159,13 @@ def test_comm_worker_failure_fails_in_flight_and_later_ops():
         for gate in gates.values():
             gate.event.set()
         worker.close(join_s=5)
+
+
+def test_window_from_environment_and_bad_values_name_the_variable():
+    assert window_from_env({}) == DEFAULT_WINDOW
+    assert window_from_env({"PROTDP_COMM_WINDOW": " 2 "}) == 2
+    for bad in ("0", "-1", "four", "1.5"):
+        with pytest.raises(ConfigError, match="PROTDP_COMM_WINDOW"):
+            window_from_env({"PROTDP_COMM_WINDOW": bad})
+    with pytest.raises(ConfigError, match="window=0"):
+        CommWorker(name="test-comm", window=0)

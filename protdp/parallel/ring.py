@@ -37,8 +37,8 @@ bookkeeping is unit-tested without a process group.
 from __future__ import annotations
 
 import atexit
-import os
 import collections
+import os
 import queue
 import threading
 import time
@@ -48,10 +48,23 @@ from typing import Callable, Generator
 import torch
 import torch.distributed as dist
 
+from protdp.errors import ConfigError
+
 TAG_SPACE = 2**30  # gloo tags are 32-bit; (collective, step) pairs wrap around in this space
-DEFAULT_WINDOW = int(os.environ.get("PROTDP_COMM_WINDOW", "4"))  # ring ops posted at once
+DEFAULT_WINDOW = 4  # ring ops posted at once; PROTDP_COMM_WINDOW overrides it
 
 RingOp = Generator[list, None, object]  # yields the Works of one posted step; returns a result
+
+
+def window_from_env(environ) -> int:
+    """Collectives the comm thread keeps posted: `PROTDP_COMM_WINDOW`, else DEFAULT_WINDOW."""
+    text = environ.get("PROTDP_COMM_WINDOW", "").strip()
+    if not text:
+        return DEFAULT_WINDOW
+    if not text.isdigit() or int(text) < 1:
+        raise ConfigError(f"PROTDP_COMM_WINDOW={text!r}: expected a positive integer (collectives "
+                          "the comm thread keeps posted at once; 1 = one at a time)")
+    return int(text)
 
 
 def reduce_scatter_schedule(rank: int, world: int) -> list[tuple[int, int]]:
@@ -169,7 +182,9 @@ class CommWorker:
     """
 
     def __init__(self, name: str = "protdp-comm", window: int | None = None):
-        self.window = max(1, int(window if window is not None else DEFAULT_WINDOW))
+        self.window = window if window is not None else window_from_env(os.environ)
+        if not isinstance(self.window, int) or self.window < 1:
+            raise ConfigError(f"CommWorker window={self.window!r}: expected a positive integer")
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._broken: BaseException | None = None
         self._sequences: dict = collections.defaultdict(int)  # group -> ops started so far
@@ -238,7 +253,6 @@ class CommWorker:
         posted: collections.deque[_Job] = collections.deque()  # ops in flight, oldest first
         stopping = False
         while not stopping or posted:
-            job = None
             try:
                 while not stopping and len(posted) < self.window:
                     try:  # block for new work only when nothing is in flight
@@ -247,26 +261,21 @@ class CommWorker:
                         break
                     if item is None:
                         stopping = True
-                        break
-                    job = self._start(item)
-                    if job is not None:
+                    elif (job := self._start(item)) is not None:
                         posted.append(job)
-                    job = None
                 if not posted:
                     continue
                 # always the oldest op: a newer op's step may wait for a peer that has not
                 # admitted that op yet, because its own worker waits here for the oldest one
-                job = posted[0]
-                for work in job.works:
+                for work in posted[0].works:
                     work.wait()
-                if not self._advance(job):
+                if not self._advance(posted[0]):
                     posted.popleft()
-                job = None
             except BaseException as exc:  # delivered to every waiter; the ring is now broken
-                self._broken = exc
-                for other in ([job] if job is not None else []) + list(posted):
-                    if not other.future.done():
-                        self._finish(other, None, exc)
+                self._broken = exc  # (an op that failed in _start has its error already)
+                for job in posted:
+                    if not job.future.done():
+                        self._finish(job, None, exc)
                 posted.clear()
 
 
