@@ -14,7 +14,9 @@ logging): the torch loops then do the same work. --clip-grad 0 compares without 
 All configs live in the same two processes and are timed in interleaved rounds, so load from
 other work on this shared machine hits them alike; ratios to torch DDP are the result, absolute
 times are noise. Per config: median step time and ratio to torch DDP; CPU time of the process per
-step (all threads; on 2 shared cores every engine is bound by it); exposed communication
+step (all threads; on 2 shared cores every engine is bound by it), and split by thread: the
+training loop, protdp's comm thread, gloo's TCP loop (mostly kernel socket copies) and torch's
+gloo work threads; exposed communication
 (ours: time waiting in finish_grad_sync + param-gather waits; torch DDP: its fwd+bwd time minus
 the same fwd+bwd without DDP) vs total communication time (ours: union of the intervals a bucket
 collective was in flight; torch: one flat all_reduce of the same bytes); optimizer-state bytes per
@@ -68,16 +70,88 @@ def _cpu_s() -> float:
     return t.user + t.system
 
 
+def thread_cpu_s() -> dict[int, tuple[str, float]]:
+    """{thread id: (OS thread name, CPU seconds user + system)} of this process (/proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/self/task/{tid}/comm") as fh:
+                name = fh.read().strip()
+        except OSError:  # the thread ended meanwhile
+            continue
+        out[int(tid)] = (name, (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def thread_role(tid: int, name: str) -> str:
+    """Who spends the CPU: the training loop, protdp's comm thread, gloo's threads."""
+    from protdp.parallel import ring
+
+    if tid == os.getpid():
+        return "main"
+    worker = ring._SHARED
+    if worker is not None and worker._thread.native_id == tid:
+        return "protdp_comm"
+    if name.startswith("gloo_tcp"):
+        return "gloo_tcp_loop (kernel TCP)"
+    if name.startswith("pt_gloo"):
+        return "gloo_work (torch)"
+    return "other"
+
+
+def cpu_by_role(before: dict, after: dict) -> dict[str, float]:
+    """CPU seconds per thread role between two `thread_cpu_s()` snapshots."""
+    roles: dict[str, float] = {}
+    for tid, (name, cpu) in after.items():
+        used = cpu - before.get(tid, (name, 0.0))[1]
+        if used > 0:
+            role = thread_role(tid, name)
+            roles[role] = roles.get(role, 0.0) + used
+    return roles
+
+
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 # ---------------------------------------------------------------------------- models
-def mlp(width: int, depth: int) -> nn.Module:
+class _AcceleratorTime(torch.autograd.Function):
+    """Identity whose forward sleeps `fwd_s` and backward `2 × fwd_s`: a kernel on an accelerator,
+    during which the host CPU is free (sleep releases the GIL and the core)."""
+
+    @staticmethod
+    def forward(ctx, x, fwd_s):
+        ctx.fwd_s = fwd_s
+        time.sleep(fwd_s)
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(2 * ctx.fwd_s)
+        return grad, None
+
+
+class AcceleratorTime(nn.Module):
+    def __init__(self, fwd_s: float):
+        super().__init__()
+        self.fwd_s = fwd_s
+
+    def forward(self, x):
+        return _AcceleratorTime.apply(x, self.fwd_s)
+
+
+def mlp(width: int, depth: int, accel_ms: float = 0.0) -> nn.Module:
+    """depth × (Linear, ReLU); with `accel_ms` > 0 each layer also spends accel_ms/depth of
+    simulated accelerator time per fwd+bwd (1/3 forward, 2/3 backward) with the CPU idle."""
     torch.manual_seed(0)
     layers = []
     for _ in range(depth):
         layers += [nn.Linear(width, width), nn.ReLU()]
+        if accel_ms > 0:
+            layers.append(AcceleratorTime(accel_ms / depth / 3 / 1e3))
     return nn.Sequential(*layers)
 
 
@@ -89,7 +163,7 @@ def make_workload(args):
 
         def loss(model, x=x):
             return model(x).square().mean()
-        return (lambda: mlp(args.width, args.depth)), loss
+        return (lambda: mlp(args.width, args.depth, args.accel_ms)), loss
     if args.model == "evoformer":
         from protdp.model import build_model
         sys.path.insert(0, str(ROOT / "tests"))
@@ -141,6 +215,7 @@ class Engine:
         self.clip_grad = args.clip_grad
         self.net = net
         self.records: list[dict] = []
+        self.cpu_by_role: dict[str, float] = {}  # CPU seconds per step by thread role
         self.step()  # creates optimizer state, so the resident size below includes it
         self.rss_mb = rss_mb() - rss0
 
@@ -252,9 +327,12 @@ def worker(args) -> dict | None:
     for _ in range(args.rounds):  # interleaved rounds: load changes hit every config alike
         for e in engines.values():
             dist.barrier()
+            threads0 = thread_cpu_s()
             for _ in range(args.steps):
                 e.records.append(e.step())
             e.settle()
+            for role, cpu in cpu_by_role(threads0, thread_cpu_s()).items():
+                e.cpu_by_role[role] = e.cpu_by_role.get(role, 0.0) + cpu / args.steps / args.rounds
         dist.barrier()
         for _ in range(2):
             t0 = time.perf_counter()
@@ -269,6 +347,7 @@ def worker(args) -> dict | None:
         med = {k: statistics.median(r[k] for r in e.records) for k in e.records[0]}
         row = {"step_s": med["step_s"], "fwd_bwd_s": med["fwd_bwd_s"], "opt_s": med["opt_s"],
                "cpu_s": statistics.mean(r["cpu_s"] for r in e.records),
+               "cpu_s_by_thread": {k: round(v, 5) for k, v in sorted(e.cpu_by_role.items())},
                "step_s_all": [round(r["step_s"], 4) for r in e.records],
                "optimizer_state_bytes": e.state_bytes(), "resident_mb": round(e.rss_mb, 1)}
         if "grad_wait_s" in med:
@@ -301,7 +380,8 @@ def worker(args) -> dict | None:
     result["num_params"] = nparams
     result["grad_bytes"] = grad_bytes
     result["workload"] = {k: getattr(args, k) for k in ("model", "width", "depth", "batch",
-                                                        "bucket_mb", "steps", "rounds", "warmup",
+                                                        "bucket_mb", "accel_ms", "steps", "rounds",
+                                                        "warmup",
                                                         "threads", "clip_grad")}
     if args.model == "evoformer":
         result["workload"].update(evo_config=args.evo_config, evo_len=args.evo_len,
@@ -330,6 +410,10 @@ def table(res: dict) -> str:
                      f"{'-' if ratio is None else f'{ratio:.2f}':>8} "
                      f"{r['optimizer_state_bytes'] / 2**20:7.1f} {r['resident_mb']:7.1f} "
                      f"{r.get('bucketed_busbw_gbs', float('nan')):6.2f}")
+    lines.append("cpu ms/step by thread: " + "; ".join(
+        f"{name} " + " ".join(f"{role.split()[0]} {1e3 * cpu:.1f}"
+                              for role, cpu in r.get("cpu_s_by_thread", {}).items())
+        for name, r in res["configs"].items()))
     c = res["collectives"]
     lines.append(f"{c['backend']} 16 MB: all_reduce {1e3 * c['all_reduce_s']:.1f} ms; vs that: "
                  + ", ".join(f"{n} {1e3 * c[n + '_s']:.1f} ms ({c[n + '_over_all_reduce']:.2f}x)"
@@ -358,6 +442,9 @@ def parse(argv=None):
     ap.add_argument("--width", type=int, default=1024)
     ap.add_argument("--depth", type=int, default=8, help="8 × 1024² ≈ 8.4M params")
     ap.add_argument("--batch", type=int, default=32, help="samples per rank per step")
+    ap.add_argument("--accel-ms", type=float, default=0.0,
+                    help="mlp: simulated accelerator time per fwd+bwd (sleeps, CPU idle), as on a "
+                         "GPU cluster where the host CPU is free while kernels run; 0 = off")
     ap.add_argument("--bucket-mb", type=float, default=4.0)
     ap.add_argument("--steps", type=int, default=4, help="timed steps per config per round")
     ap.add_argument("--rounds", type=int, default=10)
