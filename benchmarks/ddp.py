@@ -92,8 +92,7 @@ def thread_role(tid: int, name: str) -> str:
 
     if tid == os.getpid():
         return "main"
-    worker = ring._SHARED
-    if worker is not None and worker._thread.native_id == tid:
+    if tid == ring.comm_thread_id():
         return "protdp_comm"
     if name.startswith("gloo_tcp"):
         return "gloo_tcp_loop (kernel TCP)"
@@ -457,7 +456,12 @@ def parse(argv=None):
     ap.add_argument("--evo-len", type=int, default=32)
     ap.add_argument("--evo-msa", type=int, default=16)
     ap.add_argument("--label", default="", help="free text stored in the result (e.g. netsim)")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if args.accel_ms < 0:
+        ap.error(f"--accel-ms {args.accel_ms}: expected >= 0 (simulated accelerator ms per step)")
+    if args.accel_ms > 0 and args.model != "mlp":
+        ap.error("--accel-ms applies to --model mlp only")
+    return args
 
 
 def main(argv=None) -> int:

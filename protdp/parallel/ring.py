@@ -290,3 +290,9 @@ def shared_worker() -> CommWorker:
         if _SHARED is None or not _SHARED._thread.is_alive():
             _SHARED = CommWorker()
         return _SHARED
+
+
+def comm_thread_id() -> int | None:
+    """OS thread id of the process's comm thread (None before first use), for CPU accounting."""
+    worker = _SHARED
+    return worker._thread.native_id if worker is not None and worker._thread.is_alive() else None
