@@ -295,6 +295,22 @@ def suite(rank: int, world: int, outdir: Path, res: dict):
     res["e_norm_fp64"] = norm64
     res["e_norm_torch_fp32"] = ref_norms[-1]
     res["e_clip_active"] = norm64 > clip
+    # the same at a realistic bucket size: one 2M-element bucket, each rank's shard >= 0.7M
+    # elements (a single fp32 vector_norm over a shard that size is off by ~3e-5)
+    from protdp.parallel import DataParallel, DistributedOptimizer
+    torch.manual_seed(7)
+    big = nn.Linear(2048, 1024)
+    big64 = copy.deepcopy(big).double()
+    model = DataParallel(big, cfg(world, use_distributed_optimizer=True, bucket_size=2**22))
+    opt = DistributedOptimizer(model, lr=0.0, clip_grad=1e-3)
+    g = torch.Generator().manual_seed(8)
+    xb, yb = torch.randn(4 * world, 2048, generator=g), torch.randn(4 * world, 1024, generator=g)
+    rows = slice(4 * rank, 4 * rank + 4)
+    loss_fn(model, xb[rows], yb[rows]).backward()
+    opt.step()
+    loss_fn(big64, xb.double(), yb.double()).backward()
+    res["e_big_norm_ours"] = opt.last_grad_norm
+    res["e_big_norm_fp64"] = torch.sqrt(sum((p.grad ** 2).sum() for p in big64.parameters())).item()
 
     # (f) NaN on the last rank at step 2 -> every rank skips that step and stays in sync
     nan_rank = world - 1
@@ -427,6 +443,12 @@ def failures(rank: int, world: int, outdir: Path, res: dict):
     from protdp.errors import DistributedError
     from protdp.parallel import DataParallel, DistributedOptimizer
 
+    from protdp.errors import ConfigError
+    try:  # params on two devices: refused before any buffer is built or collective issued
+        DataParallel(nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2, device="meta")), cfg(world))
+        res["device_error"] = None
+    except ConfigError as exc:
+        res["device_error"] = str(exc)
     t0 = time.monotonic()
     try:
         DataParallel(make_net(hidden=HID + (1 if rank == world - 1 else 0)), cfg(world))

@@ -8,7 +8,8 @@ import pytest
 
 from protdp.errors import ConfigError
 from protdp.parallel.config import ParallelConfig, default_bucket_size
-from protdp.parallel.env import detect_launch_env, first_slurm_host
+from protdp.parallel import collectives as coll
+from protdp.parallel.env import default_backend, detect_launch_env, first_slurm_host
 
 
 def test_torchrun_env():
@@ -118,3 +119,32 @@ def test_openmpi_launch_end_to_end():
     lines = sorted(re.findall(r"mpirun rank \d+/\d+ local \d+ sum [\d.]+?(?=mpirun|\s|$)",
                               proc.stdout))
     assert lines == ["mpirun rank 0/2 local 0 sum 3.0", "mpirun rank 1/2 local 1 sum 3.0"]
+
+
+def test_cuda_machines_pair_nccl_with_gloo_for_cpu_tensors(monkeypatch):
+    """NCCL alone rejects CPU tensors (metrics, object gathers): CUDA machines get both."""
+    import torch
+    from torch.distributed.distributed_c10d import Backend, BackendConfig
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert default_backend() == "gloo"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    backend = default_backend()
+    # torch's own parser must read it as one backend per device
+    assert BackendConfig(Backend(backend)).get_device_backend_map() == {"cpu": "gloo",
+                                                                         "cuda": "nccl"}
+    assert coll.backend_for_device(backend, "cuda") == "nccl"
+    assert coll.backend_for_device(backend, "cpu") == "gloo"
+    assert coll.backend_for_device("gloo", "cpu") == "gloo"
+
+
+def test_collectives_follow_the_backend_of_the_buffers_device():
+    pair = "cpu:gloo,cuda:nccl"
+    on_gpu, on_cpu = (coll.backend_for_device(pair, d) for d in ("cuda", "cpu"))
+    assert coll.grad_reduce_collective("auto", on_gpu, True) == "reduce_scatter"
+    assert coll.grad_reduce_collective("auto", on_gpu, False) == "all_reduce"
+    assert coll.param_gather_collective("auto", on_gpu) == "all_gather"
+    assert coll.grad_reduce_collective("auto", on_cpu, True) == "ring_reduce_scatter"
+    assert coll.grad_reduce_collective("auto", on_cpu, False) == "ring_all_reduce"
+    assert coll.param_gather_collective("auto", on_cpu) == "ring_all_gather"
+    assert coll.grad_reduce_collective("all_reduce", on_cpu, True) == "all_reduce"  # explicit wins

@@ -30,8 +30,21 @@ import torch.distributed as dist
 from protdp.errors import DistributedError
 
 
+def backend_for_device(backend: str, device_type: str) -> str:
+    """The backend that serves tensors of `device_type` in a process group of `backend`.
+
+    `backend` is what `dist.get_backend()` returns: one name ('gloo', 'nccl') or a per-device
+    list ('cpu:gloo,cuda:nccl', what `init_distributed` uses on CUDA machines so CPU tensors,
+    e.g. metrics and object collectives, go to gloo and CUDA tensors to NCCL).
+    """
+    if ":" not in backend:
+        return backend
+    per_device = dict(item.split(":", 1) for item in backend.split(",") if ":" in item)
+    return per_device.get(device_type, next(iter(per_device.values())))
+
+
 def grad_reduce_collective(requested: str, backend: str, distributed_optimizer: bool) -> str:
-    """Collective for the gradient buckets.
+    """Collective for the gradient buckets, given the backend serving the buffers' device.
 
     With the distributed optimizer: 'reduce_scatter' (torch's), 'ring_reduce_scatter' (point-
     to-point ring on the comm thread) or 'all_reduce' (every rank then reads its own shard);

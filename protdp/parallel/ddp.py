@@ -67,7 +67,16 @@ class DataParallel(nn.Module):
         if self.config.data_parallel_size != self.dp:
             raise ConfigError(f"ParallelConfig.data_parallel_size={self.config.data_parallel_size} "
                               f"but the process group has {self.dp} ranks")
-        self.backend = dist.get_backend(process_group)
+        named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+        if not named:
+            raise ConfigError("DataParallel: the module has no parameters that require grad")
+        devices = sorted({str(p.device) for _, p in named})
+        if len(devices) > 1:
+            raise ConfigError(f"DataParallel: parameters are on several devices {devices}; move "
+                              "the module to one device (e.g. module.to('cuda')) before wrapping")
+        # the backend that carries this model's tensors ('cpu:gloo,cuda:nccl' -> nccl on CUDA)
+        self.backend = coll.backend_for_device(dist.get_backend(process_group),
+                                               named[0][1].device.type)
         distopt = self.config.use_distributed_optimizer
         self.grad_collective = coll.grad_reduce_collective(self.config.grad_reduce_collective,
                                                            self.backend, distopt)
@@ -76,9 +85,6 @@ class DataParallel(nn.Module):
         self.group_ranks = (dist.get_process_group_ranks(process_group) if process_group
                             else list(range(self.dp)))
 
-        named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
-        if not named:
-            raise ConfigError("DataParallel: the module has no parameters that require grad")
         self.params_by_name = dict(named)
         self.layouts = build_layout([(n, tuple(p.shape), dtype_name(p.dtype)) for n, p in named],
                                     self.dp, self.config.resolved_bucket_size,
@@ -112,7 +118,9 @@ class DataParallel(nn.Module):
         self._grad_timeline = coll.CommTimeline()
         self._reset_sync_state()
         self._seen_in_window: set[str] = set()
-        self.local_nonfinite: list[tuple[int, int]] = []  # buckets with NaN/Inf before reduction
+        # (bucket, 0-dim bool "all finite") of each checked bucket, left on the grads' device
+        # (no host sync inside backward on CUDA); read once per step by the optimizer
+        self._finite_checks: list[tuple[tuple[int, int], torch.Tensor]] = []
         self._param_pending: dict[tuple[int, int], coll.Pending] = {}
         self._param_timeline = coll.CommTimeline()
         self.comm_stats = self._zero_stats()
@@ -215,8 +223,8 @@ class DataParallel(nn.Module):
         data = buf.grad_data[bucket.start:bucket.end]  # [bucket numel] fp32
 
         def check_finite():  # detected locally, before the collective
-            if self.config.check_for_nan_in_grad and not torch.isfinite(data.sum()):
-                self.local_nonfinite.append(key)
+            if self.config.check_for_nan_in_grad:
+                self._finite_checks.append((key, torch.isfinite(data.sum())))
 
         what = f"{self.grad_collective}(grad bucket {bi} of {buf.layout.dtype} buffer)"
         if self.grad_collective.startswith("ring") and self.dp > 1:
@@ -282,6 +290,23 @@ class DataParallel(nn.Module):
         self._seen_in_window = set()
         self._finished = True
 
+    @property
+    def local_nonfinite(self) -> list[tuple[int, int]]:
+        """Buckets in which this rank's own gradients held NaN/Inf before the reduction."""
+        checks = list(self._finite_checks)
+        if not checks:
+            return []
+        finite = torch.stack([ok for _, ok in checks]).tolist()  # one host sync
+        return [key for (key, _), ok in zip(checks, finite) if not ok]
+
+    def local_nonfinite_flag(self) -> torch.Tensor:
+        """0-dim fp64 on the grads' device: 1.0 if any checked bucket was non-finite, else 0.0
+        (no host sync: the optimizer all-reduces it together with the grad norm)."""
+        checks = list(self._finite_checks)
+        if not checks:
+            return torch.zeros((), dtype=torch.float64, device=self.buffers[0].grad_data.device)
+        return torch.stack([ok for _, ok in checks]).logical_not().any().double()
+
     def zero_grad_buffer(self):
         """Zero all grad buffers (and re-attach fp32 `.grad` views); start a new step."""
         for buf in self.buffers:
@@ -292,7 +317,7 @@ class DataParallel(nn.Module):
                 p.grad = p.main_grad
         self._reset_sync_state()
         self._seen_in_window = set()
-        self.local_nonfinite = []
+        self._finite_checks = []
         self._finished = False
 
     def reset_comm_stats(self):

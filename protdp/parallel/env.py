@@ -129,10 +129,15 @@ def _as_timedelta(timeout) -> timedelta:
 
 
 def default_backend() -> str:
-    """nccl on CUDA machines, gloo otherwise."""
+    """NCCL for CUDA tensors plus gloo for CPU tensors on CUDA machines, gloo otherwise.
+
+    The pair ('cpu:gloo,cuda:nccl') lets the few CPU-side collectives (step metrics, layout hash,
+    checkpoint barriers, object gathers) run next to NCCL's GPU collectives; NCCL alone rejects
+    CPU tensors.
+    """
     import torch
 
-    return "nccl" if torch.cuda.is_available() else "gloo"
+    return "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
 
 
 def _shutdown_at_exit() -> None:
@@ -166,7 +171,7 @@ def init_distributed(timeout: float | timedelta | None = DEFAULT_TIMEOUT_S,
     atexit.register(_shutdown_at_exit)  # runs after the comm thread's own atexit close
     backend = backend or default_backend()
     td = _as_timedelta(timeout)
-    if backend == "nccl":
+    if "nccl" in backend:
         torch.cuda.set_device(launch.local_rank)
     if launch.world_size == 1 and launch.launcher == "none":
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=td)
