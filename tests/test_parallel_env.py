@@ -148,3 +148,23 @@ def test_collectives_follow_the_backend_of_the_buffers_device():
     assert coll.grad_reduce_collective("auto", on_cpu, False) == "ring_all_reduce"
     assert coll.param_gather_collective("auto", on_cpu) == "ring_all_gather"
     assert coll.grad_reduce_collective("all_reduce", on_cpu, True) == "all_reduce"  # explicit wins
+
+
+def test_device_check_script_runs_its_checks(tmp_path):
+    """benchmarks/gpu_check.py is what a lent GPU runs; here its checks run on CPU (world of 1)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "gpu_check.json"
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "gpu_check.py"),
+                           "--device", "cpu", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300, cwd=root)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    res = json.loads(out.read_text())
+    assert res["backend"] == "gloo" and len(res["checks"]) >= 10
+    assert all(res["checks"].values()), res["checks"]
+    assert res["fp32_distopt"]["max_rel_norm_diff"] <= 1e-6
+    assert res["nan_step"]["applied"].count(False) == 1
