@@ -490,10 +490,10 @@ def main(argv=None) -> int:
     res["torch"] = torch.__version__
     print(table(res))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    existing = {}
-    if args.out.exists() and args.model != "mlp":
-        existing = json.loads(args.out.read_text())  # add a row for another model
-    if args.model == "mlp":
+    existing = json.loads(args.out.read_text()) if args.out.exists() else {}
+    if args.model == "mlp":  # the main result; rows of other models already there are kept
+        if "other_models" in existing:
+            res["other_models"] = existing["other_models"]
         args.out.write_text(json.dumps(res, indent=1) + "\n")
     else:
         existing.setdefault("other_models", {})[args.model] = res

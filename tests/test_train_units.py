@@ -124,6 +124,13 @@ def test_ema_matches_closed_form_and_swaps_back():
     other = EMA(model, decay=0.5)
     other.load_state_dict(ema.state_dict())
     assert other.decay == 0.9 and other.num_updates == 1003 and torch.equal(other.shadow["0.weight"], ema.shadow["0.weight"])
+    # a state read onto the CPU lands on the device of this model's shadow (another GPU on a
+    # cluster; the meta device here), so update() never mixes devices
+    on_meta = EMA(torch.nn.Sequential(torch.nn.Linear(3, 4, device="meta"),
+                                      torch.nn.BatchNorm1d(4, device="meta")))
+    on_meta.load_state_dict(ema.state_dict())
+    assert {v.device.type for v in on_meta.shadow.values()} == {"meta"}
+    assert on_meta.shadow["0.weight"].shape == ema.shadow["0.weight"].shape
 
 
 def _fake_save(tmp_path, its, keep=2):

@@ -164,6 +164,10 @@ def load_checkpoint(path: Path, rank: int) -> Loaded:
         raise ConfigError(f"{path}: not a complete checkpoint (no meta.json)")
     meta = json.loads(meta_path.read_text())
     rank_file = path / f"rank_{rank:05d}.pt"
-    rank_state = torch.load(rank_file, weights_only=False) if rank_file.exists() else None
+    # onto the CPU: the saving rank's GPU may not exist here (RNG states are CPU tensors anyway;
+    # the EMA moves itself onto the model's device)
+    rank_state = (torch.load(rank_file, map_location="cpu", weights_only=False)
+                  if rank_file.exists() else None)
     return Loaded(path=path, iteration=int(meta["iteration"]), meta=meta,
-                  ema_state=torch.load(path / "ema.pt", weights_only=True), rank_state=rank_state)
+                  ema_state=torch.load(path / "ema.pt", map_location="cpu", weights_only=True),
+                  rank_state=rank_state)

@@ -62,4 +62,7 @@ class EMA:
             raise KeyError(f"EMA state does not match the model: differing keys {sorted(missing)[:5]}")
         self.decay = state["decay"]
         self.num_updates = int(state["num_updates"])
-        self.shadow = {k: v.to(torch.float32).clone() for k, v in state["shadow"].items()}
+        # onto the device of this model's shadow: a checkpoint is read onto the CPU, and the rank
+        # that saved it may have run on another GPU
+        self.shadow = {k: v.to(device=self.shadow[k].device, dtype=torch.float32, copy=True)
+                       for k, v in state["shadow"].items()}
