@@ -449,6 +449,11 @@ def failures(rank: int, world: int, outdir: Path, res: dict):
         res["device_error"] = None
     except ConfigError as exc:
         res["device_error"] = str(exc)
+    try:  # gloo's rings on a non-CPU device: refused with the way out, before any collective
+        DataParallel(nn.Linear(2, 2, device="meta"), cfg(world))
+        res["ring_device_error"] = None
+    except ConfigError as exc:
+        res["ring_device_error"] = str(exc)
     t0 = time.monotonic()
     try:
         DataParallel(make_net(hidden=HID + (1 if rank == world - 1 else 0)), cfg(world))

@@ -203,6 +203,8 @@ def test_h_i_layout_mismatch_and_dead_rank(runs):
     for rank, res in enumerate(results):
         assert "error" not in res, res.get("error")
         assert "several devices ['cpu', 'meta']" in (res["device_error"] or "")
+        assert "parameters are on meta" in (res["ring_device_error"] or "")
+        assert "grad_reduce_collective='all_reduce'" in res["ring_device_error"]
         assert "layout differs" in res["h_error"] and "ranks [2]" in res["h_error"]
         assert res["h_seconds"] < timeout
     for rank, res in enumerate(results[:2]):  # rank 2 died; the others fail with a clear error

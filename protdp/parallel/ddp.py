@@ -84,6 +84,16 @@ class DataParallel(nn.Module):
             self.config.param_gather_collective, self.backend) if distopt else None)
         self.group_ranks = (dist.get_process_group_ranks(process_group) if process_group
                             else list(range(self.dp)))
+        device_type = named[0][1].device.type
+        rings = [c for c in (self.grad_collective, self.param_collective or "")
+                 if c.startswith("ring")]
+        if self.dp > 1 and rings and device_type != "cpu":
+            raise ConfigError(
+                f"DataParallel: {', '.join(rings)} (backend {self.backend}) moves CPU tensors, but "
+                f"the parameters are on {device_type}; use the nccl backend for GPU tensors "
+                "(init_distributed's default on CUDA machines) or choose torch's collectives: "
+                "ParallelConfig(grad_reduce_collective='all_reduce', param_gather_collective="
+                "'all_gather')")
 
         self.params_by_name = dict(named)
         self.layouts = build_layout([(n, tuple(p.shape), dtype_name(p.dtype)) for n, p in named],
