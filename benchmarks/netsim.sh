@@ -7,6 +7,7 @@
 #   sudo benchmarks/netsim.sh                 # 1gbit and 4gbit (default)
 #   sudo benchmarks/netsim.sh 10gbit -- --steps 2 --rounds 2   # extra args go to ddp.py
 #   sudo NETSIM_SUFFIX=_b128 benchmarks/netsim.sh 4gbit -- --batch 128   # -> ..._4gbit_b128.json
+#   sudo NETSIM_PIN=1 benchmarks/netsim.sh     # >= 4 cores: each node on its own half of them
 #
 # Needs root (CI runs as root); exits with a clear message where namespaces are not permitted.
 # The namespaces are always deleted (trap), also on failure or Ctrl-C.
@@ -33,7 +34,11 @@ NS_A="protdp_a$$"
 NS_B="protdp_b$$"
 VA="pva$$"
 VB="pvb$$"
+set -m  # each node runs as its own process group: a failure or Ctrl-C stops all of it
+NODE_PIDS=()
 cleanup() {
+  for pid in ${NODE_PIDS[@]+"${NODE_PIDS[@]}"}; do kill -- -"$pid" 2>/dev/null || true; done
+  NODE_PIDS=()
   ip netns del "$NS_A" 2>/dev/null || true
   ip netns del "$NS_B" 2>/dev/null || true
   ip link del "$VA" 2>/dev/null || true
@@ -56,11 +61,28 @@ setup() {  # $1 = rate
   ip netns exec "$NS_B" tc qdisc add dev "$VB" root tbf rate "$1" burst 1mb latency 50ms
 }
 
+# NETSIM_PIN=1: each simulated node gets its own half of the cores (taskset), so one node's
+# network CPU does not come out of the other's compute, as on two real hosts (needs >= 4 cores).
+PIN_LABEL=""
+if [ "${NETSIM_PIN:-0}" = 1 ]; then
+  command -v taskset >/dev/null || die "NETSIM_PIN=1 needs 'taskset' (util-linux)"
+  NCPU=$(nproc)
+  [ "$NCPU" -ge 4 ] || die "NETSIM_PIN=1 needs >= 4 cores (2 per simulated node); this machine has $NCPU"
+  HALF=$((NCPU / 2))
+  PIN_LABEL=", pinned: node 0 cores 0-$((HALF - 1)), node 1 cores $HALF-$((2 * HALF - 1))"
+fi
+
+pin() {  # $1 = node rank: the taskset prefix for that node (nothing without NETSIM_PIN=1)
+  [ -n "$PIN_LABEL" ] || return 0
+  echo "taskset -c $(($1 * HALF))-$(($1 * HALF + HALF - 1))"
+}
+
 run_node() {  # $1 = namespace, $2 = interface, $3 = node rank, $4 = output json, $5 = rate
-  ip netns exec "$1" env GLOO_SOCKET_IFNAME="$2" OMP_NUM_THREADS=1 \
-    timeout 1200 "$TORCHRUN" --nnodes 2 --nproc_per_node 1 --node_rank "$3" \
+  # shellcheck disable=SC2046  # pin's output is meant to split into words
+  ip netns exec "$1" $(pin "$3") env GLOO_SOCKET_IFNAME="$2" OMP_NUM_THREADS=1 \
+    timeout --foreground 1200 "$TORCHRUN" --nnodes 2 --nproc_per_node 1 --node_rank "$3" \
       --master_addr 10.77.0.1 --master_port "$PORT" \
-      benchmarks/ddp.py --worker --out "$4" --label "netsim: 2 namespaces, veth + tbf $5" \
+      benchmarks/ddp.py --worker --out "$4" --label "netsim: 2 namespaces, veth + tbf $5$PIN_LABEL" \
       ${EXTRA[@]+"${EXTRA[@]}"}
 }
 
@@ -71,9 +93,16 @@ for rate in "${RATES[@]}"; do
   setup "$rate"
   run_node "$NS_A" "$VA" 0 "$out" "$rate" & pid_a=$!
   run_node "$NS_B" "$VB" 1 "$out" "$rate" > /dev/null & pid_b=$!
+  NODE_PIDS=("$pid_a" "$pid_b")
   status=0
-  wait "$pid_a" || status=$?
-  wait "$pid_b" || status=$?
+  first=""
+  wait -n -p first "$pid_a" "$pid_b" || status=$?
+  other=$pid_a
+  [ "$first" = "$pid_a" ] && other=$pid_b
+  # a node that failed leaves its peer waiting at the rendezvous: stop it now, not at its timeout
+  [ "$status" = 0 ] || kill -- -"$other" 2>/dev/null || true
+  wait "$other" || [ "$status" != 0 ] || status=$?
+  NODE_PIDS=()
   cleanup
   [ "$status" = 0 ] || die "benchmark at $rate failed (exit $status)"
 done
