@@ -2,7 +2,8 @@
 # Two simulated nodes on one machine (issue 4, item 10): two network namespaces joined by a veth
 # pair, rate-limited with tc tbf (netem is not available here), one rank per namespace, torchrun
 # --nnodes 2 with GLOO_SOCKET_IFNAME set; only the namespaces' own addresses (10.77.0.1/2) are used.
-# Runs benchmarks/ddp.py --worker at each rate and writes benchmarks/results/ddp_netsim_<rate>.json.
+# Runs benchmarks/ddp.py --worker at each rate and writes benchmarks/results/ddp_netsim_<rate>.json
+# (NETSIM_OUT: another folder).
 #
 #   sudo benchmarks/netsim.sh                 # 1gbit and 4gbit (default)
 #   sudo benchmarks/netsim.sh 10gbit -- --steps 2 --rounds 2   # extra args go to ddp.py
@@ -86,9 +87,10 @@ run_node() {  # $1 = namespace, $2 = interface, $3 = node rank, $4 = output json
       ${EXTRA[@]+"${EXTRA[@]}"}
 }
 
-mkdir -p benchmarks/results
+OUT_DIR="${NETSIM_OUT:-benchmarks/results}"  # NETSIM_OUT: another folder for the JSON files
+mkdir -p "$OUT_DIR"
 for rate in "${RATES[@]}"; do
-  out="benchmarks/results/ddp_netsim_${rate}${NETSIM_SUFFIX:-}.json"
+  out="$OUT_DIR/ddp_netsim_${rate}${NETSIM_SUFFIX:-}.json"
   echo "== netsim at $rate -> $out"
   setup "$rate"
   run_node "$NS_A" "$VA" 0 "$out" "$rate" & pid_a=$!

@@ -1,0 +1,74 @@
+"""benchmarks/netsim.sh (issue 4, item 10): two network namespaces joined by a rate-limited veth,
+one rank in each; the script creates and removes them, needs root, fails fast and cleanly."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["--", "--steps", "1", "--rounds", "1", "--warmup", "0", "--configs", "torch_ddp",
+        "ours_distopt"]
+
+
+def _netsim(tmp_path, *args, env_extra=None, timeout=240):
+    from parallel_workers import free_port
+
+    port = free_port()
+    env = {**os.environ, "PYTHON": sys.executable, "NETSIM_OUT": str(tmp_path),
+           "NETSIM_PORT": str(port), **(env_extra or {})}
+    t0 = time.monotonic()
+    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "netsim.sh"), *args], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=timeout)
+    proc.port = port
+    return proc, time.monotonic() - t0
+
+
+def _processes_on(port: int) -> list[str]:
+    out = subprocess.run(["pgrep", "-af", f"master_port {port}"], capture_output=True, text=True)
+    return out.stdout.splitlines()
+
+
+def _our_namespaces() -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if line.startswith("protdp_")]
+
+
+def test_netsim_runs_two_namespaces_and_removes_them(tmp_path):
+    proc, _ = _netsim(tmp_path, "4gbit", *TINY)
+    if os.geteuid() != 0:  # the documented refusal, with what to do
+        assert proc.returncode == 2 and "needs root" in proc.stderr, proc.stderr
+        return
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    res = json.loads((tmp_path / "ddp_netsim_4gbit.json").read_text())
+    assert res["world_size"] == 2 and "veth + tbf 4gbit" in res["label"]
+    assert set(res["configs"]) == {"torch_ddp", "ours_distopt"}
+    assert {r["rank"] for r in res["per_rank"]} == {0, 1}
+    # 4 Gbit/s: a flat all_reduce of the 33.6 MB of gradients takes at least the wire time
+    assert res["flat_all_reduce_s"] >= res["grad_bytes"] * 8 / 4e9
+    assert _our_namespaces() == [] and _processes_on(proc.port) == []
+
+
+def test_netsim_node_failure_stops_its_peer_at_once(tmp_path):
+    """One node cannot start (pinned to cores that don't exist): the other must not sit at the
+    rendezvous until its 20-minute timeout; both stop, the namespaces go, the error says so."""
+    if os.geteuid() != 0:
+        proc, _ = _netsim(tmp_path, "4gbit", *TINY)
+        assert proc.returncode == 2 and "needs root" in proc.stderr
+        return
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nproc").write_text("#!/bin/sh\necho 4096\n")  # node 1 -> cores 2048-4095
+    (fake / "nproc").chmod(0o755)
+    proc, seconds = _netsim(tmp_path, "4gbit", *TINY, env_extra={
+        "NETSIM_PIN": "1", "PATH": f"{fake}:{os.environ['PATH']}"})
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "benchmark at 4gbit failed" in proc.stderr
+    assert seconds < 60
+    assert _our_namespaces() == []
+    assert not (tmp_path / "ddp_netsim_4gbit.json").exists()
+    assert _processes_on(proc.port) == []  # no orphaned torchrun left behind
