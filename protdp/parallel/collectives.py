@@ -37,9 +37,9 @@ def backend_for_device(backend: str, device_type: str) -> str:
     list ('cpu:gloo,cuda:nccl', what `init_distributed` uses on CUDA machines so CPU tensors,
     e.g. metrics and object collectives, go to gloo and CUDA tensors to NCCL).
     """
-    if ":" not in backend:
-        return backend
-    per_device = dict(item.split(":", 1) for item in backend.split(",") if ":" in item)
+    from torch.distributed.distributed_c10d import Backend, BackendConfig  # torch's own parser
+
+    per_device = BackendConfig(Backend(backend)).get_device_backend_map()
     return per_device.get(device_type, next(iter(per_device.values())))
 
 

@@ -74,9 +74,9 @@ class DataParallel(nn.Module):
         if len(devices) > 1:
             raise ConfigError(f"DataParallel: parameters are on several devices {devices}; move "
                               "the module to one device (e.g. module.to('cuda')) before wrapping")
+        device_type = named[0][1].device.type
         # the backend that carries this model's tensors ('cpu:gloo,cuda:nccl' -> nccl on CUDA)
-        self.backend = coll.backend_for_device(dist.get_backend(process_group),
-                                               named[0][1].device.type)
+        self.backend = coll.backend_for_device(dist.get_backend(process_group), device_type)
         distopt = self.config.use_distributed_optimizer
         self.grad_collective = coll.grad_reduce_collective(self.config.grad_reduce_collective,
                                                            self.backend, distopt)
@@ -84,7 +84,6 @@ class DataParallel(nn.Module):
             self.config.param_gather_collective, self.backend) if distopt else None)
         self.group_ranks = (dist.get_process_group_ranks(process_group) if process_group
                             else list(range(self.dp)))
-        device_type = named[0][1].device.type
         rings = [c for c in (self.grad_collective, self.param_collective or "")
                  if c.startswith("ring")]
         if self.dp > 1 and rings and device_type != "cpu":
@@ -128,9 +127,9 @@ class DataParallel(nn.Module):
         self._grad_timeline = coll.CommTimeline()
         self._reset_sync_state()
         self._seen_in_window: set[str] = set()
-        # (bucket, 0-dim bool "all finite") of each checked bucket, left on the grads' device
-        # (no host sync inside backward on CUDA); read once per step by the optimizer
-        self._finite_checks: list[tuple[tuple[int, int], torch.Tensor]] = []
+        # 0-dim bool "all finite" of each checked bucket, left on the grads' device (no host
+        # sync inside backward on CUDA); read once per step by the optimizer
+        self._finite_checks: list[torch.Tensor] = []
         self._param_pending: dict[tuple[int, int], coll.Pending] = {}
         self._param_timeline = coll.CommTimeline()
         self.comm_stats = self._zero_stats()
@@ -234,7 +233,7 @@ class DataParallel(nn.Module):
 
         def check_finite():  # detected locally, before the collective
             if self.config.check_for_nan_in_grad:
-                self._finite_checks.append((key, torch.isfinite(data.sum())))
+                self._finite_checks.append(torch.isfinite(data.sum()))
 
         what = f"{self.grad_collective}(grad bucket {bi} of {buf.layout.dtype} buffer)"
         if self.grad_collective.startswith("ring") and self.dp > 1:
@@ -300,22 +299,13 @@ class DataParallel(nn.Module):
         self._seen_in_window = set()
         self._finished = True
 
-    @property
-    def local_nonfinite(self) -> list[tuple[int, int]]:
-        """Buckets in which this rank's own gradients held NaN/Inf before the reduction."""
-        checks = list(self._finite_checks)
-        if not checks:
-            return []
-        finite = torch.stack([ok for _, ok in checks]).tolist()  # one host sync
-        return [key for (key, _), ok in zip(checks, finite) if not ok]
-
     def local_nonfinite_flag(self) -> torch.Tensor:
         """0-dim fp64 on the grads' device: 1.0 if any checked bucket was non-finite, else 0.0
         (no host sync: the optimizer all-reduces it together with the grad norm)."""
         checks = list(self._finite_checks)
         if not checks:
             return torch.zeros((), dtype=torch.float64, device=self.buffers[0].grad_data.device)
-        return torch.stack([ok for _, ok in checks]).logical_not().any().double()
+        return torch.stack(checks).logical_not().any().double()
 
     def zero_grad_buffer(self):
         """Zero all grad buffers (and re-attach fp32 `.grad` views); start a new step."""
