@@ -29,8 +29,16 @@ def _netsim(tmp_path, *args, env_extra=None, timeout=240):
 
 
 def _processes_on(port: int) -> list[str]:
-    out = subprocess.run(["pgrep", "-af", f"master_port {port}"], capture_output=True, text=True)
-    return out.stdout.splitlines()
+    """Command lines of live processes started for this run's rendezvous port (from /proc)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:  # the process ended meanwhile
+            continue
+        if b"--master_port" in args and str(port).encode() in args:
+            found.append(b" ".join(args).decode(errors="replace"))
+    return found
 
 
 def _our_namespaces() -> list[str]:
