@@ -21,9 +21,11 @@ gloo work threads; exposed communication
 the same fwd+bwd without DDP) vs total communication time (ours: union of the intervals a bucket
 collective was in flight; torch: one flat all_reduce of the same bytes); optimizer-state bytes per
 rank; resident memory per config and peak RSS per rank; bus bandwidth of the bucketed reduction vs
-a flat all_reduce of the same bytes. Also: gloo's all_reduce / reduce_scatter / all_gather vs
-protdp's point-to-point rings for 16 MB (the measurement behind protdp.parallel.collectives'
-per-backend choice).
+a flat all_reduce of the same bytes; lower bounds on any ZeRO-1 step (`zero1_bounds`: the link
+time of its bytes + the turnaround during which the link must idle, or the compute) and where
+ours_distopt and torch DDP stand against them. Also: gloo's all_reduce / reduce_scatter /
+all_gather vs protdp's point-to-point rings for 16 MB (the measurement behind
+protdp.parallel.collectives' per-backend choice).
 
   python benchmarks/ddp.py                      # spawns 2 local ranks -> benchmarks/results/ddp.json
   torchrun ... benchmarks/ddp.py --worker --out X.json   # under any launcher (netsim.sh uses it)
@@ -51,6 +53,8 @@ sys.path.insert(0, str(ROOT))
 
 from protdp.parallel import (DataParallel, DistributedOptimizer, ParallelConfig,  # noqa: E402
                              init_distributed)
+from protdp.parallel.buffer import build_layout  # noqa: E402
+from protdp.parallel.ddp import dtype_name  # noqa: E402
 
 CONFIGS = ["torch_ddp", "torch_ddp_zero", "ours_no_overlap", "ours_overlap", "ours_distopt"]
 LR = 1e-4
@@ -266,14 +270,14 @@ class Engine:
             self.model.finish_param_sync()
 
 
-def timed(fn, reps: int) -> float:
+def timed(fn, reps: int, stat=statistics.median) -> float:
     ts = []
     for _ in range(reps):
         dist.barrier()
         t0 = time.perf_counter()
         fn()
         ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+    return stat(ts)
 
 
 def collective_choice(world: int, numel: int = 4 * 2**20, reps: int = 9) -> dict:
@@ -299,6 +303,67 @@ def collective_choice(world: int, numel: int = 4 * 2**20, reps: int = 9) -> dict
         out[name] = timed(fn, reps)
     for name in ("reduce_scatter", "all_gather", "ring_reduce_scatter", "ring_all_gather"):
         out[f"{name}_over_all_reduce"] = out[f"{name}_s"] / out["all_reduce_s"]
+    return out
+
+
+def turnaround_s(model: nn.Module, loss, bucket_size: int, world: int, reps: int = 5) -> float:
+    """Compute that no ZeRO-1 engine can overlap with communication (minimum over `reps`).
+
+    The all-gather of the first-reduced bucket (bucket 0 of buffer 0: the last layers) is the
+    last one before the forward needs it, and that bucket's reduce-scatter can only start once
+    all of its grads exist; in between the link idles while the forward of those modules and
+    their backward run. Measured on a plain copy of the model (no DDP): from the first forward
+    pre-hook of a module owning a bucket-0 param to the last of those params' grads being
+    accumulated. The layout comes from the same pure function the engine uses.
+    """
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    layout = build_layout([(n, tuple(p.shape), dtype_name(p.dtype)) for n, p in named],
+                          world, bucket_size)[0]
+    first = set(layout.buckets[0].params)
+    marks: dict[str, list[float]] = {"need": [], "ready": []}
+    handles = []
+    for prefix, mod in model.named_modules():
+        own = {f"{prefix}.{n}" if prefix else n for n, _ in mod.named_parameters(recurse=False)}
+        if own & first:
+            handles.append(mod.register_forward_pre_hook(
+                lambda m, a: marks["need"].append(time.perf_counter())))
+    for n, p in named:
+        if n in first:
+            handles.append(p.register_post_accumulate_grad_hook(
+                lambda t: marks["ready"].append(time.perf_counter())))
+    spans = []
+    try:
+        for _ in range(reps):
+            marks["need"].clear()
+            marks["ready"].clear()
+            loss(model).backward()
+            model.zero_grad(set_to_none=False)
+            spans.append(max(marks["ready"]) - min(marks["need"]))
+    finally:
+        for h in handles:
+            h.remove()
+    return min(spans)
+
+
+def zero1_bounds(result: dict, turnaround: float, norm_allreduce: float) -> dict:
+    """Lower bounds on any ZeRO-1 step with global-norm clipping (pure arithmetic on measured
+    times; the turnaround and the norm all-reduce are the fastest of several tries, so rank skew
+    and scheduling noise do not raise the bound) and where the measured distributed-optimizer
+    step stands against them.
+
+    link: its reduce-scatters + all-gathers move exactly a ring all-reduce's bytes (flat
+    all_reduce time), plus the turnaround (`turnaround_s`) and the norm all-reduce between the
+    last reduce-scatter and the first all-gather, during which the link idles.
+    compute: forward + backward without communication. floor = the larger.
+    """
+    link = result["flat_all_reduce_s"] + turnaround + norm_allreduce
+    floor = max(link, result["compute_s"])
+    out = {"turnaround_s": turnaround, "norm_allreduce_s": norm_allreduce,
+           "zero1_link_bound_s": link, "compute_bound_s": result["compute_s"], "floor_s": floor}
+    ddp = result["configs"].get("torch_ddp", {}).get("step_s")
+    ours = result["configs"].get("ours_distopt", {}).get("step_s")
+    out["floor_ratio_to_torch_ddp"] = floor / ddp if ddp else None
+    out["ours_distopt_over_floor"] = ours / floor if ours else None
     return out
 
 
@@ -367,6 +432,10 @@ def worker(args) -> dict | None:
     base = result["configs"].get("torch_ddp", {}).get("step_s")
     for row in result["configs"].values():
         row["ratio_to_torch_ddp"] = row["step_s"] / base if base else None
+    stats = torch.zeros(1 + world, dtype=torch.float64)  # what the optimizer all-reduces
+    result["zero1_bounds"] = zero1_bounds(
+        result, turnaround_s(plain, loss, int(args.bucket_mb * 2**20 / 4), world),
+        timed(lambda: dist.all_reduce(stats), 9, stat=min))
     result["collectives"] = collective_choice(world)
     result["peak_rss_mb"] = peak_rss_mb()
     gathered = [None] * world
@@ -413,6 +482,17 @@ def table(res: dict) -> str:
         f"{name} " + " ".join(f"{role.split()[0]} {1e3 * cpu:.1f}"
                               for role, cpu in r.get("cpu_s_by_thread", {}).items())
         for name, r in res["configs"].items()))
+    b = res.get("zero1_bounds")
+    if b:
+        rel = b["floor_ratio_to_torch_ddp"]
+        over = b["ours_distopt_over_floor"]
+        ms = {k: 1e3 * v for k, v in b.items() if k.endswith("_s")}
+        lines.append(f"ZeRO-1 floor {ms['floor_s']:.1f} ms = "
+                     f"max(link {ms['zero1_link_bound_s']:.1f} "
+                     f"[flat all_reduce + turnaround {ms['turnaround_s']:.1f} + norm all_reduce "
+                     f"{ms['norm_allreduce_s']:.2f}], compute {ms['compute_bound_s']:.1f}); "
+                     f"floor/torch_ddp {'-' if rel is None else f'{rel:.3f}'}, "
+                     f"ours_distopt/floor {'-' if over is None else f'{over:.3f}'}")
     c = res["collectives"]
     lines.append(f"{c['backend']} 16 MB: all_reduce {1e3 * c['all_reduce_s']:.1f} ms; vs that: "
                  + ", ".join(f"{n} {1e3 * c[n + '_s']:.1f} ms ({c[n + '_over_all_reduce']:.2f}x)"
