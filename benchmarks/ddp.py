@@ -22,7 +22,8 @@ the same fwd+bwd without DDP) vs total communication time (ours: union of the in
 collective was in flight; torch: one flat all_reduce of the same bytes); optimizer-state bytes per
 rank; resident memory per config and peak RSS per rank; bus bandwidth of the bucketed reduction vs
 a flat all_reduce of the same bytes; lower bounds on any ZeRO-1 step (`zero1_bounds`: the link
-time of its bytes + the turnaround during which the link must idle, or the compute) and where
+time of its bytes + the turnaround during which the link must idle; the chain all-gathers ->
+forward of the last layers -> backward -> last reduce-scatter -> norm; or the compute) and where
 ours_distopt and torch DDP stand against them. Also: gloo's all_reduce / reduce_scatter /
 all_gather vs protdp's point-to-point rings for 16 MB (the measurement behind
 protdp.parallel.collectives' per-backend choice).
@@ -306,21 +307,26 @@ def collective_choice(world: int, numel: int = 4 * 2**20, reps: int = 9) -> dict
     return out
 
 
-def turnaround_s(model: nn.Module, loss, bucket_size: int, world: int, reps: int = 5) -> float:
-    """Compute that no ZeRO-1 engine can overlap with communication (minimum over `reps`).
+def critical_path_times(model: nn.Module, loss, bucket_size: int, world: int,
+                        reps: int = 5) -> dict:
+    """Compute times on the dependency chain of a ZeRO-1 step (each the minimum over `reps`).
 
-    The all-gather of the first-reduced bucket (bucket 0 of buffer 0: the last layers) is the
-    last one before the forward needs it, and that bucket's reduce-scatter can only start once
-    all of its grads exist; in between the link idles while the forward of those modules and
-    their backward run. Measured on a plain copy of the model (no DDP): from the first forward
-    pre-hook of a module owning a bucket-0 param to the last of those params' grads being
-    accumulated. The layout comes from the same pure function the engine uses.
+    Measured on a plain copy of the model (no DDP), with the bucket layout of the same pure
+    function the engine uses. Bucket 0 of buffer 0 (the last layers) is reduced first and, in
+    forward order, all-gathered last:
+      turnaround_s  first forward pre-hook of a module owning a bucket-0 param -> the last
+                    bucket-0 grad accumulated: the link idles from that bucket's all-gather
+                    until its reduce-scatter can start;
+      fwd_tail_s    that first pre-hook -> the loss (forward left after the last all-gather);
+      backward_s    backward call -> the last grad of the bucket reduced last accumulated;
+    and last_bucket_fraction: the share of the gradient bytes in that bucket.
     """
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    layout = build_layout([(n, tuple(p.shape), dtype_name(p.dtype)) for n, p in named],
-                          world, bucket_size)[0]
-    first = set(layout.buckets[0].params)
-    marks: dict[str, list[float]] = {"need": [], "ready": []}
+    layouts = build_layout([(n, tuple(p.shape), dtype_name(p.dtype)) for n, p in named],
+                           world, bucket_size)
+    first = set(layouts[0].buckets[0].params)
+    last = layouts[-1].buckets[-1]
+    marks: dict[str, list[float]] = {"need": [], "ready": [], "last": []}
     handles = []
     for prefix, mod in model.named_modules():
         own = {f"{prefix}.{n}" if prefix else n for n, _ in mod.named_parameters(recurse=False)}
@@ -328,43 +334,73 @@ def turnaround_s(model: nn.Module, loss, bucket_size: int, world: int, reps: int
             handles.append(mod.register_forward_pre_hook(
                 lambda m, a: marks["need"].append(time.perf_counter())))
     for n, p in named:
-        if n in first:
-            handles.append(p.register_post_accumulate_grad_hook(
-                lambda t: marks["ready"].append(time.perf_counter())))
-    spans = []
+        for key, bucket_params in (("ready", first), ("last", last.params)):
+            if n in bucket_params:
+                handles.append(p.register_post_accumulate_grad_hook(
+                    lambda t, key=key: marks[key].append(time.perf_counter())))
+    runs = []
     try:
         for _ in range(reps):
-            marks["need"].clear()
-            marks["ready"].clear()
-            loss(model).backward()
+            for times in marks.values():
+                times.clear()
+            value = loss(model)
+            t_loss = time.perf_counter()
+            value.backward()
             model.zero_grad(set_to_none=False)
-            spans.append(max(marks["ready"]) - min(marks["need"]))
+            need = min(marks["need"])
+            runs.append({"turnaround_s": max(marks["ready"]) - need,
+                         "fwd_tail_s": t_loss - need, "backward_s": max(marks["last"]) - t_loss})
     finally:
         for h in handles:
             h.remove()
-    return min(spans)
+    out = {k: min(r[k] for r in runs) for k in runs[0]}
+    out["last_bucket_fraction"] = last.numel / sum(lay.numel for lay in layouts)
+    return out
 
 
-def zero1_bounds(result: dict, turnaround: float, norm_allreduce: float) -> dict:
+def zero1_bounds(result: dict, path: dict, transfers: dict) -> dict:
     """Lower bounds on any ZeRO-1 step with global-norm clipping (pure arithmetic on measured
-    times; the turnaround and the norm all-reduce are the fastest of several tries, so rank skew
-    and scheduling noise do not raise the bound) and where the measured distributed-optimizer
-    step stands against them.
+    times, each the fastest of several tries, so rank skew and scheduling noise do not raise
+    them) and where the measured distributed-optimizer step and torch DDP stand against them.
+    `path`: critical_path_times; `transfers`: one ring reduce-scatter and one ring all-gather
+    of all the gradient / param bytes and the norm all-reduce, each alone on the link.
 
-    link: its reduce-scatters + all-gathers move exactly a ring all-reduce's bytes (flat
-    all_reduce time), plus the turnaround (`turnaround_s`) and the norm all-reduce between the
-    last reduce-scatter and the first all-gather, during which the link idles.
-    compute: forward + backward without communication. floor = the larger.
+    link: the reduce-scatters + all-gathers move the bytes of both transfers (or of the flat
+      all_reduce, if faster); besides, the link idles for the turnaround and for the norm
+      all-reduce (after the last reduce-scatter, before the first all-gather: clipping needs
+      the norm).
+    schedule: the all-gathers all precede the forward of the last layers, the backward follows
+      that forward, the last bucket's reduce-scatter (its share of the bytes) follows the
+      backward, the norm all-reduce follows it, the next step's first all-gather follows that.
+    compute: forward + backward without communication. floor = the largest.
     """
-    link = result["flat_all_reduce_s"] + turnaround + norm_allreduce
-    floor = max(link, result["compute_s"])
-    out = {"turnaround_s": turnaround, "norm_allreduce_s": norm_allreduce,
-           "zero1_link_bound_s": link, "compute_bound_s": result["compute_s"], "floor_s": floor}
+    rs, ag, norm = (transfers[k] for k in ("reduce_scatter_s", "all_gather_s", "norm_allreduce_s"))
+    link = min(result["flat_all_reduce_s"], rs + ag) + path["turnaround_s"] + norm
+    schedule = (ag + path["fwd_tail_s"] + path["backward_s"] + rs * path["last_bucket_fraction"]
+                + norm)
+    floor = max(link, schedule, result["compute_s"])
+    out = {**path, **transfers, "link_bound_s": link, "schedule_bound_s": schedule,
+           "compute_bound_s": result["compute_s"], "floor_s": floor}
     ddp = result["configs"].get("torch_ddp", {}).get("step_s")
     ours = result["configs"].get("ours_distopt", {}).get("step_s")
     out["floor_ratio_to_torch_ddp"] = floor / ddp if ddp else None
     out["ours_distopt_over_floor"] = ours / floor if ours else None
     return out
+
+
+def zero1_transfers(numel: int, world: int, reps: int = 3) -> dict:
+    """The fastest of `reps` ring reduce-scatters / all-gathers of `numel` fp32 elements (the
+    transport ours uses on gloo) and of the optimizer's norm/flag all-reduce."""
+    from protdp.parallel import ring
+
+    ranks, rank = list(range(world)), dist.get_rank()
+    data = torch.zeros(-(-numel // world) * world)  # padded to split into `world` chunks
+    stats = torch.zeros(1 + world, dtype=torch.float64)  # what the optimizer all-reduces
+    return {"reduce_scatter_s": timed(lambda: ring.run_blocking(ring.ring_reduce_scatter(
+                data, None, ranks, rank)), reps, stat=min),
+            "all_gather_s": timed(lambda: ring.run_blocking(ring.ring_all_gather(
+                data, None, ranks, rank)), reps, stat=min),
+            "norm_allreduce_s": timed(lambda: dist.all_reduce(stats), 3 * reps, stat=min)}
 
 
 def bus_bw(nbytes: int, seconds: float, world: int) -> float:
@@ -432,10 +468,9 @@ def worker(args) -> dict | None:
     base = result["configs"].get("torch_ddp", {}).get("step_s")
     for row in result["configs"].values():
         row["ratio_to_torch_ddp"] = row["step_s"] / base if base else None
-    stats = torch.zeros(1 + world, dtype=torch.float64)  # what the optimizer all-reduces
     result["zero1_bounds"] = zero1_bounds(
-        result, turnaround_s(plain, loss, int(args.bucket_mb * 2**20 / 4), world),
-        timed(lambda: dist.all_reduce(stats), 9, stat=min))
+        result, critical_path_times(plain, loss, int(args.bucket_mb * 2**20 / 4), world),
+        zero1_transfers(nparams, world))
     result["collectives"] = collective_choice(world)
     result["peak_rss_mb"] = peak_rss_mb()
     gathered = [None] * world
@@ -487,11 +522,11 @@ def table(res: dict) -> str:
         rel = b["floor_ratio_to_torch_ddp"]
         over = b["ours_distopt_over_floor"]
         ms = {k: 1e3 * v for k, v in b.items() if k.endswith("_s")}
-        lines.append(f"ZeRO-1 floor {ms['floor_s']:.1f} ms = "
-                     f"max(link {ms['zero1_link_bound_s']:.1f} "
-                     f"[flat all_reduce + turnaround {ms['turnaround_s']:.1f} + norm all_reduce "
-                     f"{ms['norm_allreduce_s']:.2f}], compute {ms['compute_bound_s']:.1f}); "
-                     f"floor/torch_ddp {'-' if rel is None else f'{rel:.3f}'}, "
+        lines.append(f"ZeRO-1 floor {ms['floor_s']:.1f} ms = max(link "
+                     f"{ms['link_bound_s']:.1f} [transfers + turnaround "
+                     f"{ms['turnaround_s']:.1f} + norm all_reduce {ms['norm_allreduce_s']:.2f}], "
+                     f"schedule {ms['schedule_bound_s']:.1f}, compute {ms['compute_bound_s']:.1f})"
+                     f"; floor/torch_ddp {'-' if rel is None else f'{rel:.3f}'}, "
                      f"ours_distopt/floor {'-' if over is None else f'{over:.3f}'}")
     c = res["collectives"]
     lines.append(f"{c['backend']} 16 MB: all_reduce {1e3 * c['all_reduce_s']:.1f} ms; vs that: "
