@@ -281,25 +281,30 @@ def timed(fn, reps: int, stat=statistics.median) -> float:
     return stat(ts)
 
 
+def ring_transfers(x: torch.Tensor, world: int):
+    """(reduce-scatter, all-gather) of `x` over the whole world with protdp's p2p rings, as
+    blocking callables."""
+    from protdp.parallel import ring
+
+    ranks, rank = list(range(world)), dist.get_rank()
+    return (lambda: ring.run_blocking(ring.ring_reduce_scatter(x, None, ranks, rank)),
+            lambda: ring.run_blocking(ring.ring_all_gather(x, None, ranks, rank)))
+
+
 def collective_choice(world: int, numel: int = 4 * 2**20, reps: int = 9) -> dict:
     """gloo: torch's all_reduce / reduce_scatter / all_gather vs protdp's point-to-point rings
     (protdp.parallel.ring), on the same 16 MB fp32 buffer: the measurement behind the per-backend
     choice in protdp.parallel.collectives."""
-    from protdp.parallel import ring
-
     x = torch.randn(numel)
     shard = torch.empty(numel // world)
     rs = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
     ag = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    ranks, rank = list(range(world)), dist.get_rank()
+    ring_rs, ring_ag = ring_transfers(x, world)
     out = {"bytes": numel * 4, "backend": dist.get_backend()}
     for name, fn in [("all_reduce_s", lambda: dist.all_reduce(x)),
                      ("reduce_scatter_s", lambda: rs(shard, x)),
                      ("all_gather_s", lambda: ag(x, shard)),
-                     ("ring_reduce_scatter_s", lambda: ring.run_blocking(
-                         ring.ring_reduce_scatter(x, None, ranks, rank))),
-                     ("ring_all_gather_s", lambda: ring.run_blocking(
-                         ring.ring_all_gather(x, None, ranks, rank)))]:
+                     ("ring_reduce_scatter_s", ring_rs), ("ring_all_gather_s", ring_ag)]:
         fn()
         out[name] = timed(fn, reps)
     for name in ("reduce_scatter", "all_gather", "ring_reduce_scatter", "ring_all_gather"):
@@ -307,12 +312,11 @@ def collective_choice(world: int, numel: int = 4 * 2**20, reps: int = 9) -> dict
     return out
 
 
-def critical_path_times(model: nn.Module, loss, bucket_size: int, world: int,
-                        reps: int = 5) -> dict:
+def critical_path_times(model: nn.Module, loss, layouts: list, reps: int = 5) -> dict:
     """Compute times on the dependency chain of a ZeRO-1 step (each the minimum over `reps`).
 
-    Measured on a plain copy of the model (no DDP), with the bucket layout of the same pure
-    function the engine uses. Bucket 0 of buffer 0 (the last layers) is reduced first and, in
+    Measured on a plain copy of the model (no DDP), with the engine's bucket `layouts`
+    (`DataParallel.layouts`). Bucket 0 of buffer 0 (the last layers) is reduced first and, in
     forward order, all-gathered last:
       turnaround_s  first forward pre-hook of a module owning a bucket-0 param -> the last
                     bucket-0 grad accumulated: the link idles from that bucket's all-gather
@@ -322,8 +326,6 @@ def critical_path_times(model: nn.Module, loss, bucket_size: int, world: int,
     and last_bucket_fraction: the share of the gradient bytes in that bucket.
     """
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    layouts = build_layout([(n, tuple(p.shape), dtype_name(p.dtype)) for n, p in named],
-                           world, bucket_size)
     first = set(layouts[0].buckets[0].params)
     last = layouts[-1].buckets[-1]
     marks: dict[str, list[float]] = {"need": [], "ready": [], "last": []}
@@ -391,15 +393,10 @@ def zero1_bounds(result: dict, path: dict, transfers: dict) -> dict:
 def zero1_transfers(numel: int, world: int, reps: int = 3) -> dict:
     """The fastest of `reps` ring reduce-scatters / all-gathers of `numel` fp32 elements (the
     transport ours uses on gloo) and of the optimizer's norm/flag all-reduce."""
-    from protdp.parallel import ring
-
-    ranks, rank = list(range(world)), dist.get_rank()
-    data = torch.zeros(-(-numel // world) * world)  # padded to split into `world` chunks
+    ring_rs, ring_ag = ring_transfers(torch.zeros(-(-numel // world) * world), world)  # padded
     stats = torch.zeros(1 + world, dtype=torch.float64)  # what the optimizer all-reduces
-    return {"reduce_scatter_s": timed(lambda: ring.run_blocking(ring.ring_reduce_scatter(
-                data, None, ranks, rank)), reps, stat=min),
-            "all_gather_s": timed(lambda: ring.run_blocking(ring.ring_all_gather(
-                data, None, ranks, rank)), reps, stat=min),
+    return {"reduce_scatter_s": timed(ring_rs, reps, stat=min),
+            "all_gather_s": timed(ring_ag, reps, stat=min),
             "norm_allreduce_s": timed(lambda: dist.all_reduce(stats), 3 * reps, stat=min)}
 
 
@@ -468,9 +465,12 @@ def worker(args) -> dict | None:
     base = result["configs"].get("torch_ddp", {}).get("step_s")
     for row in result["configs"].values():
         row["ratio_to_torch_ddp"] = row["step_s"] / base if base else None
-    result["zero1_bounds"] = zero1_bounds(
-        result, critical_path_times(plain, loss, int(args.bucket_mb * 2**20 / 4), world),
-        zero1_transfers(nparams, world))
+    ours = [e.model for e in engines.values() if isinstance(e.model, DataParallel)]
+    layouts = ours[0].layouts if ours else build_layout(  # the layout ours would use
+        [(n, tuple(p.shape), dtype_name(p.dtype)) for n, p in plain.named_parameters()], world,
+        int(args.bucket_mb * 2**20 / 4), ParallelConfig().param_align)
+    result["zero1_bounds"] = zero1_bounds(result, critical_path_times(plain, loss, layouts),
+                                          zero1_transfers(nparams, world))
     result["collectives"] = collective_choice(world)
     result["peak_rss_mb"] = peak_rss_mb()
     gathered = [None] * world
