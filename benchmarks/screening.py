@@ -1,4 +1,4 @@
-"""Screening speed: exact k-mer vs phmmer (`protdp.safety.screening.ScreeningList`) on a real
+"""Screening speed: exact k-mer vs phmmer (`protdp.data.screening.ScreeningList`) on a real
 proteome — the 2,100-protein bacterial proteome that the pyhmmer wheel ships in its test data
 (`pyhmmer/tests/data/seqs/938293.PRJEB85.HG003687.faa`).
 
@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from protdp.safety.screening import ScreeningList, read_fasta  # noqa: E402
+from protdp.data.screening import ScreeningList, read_fasta  # noqa: E402
 
 
 def proteome_path() -> Path:

@@ -28,6 +28,7 @@ from protdp.model.config import ModelConfig
 from protdp.planning.comm import parse_bandwidth, parse_bytes, step_communication
 from protdp.planning.memory import GIB, Shape, activation_bytes, state_bytes
 from protdp.planning.params import parameter_breakdown, parameter_count
+from protdp.resources import resolve_config
 
 MAX_DAP = 64
 
@@ -182,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.extra_msa_rows < 0:
         raise ConfigError("--extra-msa-rows must be >= 0")
-    cfg = load_config(ModelConfig, args.model_config)
+    cfg = load_config(ModelConfig, resolve_config(args.model_config, "model"))
     result = plan(cfg, crop=args.crop, gpu_mem=parse_bytes(args.gpu_mem, "--gpu-mem"), dp=args.dp,
                   bf16=args.bf16, recompute=args.recompute, msa_rows=args.msa_rows,
                   extra_msa_rows=args.extra_msa_rows, reserve=args.reserve,

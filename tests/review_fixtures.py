@@ -19,7 +19,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
-from protdp.inference.gate import GatePolicy, route
+from protdp.gating import GatePolicy, route
 
 PG_DEFAULT_URL = "postgresql://protdp:protdp@127.0.0.1:5432/protdp_test"
 

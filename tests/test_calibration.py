@@ -11,7 +11,7 @@ import torch
 
 from data_fixtures import build_pairs_store
 from protdp.errors import InputError
-from protdp.inference.gate import GatePolicy, route
+from protdp.gating import GatePolicy, load_calibrated_policy, route
 from protdp.safety import calibration as cal
 
 SMALL_PAIRS = ("7a4d_E", "2p90_A02", "2q2k_A", "5awl_A")
@@ -117,7 +117,7 @@ def test_gate_loads_calibrated_policy(tmp_path):
     path = tmp_path / "calibration.json"
     path.write_text(json.dumps(report))
     base = GatePolicy(min_msa_depth=5)
-    policy = cal.load_calibrated_policy(path, base)
+    policy = load_calibrated_policy(path, base)
     assert policy.accept_mean_plddt == 83.5 and policy.min_msa_depth == 5
     plddt = np.full(20, 80.0)
     kw = dict(length=20, msa_depth=50, training_crop=64)
@@ -125,13 +125,13 @@ def test_gate_loads_calibrated_policy(tmp_path):
     assert route(plddt, policy=policy, **kw).route == "needs_review"
     loose = dict(report, threshold={**report["threshold"], "accept_mean_plddt": 40.0})
     path.write_text(json.dumps(loose))
-    assert cal.load_calibrated_policy(path, base).accept_mean_plddt == base.accept_mean_plddt
+    assert load_calibrated_policy(path, base).accept_mean_plddt == base.accept_mean_plddt
     path.write_text(json.dumps({"format": cal.CALIBRATION_FORMAT, "threshold": {"accept_mean_plddt": "x"}}))
     with pytest.raises(InputError, match="threshold.accept_mean_plddt"):
-        cal.load_calibrated_policy(path, base)
+        load_calibrated_policy(path, base)
     path.write_text("{not json")
     with pytest.raises(InputError, match="calibration.json:1"):
-        cal.load_calibrated_policy(path)
+        load_calibrated_policy(path)
 
 
 def test_calibrate_rejects_unknown_family(small_store, tiny_checkpoint, tmp_path):

@@ -10,7 +10,7 @@ import pytest
 from protdp.data.filters import FilterConfig, check_family, load_screening
 from protdp.errors import ConfigError
 from protdp.paths import REPO_ROOT
-from protdp.safety.screening import ScreeningList
+from protdp.data.screening import ScreeningList
 
 SEQ = "MQIFVKTLTGKTITLEVEPSDTIENVKAKIQDKEGIPPDQQRLIFAGKQLEDGRTLSDYNIQKESTLHLVLRLRGG"
 MIX = "ACDEFGHIKLMNPQRSTVWY" * 5

@@ -1,4 +1,4 @@
-"""Confidence gate routing on crafted pLDDT vectors (protdp.inference.gate)."""
+"""Confidence gate routing on crafted pLDDT vectors (protdp.gating)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from protdp.config import load_config
 from protdp.errors import ConfigError, InputError
-from protdp.inference.gate import AFDB_BANDS, REASON_TEXT, GatePolicy, afdb_bands, band_of, route
+from protdp.gating import AFDB_BANDS, REASON_TEXT, GatePolicy, afdb_bands, band_of, route
 from protdp.paths import REPO_ROOT
 
 POLICY = GatePolicy()

@@ -25,7 +25,7 @@ from protdp.data.features import collate, featurize_query
 from protdp.data.parse import parse_msa, parse_structure
 from protdp.errors import InputError
 from protdp.inference.checkpoint import load_model_checkpoint, save_model_checkpoint
-from protdp.inference.gate import GatePolicy
+from protdp.gating import GatePolicy
 from protdp.inference.predictor import PredictConfig, chains_from_pairs, predict, predict_chains
 from protdp.inference.targets import clean_sequence, read_targets
 from protdp.inference.writers import ONE_TO_THREE, read_summary, safe_name

@@ -65,7 +65,7 @@ def test_redteam_fails_on_a_weakened_gate(tmp_path, ckpt, data_dir, monkeypatch,
     """Gate thresholds that no longer flag shallow MSAs, long inputs or low-complexity
     sequences, and (fault injection)
     a screening list that never hits: the suite must name the misses and exit 1."""
-    from protdp.safety.screening import ScreeningList
+    from protdp.data.screening import ScreeningList
 
     monkeypatch.setattr(ScreeningList, "hits", lambda self, sequence: [])
     cfg = small_config(tmp_path, gate_overrides={"min_msa_depth": 0,

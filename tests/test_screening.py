@@ -9,7 +9,7 @@ import pytest
 
 from protdp.errors import ConfigError, InputError
 from protdp.paths import REPO_ROOT
-from protdp.safety.screening import ScreeningList, read_fasta
+from protdp.data.screening import ScreeningList, read_fasta
 
 DEMO = REPO_ROOT / "configs/screening/demo_list.fasta"
 UBQ = "MQIFVKTLTGKTITLEVEPSDTIENVKAKIQDKEGIPPDQQRLIFAGKQLEDGRTLSDYNIQKESTLHLVLRLRGG"

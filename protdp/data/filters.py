@@ -5,7 +5,7 @@ counts rejections per rule. Rules: length bounds, resolution cutoff (AF2: 9 Å),
 residue type > 80 % of the chain (AF2), too many unknown residues, too few observed residues,
 exact-duplicate query chains (kept: the first family id in sorted order; decided by the
 store builder because it needs the global view) and a screening hook
-(`protdp.safety.screening`: long exact k-mer shared with a sequence of concern).
+(`protdp.data.screening`: long exact k-mer shared with a sequence of concern).
 """
 
 from __future__ import annotations
@@ -110,11 +110,8 @@ def load_screening(cfg: FilterConfig):
     """The configured ScreeningList, or None."""
     if not cfg.screening_fasta:
         return None
-    from pathlib import Path
+    from protdp.data.screening import ScreeningList
+    from protdp.resources import resolve_config
 
-    from protdp.paths import REPO_ROOT
-    from protdp.safety.screening import ScreeningList
-    path = Path(cfg.screening_fasta)
-    if not path.is_absolute() and not path.exists() and (REPO_ROOT / path).exists():
-        path = REPO_ROOT / path              # configs/ paths work from any working directory
+    path = resolve_config(cfg.screening_fasta)   # a path, or `configs/...` of the package
     return ScreeningList.from_fasta(path, k=cfg.screening_k, mode=cfg.screening_mode)

@@ -52,8 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _gate_policy(args):
     """Gate policy YAML, tightened by a calibration report (explicit, or beside the checkpoint)."""
     from protdp.inference.checkpoint import checkpoint_home
-    from protdp.inference.predictor import load_gate_policy
-    from protdp.safety.calibration import load_calibrated_policy
+    from protdp.gating import load_gate_policy
+    from protdp.gating import load_calibrated_policy
 
     policy = load_gate_policy(args.gating)
     calibration = args.calibration

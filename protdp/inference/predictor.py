@@ -34,17 +34,16 @@ from protdp.config import load_config, to_dict
 from protdp.data.features import collate, featurize_query
 from protdp.errors import ConfigError, InputError, ProtdpError
 from protdp.inference.checkpoint import LoadedModel, load_model_checkpoint, sha256_file
-from protdp.inference.gate import ROUTES, GateDecision, GatePolicy, band_of, route
+from protdp.gating import ROUTES, GateDecision, GatePolicy, band_of, load_gate_policy, route
 from protdp.inference.targets import (Target, clean_sequence, find_msa_files, load_msa,
                                       read_targets, sha256_text)
 from protdp.inference.writers import (printable, round_plddt, write_json, write_structures,
                                       write_summary)
 from protdp.paths import REPO_ROOT
-from protdp.safety.screening import ScreeningList
+from protdp.data.screening import ScreeningList
 
 CLINICAL_NOTICE = ("Computational prediction for research use. NOT for clinical or diagnostic "
                    "decisions without review by a qualified person; see the gate route and reasons.")
-DEFAULT_GATING = REPO_ROOT / "configs" / "gating.yaml"
 TARGETS_DIR = "targets"
 PARTS_DIR = ".summary_parts"
 
@@ -87,14 +86,6 @@ class RunResult:
     summary_path: Path | None
     counts: dict = field(default_factory=dict)
     skipped: int = 0
-
-
-def load_gate_policy(path_or_policy=None) -> GatePolicy:
-    if isinstance(path_or_policy, GatePolicy):
-        return path_or_policy
-    if path_or_policy is None:
-        return load_config(GatePolicy, DEFAULT_GATING) if DEFAULT_GATING.is_file() else GatePolicy()
-    return load_config(GatePolicy, path_or_policy)
 
 
 def display_url(queue_url: str) -> str:

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from protdp.errors import InputError
-from protdp.inference.gate import AFDB_BAND_LABELS, REASON_TEXT, band_of
+from protdp.gating import AFDB_BAND_LABELS, REASON_TEXT, band_of
 from protdp.review.store import (DEFAULT_QUEUE_URL, EXPORT_FORMATS, STATES, QueueError,
                                  ReviewStore, iso)
 

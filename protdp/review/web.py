@@ -29,16 +29,14 @@ from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse, Red
 from fastapi.staticfiles import StaticFiles
 
 from protdp.errors import InputError
-from protdp.inference.gate import AFDB_BAND_LABELS, AFDB_BANDS, REASON_TEXT, band_of
+from protdp.gating import AFDB_BAND_COLORS, AFDB_BAND_LABELS, AFDB_BANDS, REASON_TEXT, band_of
+from protdp.gating.bands import band_ranges
 from protdp.review.store import (ACTIONS, EXPORT_FORMATS, FINAL_STATES, STATES, ClaimConflict,
                                  ItemNotFound, QueueError, ReviewStore, iso)
 
 HERE = Path(__file__).resolve().parent
 SESSION_COOKIE = "protdp_session"
 LOGIN_CSRF_COOKIE = "protdp_login_csrf"
-AFDB_COLORS = {"very_high": "#0053d6", "confident": "#65cbf3", "low": "#ffdb13",
-               "very_low": "#ff7d45"}
-_BAND_RANGES = {"very_high": (90, 100), "confident": (70, 90), "low": (50, 70), "very_low": (0, 50)}
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self'; "
                                "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
@@ -83,11 +81,12 @@ def plddt_plot(plddt: list, width: int = 720, height: int = 220) -> dict:
             current.append(f"{x(i):.1f},{y(float(v)):.1f}")
     if current:
         segments.append(current)
-    bands = [{"name": b, "color": AFDB_COLORS[b], "y": y(hi), "height": y(lo) - y(hi)}
-             for b, (lo, hi) in _BAND_RANGES.items()]
+    bands = [{"name": b, "color": AFDB_BAND_COLORS[b], "y": y(hi), "height": y(lo) - y(hi)}
+             for b, (lo, hi) in band_ranges().items()]
     step = max(1, round(n / 8)) if n else 1
     xticks = [{"x": x(i), "label": i + 1} for i in range(0, n, step)]
-    yticks = [{"y": y(v), "label": v} for v in (0, 50, 70, 90, 100)]
+    edges = sorted({0.0, 100.0, *(lo for lo, _ in band_ranges().values())})
+    yticks = [{"y": y(v), "label": f"{v:g}"} for v in edges]
     return {"width": width, "height": height, "left": left, "top": top, "plot_w": w, "plot_h": h,
             "bands": bands, "segments": [" ".join(s) for s in segments], "xticks": xticks,
             "yticks": yticks, "n": n, "bottom_y": top + h}
@@ -106,7 +105,7 @@ def create_app(store: ReviewStore | str, *, secret: bytes | None = None,
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
                              undefined=jinja2.StrictUndefined)
     env.globals.update(REASON_TEXT=REASON_TEXT, AFDB_BAND_LABELS=AFDB_BAND_LABELS,
-                       AFDB_BANDS=AFDB_BANDS, AFDB_COLORS=AFDB_COLORS, iso=iso, band_of=band_of)
+                       AFDB_BANDS=AFDB_BANDS, AFDB_COLORS=AFDB_BAND_COLORS, iso=iso, band_of=band_of)
     app = FastAPI(title="protdp review", docs_url=None, redoc_url=None, openapi_url=None)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
 

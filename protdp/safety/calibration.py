@@ -14,8 +14,8 @@ reports:
   the target: the lowest threshold t such that for every threshold >= t the targets with mean
   pLDDT >= t have mean lDDT >= target (so raising it never breaks the promise).
 
-`calibration.json` goes next to the checkpoint (or --out); `load_calibrated_policy` turns it
-into a `GatePolicy` for `protdp.inference.gate.route`.
+`calibration.json` goes next to the checkpoint (or --out); `protdp.gating.load_calibrated_policy`
+turns it into a `GatePolicy` for `protdp.gating.route`.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from pathlib import Path
 import numpy as np
 
 from protdp.errors import InputError
-from protdp.inference.gate import AFDB_BANDS, GatePolicy, band_of
+from protdp.gating import AFDB_BANDS, band_of
+from protdp.gating.policy import CALIBRATION_FORMAT
 
-CALIBRATION_FORMAT = "protdp-calibration-v1"
 RELIABILITY_BINS = np.arange(0, 101, 10)            # pLDDT bin edges for the plot
 MIN_TARGETS = 30                                    # fewer held-out targets -> a warning
 
@@ -219,30 +219,6 @@ def calibrate(checkpoint: str | Path, data: str | Path, out_dir: str | Path | No
     tmp.write_text(json.dumps(doc, indent=1) + "\n")
     tmp.replace(path)
     return path
-
-
-def load_calibrated_policy(calibration_json: str | Path, base_policy: GatePolicy | None = None
-                           ) -> GatePolicy:
-    """`base_policy` (default GatePolicy()) with `accept_mean_plddt` from a calibration report.
-    Calibration only ever tightens the gate: the result is max(base threshold, calibrated
-    threshold), so a report can never let lower-confidence predictions through than the policy
-    does (an unachievable target is stored as 100: review everything)."""
-    path = Path(calibration_json)
-    try:
-        doc = json.loads(path.read_text())
-    except OSError as exc:
-        raise InputError(f"cannot read calibration report: {exc.strerror}", path=path) from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"invalid JSON: {exc.msg}", path=path, line=exc.lineno) from None
-    if not isinstance(doc, dict) or doc.get("format") != CALIBRATION_FORMAT:
-        raise InputError(f"not a calibration report (expected format '{CALIBRATION_FORMAT}')",
-                         path=path, field="format")
-    thr = (doc.get("threshold") or {}).get("accept_mean_plddt")
-    if isinstance(thr, bool) or not isinstance(thr, (int, float)) or not 0 <= thr <= 100:
-        raise InputError(f"expected a number in [0, 100], got {thr!r}", path=path,
-                         field="threshold.accept_mean_plddt")
-    base = base_policy if base_policy is not None else GatePolicy()
-    return dataclasses.replace(base, accept_mean_plddt=max(float(thr), base.accept_mean_plddt))
 
 
 def _families_arg(text: str | None) -> list[str] | None:

@@ -36,13 +36,15 @@ from protdp.data.parse import parse_msa
 from protdp.data.residues import RESTYPES
 from protdp.errors import InputError, ProtdpError
 from protdp.inference.checkpoint import load_model_checkpoint, save_model_checkpoint
-from protdp.inference.predictor import PredictConfig, load_gate_policy, predict
+from protdp.gating import load_gate_policy
+from protdp.inference.predictor import PredictConfig, predict
 from protdp.inference.writers import safe_name
-from protdp.paths import REPO_ROOT, data_root
+from protdp.paths import data_root
 from protdp.review.store import ReviewStore
-from protdp.safety.screening import read_fasta
+from protdp.data.screening import read_fasta
+from protdp.resources import config_file, resolve_config
 
-DEFAULT_CONFIG = REPO_ROOT / "configs" / "redteam.yaml"
+DEFAULT_CONFIG = config_file("redteam.yaml")
 FLAGGED = ("needs_review", "rejected")
 CONTROL_MSA = "msa/2p90_A02.hhblits_subsample.a3m"
 OTHER_MSA = "msa/2q2k_A.bfd_uniclust.a3m"
@@ -54,7 +56,7 @@ class RedTeamConfig:
     """Settings of the suite (configs/redteam.yaml maps 1:1 onto these fields)."""
 
     gating: str = "configs/gating.yaml"
-    """Gate policy YAML (relative paths: to the repository root)."""
+    """Gate policy YAML (a path, or `configs/...` for the packaged one)."""
     gate_overrides: dict = field(default_factory=lambda: {"accept_mean_plddt": 0.0,
                                                           "max_very_low_fraction": 1.0})
     """GatePolicy fields replaced for the suite (pLDDT checks off: see configs/redteam.yaml)."""
@@ -84,11 +86,6 @@ class Case:
     fasta: str                       # this record's raw FASTA text
     expect: dict
     msa: bytes | None = None         # written to msa_dir/<safe_name(target_id)>.a3m
-
-
-def _repo_path(p: str | Path) -> Path:
-    p = Path(p)
-    return p if p.is_absolute() else REPO_ROOT / p
 
 
 def _record(tid: str, seq: str) -> str:
@@ -130,7 +127,7 @@ def build_cases(data: Path, sandbox: Path, crop: int, cfg: RedTeamConfig) -> lis
     ctrl = parse_msa(control_msa_path).query                       # 45 aa, real domain
     other = parse_msa(data / OTHER_MSA).query                      # 70 aa, another real chain
     shallow = parse_msa(data / SHALLOW_MSA)
-    concern = read_fasta(_repo_path(cfg.screening_list))[0][1]
+    concern = read_fasta(resolve_config(cfg.screening_list))[0][1]
     ctrl_msa = control_msa_path.read_bytes()
     shuffled = "".join(rng.permutation(list(ctrl)))
     chimera = ctrl[:25] + other[-30:]
@@ -396,7 +393,7 @@ def run_suite(checkpoint: str | Path, out_dir: str | Path, config: RedTeamConfig
     loaded = load_model_checkpoint(checkpoint, device=device)
     crop = loaded.training_crop
     pcfg = PredictConfig(max_length=length_limit(crop or 256, cfg), max_msa_rows=cfg.max_msa_rows)
-    base = load_gate_policy(_repo_path(cfg.gating))
+    base = load_gate_policy(resolve_config(cfg.gating))
     policy = dataclasses.replace(base, **cfg.gate_overrides)
     cases = build_cases(data, sandbox, crop or 256, cfg)
     for case in cases:
@@ -411,7 +408,7 @@ def run_suite(checkpoint: str | Path, out_dir: str | Path, config: RedTeamConfig
     rows, crashed = [], None
     try:
         result = predict(loaded, fasta, pred_out, msa_dir=msa_dir, config=pcfg, gating=policy,
-                         screening=_repo_path(cfg.screening_list), progress=False, device=device)
+                         screening=resolve_config(cfg.screening_list), progress=False, device=device)
         rows = result.rows
     except Exception:
         crashed = traceback.format_exc(limit=5)

@@ -29,6 +29,7 @@ from protdp.errors import ConfigError
 from protdp.parallel import init_distributed
 from protdp.parallel import load_checkpoint as engine_load
 from protdp.parallel import save_checkpoint as engine_save
+from protdp.resources import resolve_config
 from protdp.train import checkpointing
 from protdp.train.args import TrainArgs
 from protdp.train.ema import EMA
@@ -136,7 +137,7 @@ class Trainer:
         self.train_ids, self.val_ids = split_families(list(self.store.family_ids), args)
 
         torch.manual_seed(args.seed)  # identical init everywhere (DataParallel broadcasts too)
-        model = build_model(args.model_config, verbose=self.rank == 0)
+        model = build_model(resolve_config(args.model_config, "model"), verbose=self.rank == 0)
         if self.device.type != "cpu":
             model.to(self.device)
         self.model_config = model.config

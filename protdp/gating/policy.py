@@ -1,0 +1,97 @@
+"""Thresholds of the confidence gate and where they come from.
+
+The numbers live in one file, `protdp/configs/gating.yaml`: it is the source of the
+`GatePolicy` defaults, so `GatePolicy()` is the shipped policy and a user's YAML maps 1:1 onto
+the same fields. A calibration report (`protdp calibrate`) can only tighten it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from protdp.config import load_config, read_yaml
+from protdp.errors import InputError
+from protdp.resources import config_file
+
+DEFAULT_GATING = config_file("gating.yaml")
+_DEFAULTS = read_yaml(DEFAULT_GATING)
+CALIBRATION_FORMAT = "protdp-calibration-v1"
+
+
+@dataclass
+class GatePolicy:
+    """Thresholds of the confidence gate (configs/gating.yaml maps 1:1 onto these fields)."""
+
+    accept_mean_plddt: float = _DEFAULTS["accept_mean_plddt"]
+    """Mean pLDDT at or above which a prediction may be accepted (below: needs_review)."""
+    very_low_plddt: float = _DEFAULTS["very_low_plddt"]
+    """Residues with pLDDT strictly below this count as very low confidence."""
+    max_very_low_fraction: float = _DEFAULTS["max_very_low_fraction"]
+    """Largest tolerated fraction of very-low residues; above it: needs_review."""
+    min_msa_depth: int = _DEFAULTS["min_msa_depth"]
+    """MSA rows (query included) below which the input is out of distribution: needs_review."""
+    review_beyond_training_crop: bool = _DEFAULTS["review_beyond_training_crop"]
+    """Send targets longer than the checkpoint's training crop to review."""
+    max_single_residue_fraction: float = _DEFAULTS["max_single_residue_fraction"]
+    """Largest tolerated fraction of one residue type; above it: low_complexity (review)."""
+    min_sequence_entropy_bits: float = _DEFAULTS["min_sequence_entropy_bits"]
+    """Shannon entropy of the residue composition (bits) below which a sequence of at least
+    20 residues is low-complexity (natural proteins: ~4.2 bits; a dipeptide repeat: 1 bit)."""
+
+    def __post_init__(self):
+        for name in ("accept_mean_plddt", "very_low_plddt"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100:
+                raise ValueError(f"{name} must be a number in [0, 100], got {value!r}")
+        frac = self.max_very_low_fraction
+        if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0 <= frac <= 1:
+            raise ValueError(f"max_very_low_fraction must be a number in [0, 1], got {frac!r}")
+        if isinstance(self.min_msa_depth, bool) or not isinstance(self.min_msa_depth, int) \
+                or self.min_msa_depth < 0:
+            raise ValueError(f"min_msa_depth must be a non-negative integer, got {self.min_msa_depth!r}")
+        frac = self.max_single_residue_fraction
+        if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0 < frac <= 1:
+            raise ValueError(f"max_single_residue_fraction must be a number in (0, 1], got {frac!r}")
+        bits = self.min_sequence_entropy_bits
+        if isinstance(bits, bool) or not isinstance(bits, (int, float)) or not 0 <= bits <= 4.33:
+            raise ValueError(f"min_sequence_entropy_bits must be a number in [0, 4.32], got {bits!r}")
+        if not isinstance(self.review_beyond_training_crop, bool):
+            raise ValueError("review_beyond_training_crop must be true or false, "
+                             f"got {self.review_beyond_training_crop!r}")
+
+
+
+def load_gate_policy(path_or_policy=None) -> GatePolicy:
+    """A GatePolicy as given, from a YAML path, or the shipped one (None)."""
+    if isinstance(path_or_policy, GatePolicy):
+        return path_or_policy
+    if path_or_policy is None:
+        return GatePolicy()
+    return load_config(GatePolicy, path_or_policy)
+
+
+def load_calibrated_policy(calibration_json: str | Path, base_policy: GatePolicy | None = None
+                           ) -> GatePolicy:
+    """`base_policy` (default GatePolicy()) with `accept_mean_plddt` from a calibration report.
+    Calibration only ever tightens the gate: the result is max(base threshold, calibrated
+    threshold), so a report can never let lower-confidence predictions through than the policy
+    does (an unachievable target is stored as 100: review everything)."""
+    path = Path(calibration_json)
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as exc:
+        raise InputError(f"cannot read calibration report: {exc.strerror}", path=path) from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON: {exc.msg}", path=path, line=exc.lineno) from None
+    if not isinstance(doc, dict) or doc.get("format") != CALIBRATION_FORMAT:
+        raise InputError(f"not a calibration report (expected format '{CALIBRATION_FORMAT}')",
+                         path=path, field="format")
+    thr = (doc.get("threshold") or {}).get("accept_mean_plddt")
+    if isinstance(thr, bool) or not isinstance(thr, (int, float)) or not 0 <= thr <= 100:
+        raise InputError(f"expected a number in [0, 100], got {thr!r}", path=path,
+                         field="threshold.accept_mean_plddt")
+    base = base_policy if base_policy is not None else GatePolicy()
+    return dataclasses.replace(base, accept_mean_plddt=max(float(thr), base.accept_mean_plddt))

@@ -1,0 +1,15 @@
+"""Routes and reason codes of the confidence gate, with the one line people see for each."""
+
+ROUTES = ("accepted", "needs_review", "rejected")
+
+REASON_TEXT = {
+    "invalid_input": "input was invalid; no usable prediction",
+    "invalid_plddt": "pLDDT vector is non-finite, outside 0–100, or empty",
+    "low_mean_plddt": "mean pLDDT below the acceptance threshold",
+    "low_plddt_fraction": "too many residues with very low pLDDT",
+    "length_beyond_training_crop": "sequence longer than the training crop",
+    "shallow_msa": "MSA shallower than the configured minimum",
+    "screening": "sequence matched the safety screening list",
+    "low_complexity": "low-complexity sequence (homopolymer or short repeat): confident-looking "
+                      "but rarely meaningful",
+}

@@ -1,0 +1,112 @@
+"""Confidence gate: route every prediction to exactly one of accepted / needs_review / rejected.
+
+pLDDT is AF2's per-residue confidence head (AF2 supplement §1.9.6, Algorithm 29), reported per
+target in AlphaFold DB's bands (`protdp.gating.bands`). Very-low residues are often disordered
+or wrong; AF2's accuracy also falls for shallow MSAs (AF2 paper, Fig. 5a: a
+sharp drop below ~30 effective sequences) and for inputs longer than anything seen in training.
+
+The rule is conservative: a prediction is `accepted` only when *every* check passes; any flag
+sends it to `needs_review` with machine-readable reason codes; invalid input is `rejected`.
+Nothing low-confidence, non-finite or out of the training distribution can be accepted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from protdp.errors import InputError
+from protdp.gating.bands import afdb_bands
+from protdp.gating.policy import GatePolicy
+
+
+@dataclass
+class GateDecision:
+    """Where one prediction goes and why; `to_dict()` is what summary/provenance record."""
+
+    route: str
+    reasons: list[str]
+    mean_plddt: float | None
+    afdb_bands: dict[str, float]
+    very_low_fraction: float | None
+    details: dict[str, str] = field(default_factory=dict)
+    policy: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def sequence_complexity(sequence: str) -> tuple[float, float]:
+    """(largest single-residue fraction, Shannon entropy in bits) of a one-letter sequence."""
+    if not sequence:
+        return 0.0, 0.0
+    _, counts = np.unique(np.frombuffer(sequence.upper().encode("ascii", "replace"), np.uint8),
+                          return_counts=True)
+    p = counts / counts.sum()
+    return float(p.max()), float(-(p * np.log2(p)).sum())
+
+
+def route(plddt: np.ndarray, *, length: int, msa_depth: int, training_crop: int | None,
+          screening_hits: Sequence = (), invalid_reason: str | None = None,
+          policy: GatePolicy, sequence: str | None = None) -> GateDecision:
+    """Route one prediction. `plddt` is [L] on the 0–100 scale; `length` must equal L.
+
+    `invalid_reason` (set by the predictor for a bad target) -> rejected. Otherwise every failed
+    check adds a reason code and the prediction needs review; only a clean pass is accepted.
+    """
+    policy_dict = dataclasses.asdict(policy)
+    if invalid_reason is not None:
+        return GateDecision("rejected", ["invalid_input"], None, afdb_bands(np.zeros(0)), None,
+                            {"invalid_input": str(invalid_reason)}, policy_dict)
+
+    p = np.asarray(plddt, dtype=np.float64)  # [L]
+    if p.ndim != 1:
+        raise InputError(f"expected a 1-D per-residue vector, got shape {p.shape}", field="plddt")
+    if p.shape[0] != length:
+        raise InputError(f"{p.shape[0]} values for a sequence of length {length}", field="plddt")
+
+    reasons: list[str] = []
+    details: dict[str, str] = {}
+    if p.size == 0 or not np.all(np.isfinite(p)) or np.any(p < 0) or np.any(p > 100):
+        # A broken confidence head must never look confident: review, with no summary numbers.
+        bad = int(np.sum(~np.isfinite(p) | (p < 0) | (p > 100))) if p.size else 0
+        reasons.append("invalid_plddt")
+        details["invalid_plddt"] = (f"{bad} of {p.size} values non-finite or outside 0–100"
+                                    if p.size else "empty pLDDT vector")
+        mean, very_low, bands = None, None, afdb_bands(np.zeros(0))
+    else:
+        mean = float(p.mean())
+        very_low = float(np.mean(p < policy.very_low_plddt))
+        bands = afdb_bands(p)
+        if not mean >= policy.accept_mean_plddt:
+            reasons.append("low_mean_plddt")
+            details["low_mean_plddt"] = f"mean pLDDT {mean:.1f} < {policy.accept_mean_plddt:g}"
+        if very_low > policy.max_very_low_fraction:
+            reasons.append("low_plddt_fraction")
+            details["low_plddt_fraction"] = (
+                f"{very_low:.1%} of residues below pLDDT {policy.very_low_plddt:g} "
+                f"(max {policy.max_very_low_fraction:.0%})")
+
+    if policy.review_beyond_training_crop and training_crop is not None and length > training_crop:
+        reasons.append("length_beyond_training_crop")
+        details["length_beyond_training_crop"] = f"length {length} > training crop {training_crop}"
+    if msa_depth < policy.min_msa_depth:
+        reasons.append("shallow_msa")
+        details["shallow_msa"] = f"MSA depth {msa_depth} < minimum {policy.min_msa_depth}"
+    if sequence:
+        top, bits = sequence_complexity(sequence)
+        if top > policy.max_single_residue_fraction or (
+                len(sequence) >= 20 and bits < policy.min_sequence_entropy_bits):
+            reasons.append("low_complexity")
+            details["low_complexity"] = (f"one residue type is {top:.0%} of the sequence, "
+                                         f"composition entropy {bits:.2f} bits")
+    hits = list(screening_hits or ())
+    if hits:
+        reasons.append("screening")
+        details["screening"] = "; ".join(str(h) for h in hits)
+
+    decision_route = "needs_review" if reasons else "accepted"
+    return GateDecision(decision_route, reasons, mean, bands, very_low, details, policy_dict)
