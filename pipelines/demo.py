@@ -13,23 +13,108 @@ PROTDP_DEMO_ITERS (training iterations; default from configs/train/demo.yaml).
 
 from __future__ import annotations
 
+import csv
 import os
 import shutil
+import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from protdp.data.parse import merge_msas, parse_msa  # noqa: E402
 from protdp.data.sampler import sharding_summary  # noqa: E402
 from protdp.data.store import FamilyStore, build_store  # noqa: E402
-from protdp.errors import ProtdpError  # noqa: E402
-from protdp.inference.predictor import chains_from_pairs, predict_chains  # noqa: E402
+from protdp.errors import InputError, ProtdpError  # noqa: E402
+from protdp.gating import GatePolicy  # noqa: E402
+from protdp.inference.predictor import PredictConfig, RunResult  # noqa: E402
+from protdp.inference.writers import safe_name  # noqa: E402
 from protdp.paths import data_root  # noqa: E402
+from protdp.resources import config_file  # noqa: E402
 from protdp.train.args import parse_args  # noqa: E402
-from protdp.train.launch import demo_train_argv, run_demo_training  # noqa: E402
+from protdp.train.launch import torchrun_cmd, worker_env  # noqa: E402
 from protdp.train.trainer import split_families  # noqa: E402
+from protdp.workflows import predict, review_commands  # noqa: E402
+
+
+def demo_train_argv(store: str | Path, out_dir: str | Path, train_iters: int | None = None
+                    ) -> list[str]:
+    """The demo's flags: small model, 2 CPU ranks, overlap + distributed optimizer
+    (iterations from configs/train/demo.yaml unless `train_iters` is given)."""
+    argv = ["--config", str(config_file("train/demo.yaml")), "--data", str(store),
+            "--save", str(out_dir), "--load", str(out_dir)]
+    return argv + (["--train-iters", str(train_iters)] if train_iters else [])
+
+
+def run_demo_training(store: str | Path, out_dir: str | Path, train_iters: int | None = None,
+                      nproc: int = 2) -> int:
+    """What `make demo` runs after building the store: torchrun on `python -m protdp.train`."""
+    cmd = torchrun_cmd(demo_train_argv(store, out_dir, train_iters), nproc=nproc, max_restarts=2)
+    print("+ " + " ".join(cmd), flush=True)
+    return subprocess.run(cmd, env=worker_env(), cwd=REPO).returncode
+
+
+@dataclass
+class DemoPrediction:
+    counts: dict             # {"accepted": n, "needs_review": n, "rejected": n}
+    review_command: str      # what to run to open the review UI on these predictions
+    summary_path: Path
+    queue_url: str
+    result: RunResult
+
+
+def chains_from_pairs(pair_ids: Sequence[str], pairs_tsv: str | Path | None = None
+                      ) -> list[tuple[str, str, list[Path]]]:
+    """(pair_id, sequence, MSA files) for families of the data corpus's PAIRS.tsv (e.g. the
+    demo's held-out families); the sequence is the merged MSA query, as the data store uses."""
+    pairs_tsv = Path(pairs_tsv) if pairs_tsv else data_root() / "PAIRS.tsv"
+    files: dict[str, list[Path]] = {}
+    with open(pairs_tsv, newline="") as fh:
+        for row in csv.DictReader(fh, delimiter="\t"):
+            files.setdefault(row["pair_id"], []).append(pairs_tsv.parent / row["msa_file"])
+    missing = [p for p in pair_ids if p not in files]
+    if missing:
+        raise InputError(f"pair id(s) {missing} not in {pairs_tsv}", path=pairs_tsv)
+    out = []
+    for pid in pair_ids:
+        msas = [parse_msa(f) for f in files[pid]]
+        out.append((pid, merge_msas(msas).query, files[pid]))
+    return out
+
+
+def predict_chains(checkpoint: str | Path, chains: Sequence[tuple], out_dir: str | Path, *,
+                   queue_url: str | None = None, gating: str | Path | GatePolicy | None = None,
+                   screening: str | Path | None = None, config: PredictConfig | None = None,
+                   progress: bool = True) -> DemoPrediction:
+    """Predict `(target_id, sequence, msa)` chains, `msa` a path, a list of paths (merged) or
+    None (e.g. `chains_from_pairs(held_out_ids)`): writes `out_dir/inputs/targets.fasta`,
+    links the MSAs into `out_dir/inputs/msa/`, runs `predict`, and returns the route counts
+    and the command that opens the review UI on the flagged predictions."""
+    out_dir = Path(out_dir).resolve()
+    msa_dir = out_dir / "inputs" / "msa"
+    shutil.rmtree(msa_dir, ignore_errors=True)
+    msa_dir.mkdir(parents=True)
+    lines = []
+    for target_id, sequence, msa in chains:
+        lines += [f">{target_id}", sequence]
+        if msa is None:
+            continue
+        paths = [Path(m).resolve() for m in ([msa] if isinstance(msa, (str, Path)) else msa)]
+        folder = msa_dir / safe_name(target_id)
+        folder.mkdir()
+        for i, src in enumerate(paths):   # links, never copies of the data corpus
+            (folder / f"{i:02d}_{src.stem}{src.suffix.lower()}").symlink_to(src)
+    fasta = out_dir / "inputs" / "targets.fasta"
+    fasta.write_text("\n".join(lines) + "\n")
+    result = predict(checkpoint, fasta, out_dir, msa_dir=msa_dir, config=config, gating=gating,
+                     screening=screening, queue_url=queue_url, progress=progress)
+    return DemoPrediction(result.counts, review_commands(result.queue_url), result.summary_path,
+                          result.queue_url, result)
+
 
 def banner(text: str) -> None:
     print(f"\n=== {text} " + "=" * max(0, 70 - len(text)), flush=True)
@@ -49,7 +134,7 @@ def main() -> int:
 
     banner("1/4 build the HDF5 store from real MSAs + structures")
     report = build_store(store_path, pairs=data_root() / "PAIRS.tsv", workers=2,
-                         config=REPO / "configs" / "data" / "default.yaml")
+                         config=config_file("data/default.yaml"))
     print(report.summary())
 
     banner("2/4 family sharding across 2 data-parallel ranks")

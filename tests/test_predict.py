@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 from pathlib import Path
 
 import gemmi
@@ -26,12 +27,16 @@ from protdp.data.parse import parse_msa, parse_structure
 from protdp.errors import InputError
 from protdp.inference.checkpoint import load_model_checkpoint, save_model_checkpoint
 from protdp.gating import GatePolicy
-from protdp.inference.predictor import PredictConfig, chains_from_pairs, predict, predict_chains
+from protdp.inference.predictor import PredictConfig
+from protdp.workflows import predict
 from protdp.inference.targets import clean_sequence, read_targets
 from protdp.inference.writers import ONE_TO_THREE, read_summary, safe_name
 from protdp.model import build_model
 from protdp.paths import REPO_ROOT
 from protdp.review.store import ReviewStore
+
+sys.path.insert(0, str(REPO_ROOT / "pipelines"))
+from demo import chains_from_pairs, predict_chains  # noqa: E402  (the demo's own glue)
 
 TINY = REPO_ROOT / "configs" / "model" / "tiny.yaml"
 CFG = PredictConfig(max_length=120, max_msa_rows=16)
@@ -167,7 +172,7 @@ def test_resume_skips_complete_targets(tmp_path, ckpt, data_dir):
 
 def test_pae_head_scores_and_masked_queue_password(tmp_path):
     from protdp.config import load_config, read_yaml
-    from protdp.inference.predictor import review_commands
+    from protdp.workflows import review_commands
     from protdp.model.config import ModelConfig
 
     torch.manual_seed(3)

@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from protdp.config import to_dict
 from protdp.inference.checkpoint import load_model_checkpoint, save_model_checkpoint
-from protdp.inference.predictor import predict
+from protdp.workflows import predict
 from protdp.inference.writers import read_summary
 from protdp.model import build_model
 from protdp.parallel import DataParallel, ParallelConfig, init_distributed

@@ -179,7 +179,8 @@ def _worker_pid(launcher_pid: int, rank: int) -> int | None:
         except OSError:
             continue
         if f"RANK={rank}".encode() in env and b"TORCHELASTIC_RUN_ID" in b"\0".join(env):
-            if (Path(f"/proc/{pid}/cmdline").read_bytes().find(b"pretrain.py") >= 0):
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"protdp.train" in cmdline or b"pretrain.py" in cmdline:   # the training worker
                 return pid
     return None
 

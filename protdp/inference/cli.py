@@ -14,7 +14,8 @@ import os
 import sys
 
 from protdp.errors import ConfigError, DistributedError
-from protdp.inference.predictor import PredictConfig, predict, review_commands
+from protdp.inference.predictor import PredictConfig
+from protdp.workflows import predict, review_commands
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,9 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _gate_policy(args):
     """Gate policy YAML, tightened by a calibration report (explicit, or beside the checkpoint)."""
+    from protdp.gating import load_calibrated_policy, load_gate_policy
     from protdp.inference.checkpoint import checkpoint_home
-    from protdp.gating import load_gate_policy
-    from protdp.gating import load_calibrated_policy
 
     policy = load_gate_policy(args.gating)
     calibration = args.calibration

@@ -5,13 +5,15 @@ Per target (targets sharded over data-parallel ranks by index: rank r takes i % 
 
     validate id/sequence/length -> find + parse MSA (depth cap) -> screening list
     -> model -> gate.route -> write PDB + mmCIF (pLDDT as B-factor) and scores.json
-    -> flagged: enqueue for human review -> provenance.json (written last: the completion mark)
+    -> flagged: handed to the review sink -> provenance.json (written last: the completion mark)
 
 A target whose provenance.json matches the current inputs (checkpoint, sequence, MSA files,
 settings, gate policy, screening list: one `fingerprint`) is skipped on a re-run. A bad target
 (any `ProtdpError`, or running out of memory) is recorded as `rejected` with its reason and
-the batch goes on. Nothing flagged can reach a user unreviewed: flagged predictions are
-enqueued before they are marked complete, and a queue failure stops the batch.
+the batch goes on. Nothing flagged can reach a user unreviewed: flagged predictions are handed
+to the sink (`ReviewSink`; `protdp.workflows` wires it to the review queue) before they are
+marked complete, and a sink failure stops the batch. This package never imports the review
+store.
 """
 
 from __future__ import annotations
@@ -19,28 +21,25 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-import shutil
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Protocol
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from protdp import __version__
-from protdp.config import load_config, to_dict
+from protdp.config import to_dict
 from protdp.data.features import collate, featurize_query
+from protdp.data.screening import ScreeningList
 from protdp.errors import ConfigError, InputError, ProtdpError
-from protdp.inference.checkpoint import LoadedModel, load_model_checkpoint, sha256_file
 from protdp.gating import ROUTES, GateDecision, GatePolicy, band_of, load_gate_policy, route
+from protdp.inference.checkpoint import LoadedModel, load_model_checkpoint, sha256_file
 from protdp.inference.targets import (Target, clean_sequence, find_msa_files, load_msa,
                                       read_targets, sha256_text)
-from protdp.inference.writers import (printable, round_plddt, write_json, write_structures,
-                                      write_summary)
-from protdp.paths import REPO_ROOT
-from protdp.data.screening import ScreeningList
+from protdp.inference.writers import round_plddt, write_json, write_structures, write_summary
 
 CLINICAL_NOTICE = ("Computational prediction for research use. NOT for clinical or diagnostic "
                    "decisions without review by a qualified person; see the gate route and reasons.")
@@ -88,30 +87,43 @@ class RunResult:
     skipped: int = 0
 
 
-def display_url(queue_url: str) -> str:
-    """The queue URL with any password masked (for printing, provenance and summaries)."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    from protdp.review.store import normalize_url
-    try:
-        return make_url(normalize_url(queue_url)).render_as_string(hide_password=True)
-    except ArgumentError:
-        return "<unparsable queue URL>"
-
-
 def _code_version() -> dict:
     from protdp.train.checkpointing import code_version
     return code_version()
 
 
+class ReviewSink(Protocol):
+    """Where flagged predictions go. `enqueue` is idempotent per `prediction_id` and returns
+    the review item id; `display` names the destination in provenance (no secrets)."""
+
+    display: str
+
+    def enqueue(self, prediction_id: str, target: str, scores: dict, paths: dict,
+                reasons: list[str], *, details: dict, actor: str) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class NoReviewSink:
+    """Refuses every flagged prediction: a batch without a review destination stops at the
+    first prediction that needs review instead of marking it complete unreviewed."""
+
+    display = "<none>"
+
+    def enqueue(self, prediction_id, target, scores, paths, reasons, *, details, actor) -> int:
+        raise ConfigError(f"target {target!r} needs review but no review sink is configured")
+
+    def close(self) -> None:
+        pass
+
+
 class Predictor:
-    """Holds the model, gate policy, screening list and review queue for a batch."""
+    """Holds the model, gate policy, screening list and review sink for a batch."""
 
     def __init__(self, loaded: LoadedModel, out_dir: str | Path, *,
                  config: PredictConfig | None = None, policy: GatePolicy | None = None,
                  screening: ScreeningList | None = None, screening_path: str | Path | None = None,
-                 queue_url: str | None = None, device: str | torch.device = "cpu",
+                 sink: ReviewSink | None = None, device: str | torch.device = "cpu",
                  rank: int = 0, world_size: int = 1):
         self.loaded = loaded
         self.device = torch.device(device)
@@ -127,27 +139,15 @@ class Predictor:
         self.out_dir = Path(out_dir).resolve()
         self.targets_dir = self.out_dir / TARGETS_DIR
         self.targets_dir.mkdir(parents=True, exist_ok=True)
-        self.queue_url = queue_url or str(self.out_dir / "review_queue.sqlite")
-        self.queue_display = display_url(self.queue_url)
-        self._store = None
+        self.sink = sink if sink is not None else NoReviewSink()
         self.rank, self.world_size = rank, world_size
         self._code = _code_version()
         self.settings = {"predict": to_dict(self.config), "gate_policy": to_dict(self.policy),
                          "screening_list_sha256": self.screening_sha,
                          "checkpoint_sha256": loaded.sha256}
 
-    # -- review queue ----------------------------------------------------------------------
-    @property
-    def store(self):
-        if self._store is None:
-            from protdp.review.store import ReviewStore
-            self._store = ReviewStore(self.queue_url)
-        return self._store
-
     def close(self) -> None:
-        if self._store is not None:
-            self._store.close()
-            self._store = None
+        self.sink.close()
 
     # -- one target ------------------------------------------------------------------------
     def fingerprint(self, seq_sha: str, msa_files: list[dict]) -> str:
@@ -231,9 +231,9 @@ class Predictor:
         return row
 
     def _enqueue(self, t: Target, fp: str, scores: dict, paths: dict) -> int:
-        """Put a flagged prediction in the review queue (same prediction id -> same item)."""
+        """Hand a flagged prediction to the review sink (same prediction id -> same item)."""
         keep = ("plddt", "mean_plddt", "afdb_bands", "band", "ptm", "msa_depth", "length")
-        return self.store.enqueue(f"{t.file_name}:{fp[:16]}", t.target_id,
+        return self.sink.enqueue(f"{t.file_name}:{fp[:16]}", t.target_id,
                                   {k: scores.get(k) for k in keep}, paths, scores["reasons"],
                                   details=scores["details"], actor="predictor")
 
@@ -282,7 +282,7 @@ class Predictor:
                        "msa_files": msa_files, "screening_list": self.screening_path,
                        "screening_list_sha256": self.screening_sha},
             "config": {"model": to_dict(self.loaded.config), **self.settings},
-            "gate": decision.to_dict(), "review_queue": self.queue_display if "review_item" in row else None,
+            "gate": decision.to_dict(), "review_queue": self.sink.display if "review_item" in row else None,
             "review_item": row.get("review_item"),
             "outputs": outputs, "fingerprint": fp,
             "summary": {k: v for k, v in row.items() if k != "gate"},
@@ -296,14 +296,15 @@ def _counts(rows: list[dict]) -> dict:
     return {r: sum(1 for row in rows if row["route"] == r) for r in ROUTES}
 
 
-def predict(checkpoint: str | Path | LoadedModel, fasta: str | Path, out_dir: str | Path, *,
-            msa_dir: str | Path | None = None, config: PredictConfig | None = None,
-            gating: str | Path | GatePolicy | None = None, screening: str | Path | None = None,
-            queue_url: str | None = None, rank: int = 0, world_size: int = 1,
-            barrier: Callable[[], None] | None = None, device: str | torch.device | None = None,
-            progress: bool = True) -> RunResult:
-    """Predict every target of `fasta` owned by this rank; rank 0 merges summary.tsv after
-    `barrier()` (pass one when world_size > 1)."""
+def predict_batch(checkpoint: str | Path | LoadedModel, fasta: str | Path, out_dir: str | Path, *,
+                  sink: ReviewSink | None = None, msa_dir: str | Path | None = None,
+                  config: PredictConfig | None = None,
+                  gating: str | Path | GatePolicy | None = None,
+                  screening: str | Path | None = None, rank: int = 0, world_size: int = 1,
+                  barrier: Callable[[], None] | None = None,
+                  device: str | torch.device | None = None, progress: bool = True) -> RunResult:
+    """Predict every target of `fasta` owned by this rank, flagged ones handed to `sink`;
+    rank 0 merges summary.tsv after `barrier()` (pass one when world_size > 1)."""
     fasta = Path(fasta)
     targets = read_targets(fasta)
     if msa_dir is not None and not Path(msa_dir).is_dir():
@@ -315,7 +316,7 @@ def predict(checkpoint: str | Path | LoadedModel, fasta: str | Path, out_dir: st
               else load_model_checkpoint(checkpoint, device=device))
     screen = ScreeningList.from_fasta(screening) if screening else None
     pred = Predictor(loaded, out_dir, config=config, policy=load_gate_policy(gating),
-                     screening=screen, screening_path=screening, queue_url=queue_url,
+                     screening=screen, screening_path=screening, sink=sink,
                      device=device, rank=rank, world_size=world_size)
     info = {"path": str(fasta.resolve()), "sha256": sha256_file(fasta),
             "msa_dir": None if msa_dir is None else Path(msa_dir).resolve()}
@@ -338,9 +339,9 @@ def predict(checkpoint: str | Path | LoadedModel, fasta: str | Path, out_dir: st
         rows = _merge_parts(parts, world_size, info["sha256"], len(targets))
         summary_path = write_summary(pred.out_dir / "summary.tsv", rows)
         write_json(pred.out_dir / "summary.json", {"counts": _counts(rows), "rows": rows,
-                                                   "queue_url": pred.queue_display,
+                                                   "queue_url": pred.sink.display,
                                                    "notice": CLINICAL_NOTICE})
-    return RunResult(pred.out_dir, rows, pred.queue_url, summary_path, _counts(rows),
+    return RunResult(pred.out_dir, rows, pred.sink.display, summary_path, _counts(rows),
                      sum(1 for r in rows if r["status"] == "skipped"))
 
 
@@ -354,76 +355,3 @@ def _merge_parts(parts: Path, world_size: int, fasta_sha: str, n_targets: int) -
     if sorted(r["index"] for r in rows) != list(range(n_targets)):
         raise ProtdpError(f"summary parts cover {len(rows)} of {n_targets} targets")
     return sorted(rows, key=lambda r: r["index"])
-
-
-# -- hook for the demo (issue 6 deliverable 7) ------------------------------------------------
-
-@dataclass
-class DemoPrediction:
-    counts: dict             # {"accepted": n, "needs_review": n, "rejected": n}
-    review_command: str      # what to run to open the review UI on these predictions
-    summary_path: Path
-    queue_url: str
-    result: RunResult
-
-
-def review_commands(queue_url: str, port: int = 8765) -> str:
-    url = printable(display_url(queue_url))
-    return (f"protdp review add-reviewer alice --queue-url {url}   # prints a login token once\n"
-            f"protdp review serve --queue-url {url} --host 127.0.0.1 --port {port}")
-
-
-def chains_from_pairs(pair_ids: Sequence[str], pairs_tsv: str | Path | None = None
-                      ) -> list[tuple[str, str, list[Path]]]:
-    """(pair_id, sequence, MSA files) for families of the data corpus's PAIRS.tsv (e.g. the
-    demo's held-out families); the sequence is the merged MSA query, as the data store uses."""
-    import csv
-
-    from protdp.data.parse import merge_msas, parse_msa
-    from protdp.paths import data_root
-
-    pairs_tsv = Path(pairs_tsv) if pairs_tsv else data_root() / "PAIRS.tsv"
-    files: dict[str, list[Path]] = {}
-    with open(pairs_tsv, newline="") as fh:
-        for row in csv.DictReader(fh, delimiter="\t"):
-            files.setdefault(row["pair_id"], []).append(pairs_tsv.parent / row["msa_file"])
-    missing = [p for p in pair_ids if p not in files]
-    if missing:
-        raise InputError(f"pair id(s) {missing} not in {pairs_tsv}", path=pairs_tsv)
-    out = []
-    for pid in pair_ids:
-        msas = [parse_msa(f) for f in files[pid]]
-        out.append((pid, merge_msas(msas).query, files[pid]))
-    return out
-
-
-def predict_chains(checkpoint: str | Path, chains: Sequence[tuple], out_dir: str | Path, *,
-                   queue_url: str | None = None, gating: str | Path | GatePolicy | None = None,
-                   screening: str | Path | None = None, config: PredictConfig | None = None,
-                   progress: bool = True) -> DemoPrediction:
-    """Predict `(target_id, sequence, msa)` chains, `msa` a path, a list of paths (merged) or
-    None (e.g. `chains_from_pairs(held_out_ids)`): writes `out_dir/inputs/targets.fasta`,
-    links the MSAs into `out_dir/inputs/msa/`, runs `predict`, and returns the route counts
-    and the command that opens the review UI on the flagged predictions."""
-    from protdp.inference.writers import safe_name
-
-    out_dir = Path(out_dir).resolve()
-    msa_dir = out_dir / "inputs" / "msa"
-    shutil.rmtree(msa_dir, ignore_errors=True)
-    msa_dir.mkdir(parents=True)
-    lines = []
-    for target_id, sequence, msa in chains:
-        lines += [f">{target_id}", sequence]
-        if msa is None:
-            continue
-        paths = [Path(m).resolve() for m in ([msa] if isinstance(msa, (str, Path)) else msa)]
-        folder = msa_dir / safe_name(target_id)
-        folder.mkdir()
-        for i, src in enumerate(paths):   # links, never copies of the data corpus
-            (folder / f"{i:02d}_{src.stem}{src.suffix.lower()}").symlink_to(src)
-    fasta = out_dir / "inputs" / "targets.fasta"
-    fasta.write_text("\n".join(lines) + "\n")
-    result = predict(checkpoint, fasta, out_dir, msa_dir=msa_dir, config=config, gating=gating,
-                     screening=screening, queue_url=queue_url, progress=progress)
-    return DemoPrediction(result.counts, review_commands(result.queue_url), result.summary_path,
-                          result.queue_url, result)

@@ -34,15 +34,16 @@ import torch
 from protdp.config import load_config
 from protdp.data.parse import parse_msa
 from protdp.data.residues import RESTYPES
+from protdp.data.screening import read_fasta
 from protdp.errors import InputError, ProtdpError
-from protdp.inference.checkpoint import load_model_checkpoint, save_model_checkpoint
 from protdp.gating import load_gate_policy
-from protdp.inference.predictor import PredictConfig, predict
+from protdp.inference.checkpoint import load_model_checkpoint, save_model_checkpoint
+from protdp.inference.predictor import PredictConfig
 from protdp.inference.writers import safe_name
 from protdp.paths import data_root
-from protdp.review.store import ReviewStore
-from protdp.data.screening import read_fasta
 from protdp.resources import config_file, resolve_config
+from protdp.review.store import ReviewStore
+from protdp.workflows import predict
 
 DEFAULT_CONFIG = config_file("redteam.yaml")
 FLAGGED = ("needs_review", "rejected")

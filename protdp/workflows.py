@@ -1,0 +1,64 @@
+"""Batch prediction wired to the review queue: the top floor, where inference meets review.
+
+`protdp.inference` predicts and gates and hands flagged predictions to a `ReviewSink`; it never
+imports the review store. This module is the one place that connects the two, for
+`protdp predict`, the red-team suite and the demo.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from protdp.inference.predictor import RunResult, predict_batch
+from protdp.inference.writers import printable
+
+
+def display_url(queue_url: str) -> str:
+    """The queue URL with any password masked (for printing, provenance and summaries)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    from protdp.review.store import normalize_url
+    try:
+        return make_url(normalize_url(queue_url)).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<unparsable queue URL>"
+
+
+class QueueSink:
+    """A `ReviewSink` over the review queue at `queue_url`, opened on the first flagged
+    prediction (a batch where nothing needs review creates no queue)."""
+
+    def __init__(self, queue_url: str):
+        self.queue_url = queue_url
+        self.display = display_url(queue_url)
+        self._store = None
+
+    def enqueue(self, prediction_id, target, scores, paths, reasons, *, details, actor) -> int:
+        if self._store is None:
+            from protdp.review.store import ReviewStore
+            self._store = ReviewStore(self.queue_url)
+        return self._store.enqueue(prediction_id, target, scores, paths, reasons,
+                                   details=details, actor=actor)
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+
+def predict(checkpoint, fasta: str | Path, out_dir: str | Path, *, queue_url: str | None = None,
+            **kwargs) -> RunResult:
+    """`predict_batch` with flagged predictions enqueued in the review queue at `queue_url`
+    (default OUT/review_queue.sqlite); other keywords as `predict_batch`."""
+    queue_url = queue_url or str(Path(out_dir).resolve() / "review_queue.sqlite")
+    result = predict_batch(checkpoint, fasta, out_dir, sink=QueueSink(queue_url), **kwargs)
+    return dataclasses.replace(result, queue_url=queue_url)
+
+
+def review_commands(queue_url: str, port: int = 8765) -> str:
+    """The commands that open the review UI on a queue (printed after a batch)."""
+    url = printable(display_url(queue_url))
+    return (f"protdp review add-reviewer alice --queue-url {url}   # prints a login token once\n"
+            f"protdp review serve --queue-url {url} --host 127.0.0.1 --port {port}")
