@@ -2,7 +2,7 @@
 
 For tiny/small at several crops, with and without recompute (and the bf16 autocast path), and
 for the AF2 config at crop 32, the peak is measured in a fresh process
-(`protdp.planning.measure`: resident-set peak; tiny/small also with the PyTorch profiler's
+(`benchmarks/plan_measure.py`: resident-set peak; tiny/small also with the PyTorch profiler's
 allocator events) and compared with `protdp.planning.memory.train_step_bytes`.
 Writes benchmarks/results/plan_validation.json and prints a table.
 
@@ -32,7 +32,7 @@ AF2_CASES = ["af2:32:8", "af2:32:8:recompute"]
 
 
 def measure(cases: list[str], method: str) -> list[dict]:
-    out = subprocess.run([sys.executable, "-m", "protdp.planning.measure", "--method", method, *cases],
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "plan_measure.py"), "--method", method, *cases],
                          cwd=ROOT, capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 

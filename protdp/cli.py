@@ -1,7 +1,8 @@
 """`protdp <subcommand>`: one console script dispatching to each area's own CLI module.
 
-Each subcommand module exposes `main(argv: list[str]) -> int`. A `ProtdpError`
-is printed as one clear line (no traceback) with exit code 2.
+Each subcommand is a function `f(argv: list[str]) -> int` in its subpackage's `cli.py`
+("module:function"; a bare module means its `main`). A `ProtdpError` is printed as one clear
+line (no traceback) with exit code 2.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ from protdp.errors import ProtdpError
 SUBCOMMANDS = {
     "data": ("protdp.data.cli", "build and inspect the HDF5 family store"),
     "train": ("protdp.train.cli", "pretrain with Megatron-style flags (same as pipelines/pretrain.py)"),
-    "report": ("protdp.train.report", "render loss/lDDT curves and the step-time breakdown of a run"),
+    "report": ("protdp.train.cli:report", "render loss/lDDT curves and the step-time breakdown of a run"),
     "predict": ("protdp.inference.cli", "batch structure prediction with the confidence gate"),
     "review": ("protdp.review.cli", "human review queue: reviewers, claims, decisions, web UI"),
-    "redteam": ("protdp.safety.redteam", "adversarial cases against the predictor and gate"),
-    "calibrate": ("protdp.safety.calibration", "pLDDT vs true lDDT calibration report"),
-    "plan": ("protdp.plan", "memory and parallelism planner"),
+    "redteam": ("protdp.safety.cli:redteam", "adversarial cases against the predictor and gate"),
+    "calibrate": ("protdp.safety.cli:calibrate", "pLDDT vs true lDDT calibration report"),
+    "plan": ("protdp.planning.cli", "memory and parallelism planner"),
 }
 
 
@@ -44,9 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     if name not in SUBCOMMANDS:
         print(f"protdp: unknown subcommand '{name}'\n\n{_usage()}", file=sys.stderr)
         return 2
-    module = importlib.import_module(SUBCOMMANDS[name][0])
+    module_name, _, func = SUBCOMMANDS[name][0].partition(":")
+    entry = getattr(importlib.import_module(module_name), func or "main")
     try:
-        return int(module.main(rest) or 0)
+        return int(entry(rest) or 0)
     except ProtdpError as exc:
         print(f"protdp {name}: error: {exc}", file=sys.stderr)
         return 2

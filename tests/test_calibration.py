@@ -13,6 +13,7 @@ from data_fixtures import build_pairs_store
 from protdp.errors import InputError
 from protdp.gating import GatePolicy, load_calibrated_policy, route
 from protdp.safety import calibration as cal
+from protdp.safety import cli as safety_cli
 
 SMALL_PAIRS = ("7a4d_E", "2p90_A02", "2q2k_A", "5awl_A")
 
@@ -75,7 +76,7 @@ def tiny_checkpoint(tmp_path_factory):
 def test_calibrate_end_to_end(small_store, tiny_checkpoint, capsys):
     from protdp.data.store import FamilyStore
     from protdp.metrics import lddt_ca
-    rc = cal.main(["--checkpoint", str(tiny_checkpoint), "--data", str(small_store),
+    rc = safety_cli.calibrate(["--checkpoint", str(tiny_checkpoint), "--data", str(small_store),
                    "--target-lddt", "0.05", "--max-msa-rows", "8", "--num-recycles", "0"])
     assert rc == 0
     out_dir = tiny_checkpoint.parent                       # written next to the checkpoint
@@ -136,7 +137,7 @@ def test_gate_loads_calibrated_policy(tmp_path):
 
 def test_calibrate_rejects_unknown_family(small_store, tiny_checkpoint, tmp_path):
     with pytest.raises(InputError, match="families not in the store"):
-        cal.main(["--checkpoint", str(tiny_checkpoint), "--data", str(small_store),
+        safety_cli.calibrate(["--checkpoint", str(tiny_checkpoint), "--data", str(small_store),
                   "--out", str(tmp_path), "--families", "nope_X"])
 
 

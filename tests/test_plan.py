@@ -19,7 +19,8 @@ from protdp.model.config import ModelConfig
 from protdp.paths import REPO_ROOT
 from protdp.planning import comm, memory
 from protdp.planning.params import parameter_breakdown, parameter_count
-from protdp import plan as plan_mod
+from protdp.planning import cli as plan_cli
+from protdp.planning import plan as plan_mod
 
 # |estimate - measured| / measured must stay inside this band (measured spread over crops
 # 32-96, with/without recompute: benchmarks/results/plan_validation.json, max 21 %, mean 9 %).
@@ -112,7 +113,7 @@ def test_recommendation_ladder():
 
 
 def test_cli_af2_json(capsys):
-    rc = plan_mod.main(["--model-config", str(REPO_ROOT / "configs/model/af2.yaml"), "--crop", "256",
+    rc = plan_cli.main(["--model-config", str(REPO_ROOT / "configs/model/af2.yaml"), "--crop", "256",
                         "--gpu-mem", "80GiB", "--dp", "8", "--bf16", "--bandwidth", "100Gbit", "--json"])
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
@@ -120,18 +121,18 @@ def test_cli_af2_json(capsys):
     assert out["recommendation"]["strategy"] == "dp+distributed_optimizer+recompute"
     c = out["communication"]["all_reduce"]
     assert c["seconds"] == pytest.approx(c["bytes_per_rank"] / (100e9 / 8))
-    plan_mod.main(["--model-config", str(REPO_ROOT / "configs/model/af2.yaml"), "--crop", "256",
+    plan_cli.main(["--model-config", str(REPO_ROOT / "configs/model/af2.yaml"), "--crop", "256",
                    "--gpu-mem", "80GiB", "--dp", "8"])
     assert "recommendation:" in capsys.readouterr().out
     with pytest.raises(ConfigError, match="--dp"):
-        plan_mod.main(["--model-config", str(REPO_ROOT / "configs/model/tiny.yaml"), "--crop", "64",
+        plan_cli.main(["--model-config", str(REPO_ROOT / "configs/model/tiny.yaml"), "--crop", "64",
                        "--gpu-mem", "1GiB", "--dp", "0"])
 
 
 def test_estimate_matches_measured_peak_memory():
     """The planner check: estimate within TOLERANCE of the measured CPU peak (fresh process)."""
     cases = ["tiny:64:16", "tiny:64:16:recompute", "small:64:16", "small:64:16:recompute"]
-    proc = subprocess.run([sys.executable, "-m", "protdp.planning.measure", *cases], cwd=REPO_ROOT,
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "plan_measure.py"), *cases], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     measured = json.loads(proc.stdout)

@@ -22,6 +22,7 @@ import torch
 from data_fixtures import build_pairs_store
 from protdp.paths import REPO_ROOT
 from protdp.train import checkpointing, report
+from protdp.train import cli as train_cli
 from protdp.train.launch import mpirun_cmd, torchrun_cmd, worker_env
 from protdp.train.logging import PHASES
 
@@ -96,7 +97,7 @@ def test_two_rank_run_loss_goes_down_and_logs_breakdown(reference):
     assert meta["code_version"]["git_commit"] and len(os.listdir(save / "iter_0000020")) >= 4
     assert list((save / "wandb").glob("offline-run-*")), "wandb offline run missing"
     # protdp report renders the curves and the breakdown
-    assert report.main([str(save)]) == 0
+    assert train_cli.report([str(save)]) == 0
     for name in ("loss", "lddt", "breakdown", "throughput"):
         assert (save / f"{name}.png").stat().st_size > 5000
 

@@ -10,6 +10,7 @@ import torch
 
 from protdp.errors import ConfigError, InputError
 from protdp.train import checkpointing, report
+from protdp.train import cli as train_cli
 from protdp.train.args import TrainArgs, build_parser, parse_args
 from protdp.train.ema import EMA
 from protdp.train.schedule import lr_at
@@ -183,7 +184,7 @@ def test_report_renders_pngs_and_rejects_garbage(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("\n".join(lines))
     train, evals = report.read_metrics(tmp_path / "metrics.jsonl")
     assert [r["iteration"] for r in train] == list(range(1, 7)) and len(evals) == 1
-    assert report.main([str(tmp_path)]) == 0
+    assert train_cli.report([str(tmp_path)]) == 0
     for name in ("loss", "lddt", "breakdown", "throughput"):
         png = tmp_path / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
@@ -191,7 +192,7 @@ def test_report_renders_pngs_and_rejects_garbage(tmp_path):
     with pytest.raises(InputError, match="metrics.jsonl:1"):
         report.read_metrics(tmp_path / "metrics.jsonl")
     with pytest.raises(InputError, match="no metrics.jsonl"):
-        report.main([str(tmp_path / "nowhere")])
+        train_cli.report([str(tmp_path / "nowhere")])
 
 
 def test_split_families_is_seeded_disjoint_and_validated():

@@ -20,8 +20,6 @@ turns it into a `GatePolicy` for `protdp.gating.route`.
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import json
 import math
 from pathlib import Path
@@ -219,49 +217,3 @@ def calibrate(checkpoint: str | Path, data: str | Path, out_dir: str | Path | No
     tmp.write_text(json.dumps(doc, indent=1) + "\n")
     tmp.replace(path)
     return path
-
-
-def _families_arg(text: str | None) -> list[str] | None:
-    """Comma-separated ids, or @FILE with one id per line."""
-    if text is None:
-        return None
-    if text.startswith("@"):
-        path = Path(text[1:])
-        try:
-            lines = path.read_text().splitlines()
-        except OSError as exc:
-            raise InputError(f"cannot read family list: {exc.strerror}", path=path) from None
-        return [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
-    return [f.strip() for f in text.split(",") if f.strip()]
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="protdp calibrate",
-                                 description="pLDDT vs true lDDT-Cα calibration report")
-    ap.add_argument("--checkpoint", required=True, help="model file or training run/iter folder")
-    ap.add_argument("--data", required=True, help="HDF5 family store of held-out families")
-    ap.add_argument("--out", default=None, help="output folder (default: next to the checkpoint)")
-    ap.add_argument("--families", default=None,
-                    help="held-out family ids: comma-separated or @file (default: every family)")
-    ap.add_argument("--target-lddt", type=float, default=0.7,
-                    help="accepted set's mean true lDDT-Cα must stay >= this (0-1)")
-    ap.add_argument("--max-msa-rows", type=int, default=128)
-    ap.add_argument("--num-recycles", type=int, default=None)
-    args = ap.parse_args(argv)
-    path = calibrate(args.checkpoint, args.data, args.out, families=_families_arg(args.families),
-                     target_lddt=args.target_lddt, max_msa_rows=args.max_msa_rows,
-                     num_recycles=args.num_recycles)
-    doc = json.loads(path.read_text())
-    thr, sp = doc["threshold"], doc["spearman"]
-    print(f"{doc['n_targets']} targets, {doc['n_residues']} residues; Spearman residue "
-          f"{sp['residue']}, target {sp['target']}")
-    for name in AFDB_BANDS:
-        b = doc["bands"][name]
-        acc = "-" if b["mean_true_lddt"] is None else f"{b['mean_true_lddt']:.1f}"
-        print(f"  {name:<10} {b['residues']:>6} residues  mean true lDDT {acc}")
-    print(f"gate threshold (mean pLDDT) {thr['accept_mean_plddt']:.1f}: "
-          f"{'achievable' if thr['achievable'] else 'NOT achievable'}, coverage {thr['coverage']:.0%}")
-    if "warning" in doc:
-        print(f"warning: {doc['warning']}")
-    print(f"wrote {path} and {path.parent / doc['plot']}")
-    return 0

@@ -19,11 +19,9 @@ screening-list fragments are derived from real sequences with a seeded generator
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import shutil
-import sys
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,11 +29,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from protdp.config import load_config
 from protdp.data.parse import parse_msa
 from protdp.data.residues import RESTYPES
 from protdp.data.screening import read_fasta
-from protdp.errors import InputError, ProtdpError
+from protdp.errors import InputError
 from protdp.gating import load_gate_policy
 from protdp.inference.checkpoint import load_model_checkpoint, save_model_checkpoint
 from protdp.inference.predictor import PredictConfig
@@ -461,30 +458,3 @@ def run_suite(checkpoint: str | Path, out_dir: str | Path, config: RedTeamConfig
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "redteam_report.json").write_text(json.dumps(report, indent=1, default=str))
     return report
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="protdp redteam", description=__doc__.split("\n\n")[0])
-    p.add_argument("--checkpoint", required=True, help="model file or training run folder")
-    p.add_argument("--out", required=True, help="folder for redteam_report.json and the sandbox")
-    p.add_argument("--config", default=str(DEFAULT_CONFIG), help="suite settings (%(default)s)")
-    p.add_argument("--data", default=None, help="real data corpus (default: PROTDP_DATA or ../shared/data)")
-    p.add_argument("--device", default=None)
-    args = p.parse_args(argv)
-    cfg = load_config(RedTeamConfig, args.config)
-    report = run_suite(args.checkpoint, args.out, cfg, data=args.data, device=args.device)
-    for c in report["cases"] + report["global_checks"]:
-        mark = "ok  " if c["passed"] else "MISS"
-        print(f"{mark} {c['name']}" + ("" if c["passed"] else f": {'; '.join(map(str, c['problems']))}"))
-    print(f"protdp redteam: {report['passed']}/{len(report['cases'])} cases met their expectation; "
-          f"global checks {'passed' if all(g['passed'] for g in report['global_checks']) else 'FAILED'}; "
-          f"report: {Path(args.out).resolve() / 'redteam_report.json'}")
-    return 0 if report["ok"] else 1
-
-
-if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except ProtdpError as exc:
-        print(f"redteam: error: {exc}", file=sys.stderr)
-        sys.exit(2)

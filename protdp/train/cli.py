@@ -1,4 +1,4 @@
-"""`protdp train`: the same Megatron-style flags as `pipelines/pretrain.py`.
+"""`protdp train` (the same Megatron-style flags as `pipelines/pretrain.py`) and `protdp report`.
 
 Inside a launcher (torchrun, mpirun, srun) it runs this process's rank. Without one it runs a
 world of 1 in-process, or, when `--data-parallel-size N` > 1 asks for more ranks, re-launches
@@ -7,9 +7,12 @@ itself as `torchrun --standalone --nproc_per_node N pipelines/pretrain.py <same 
 
 from __future__ import annotations
 
+import argparse
 import subprocess
+from pathlib import Path
 
 from protdp.train.args import parse_args
+from protdp.train.report import render
 
 
 def main(argv: list[str]) -> int:
@@ -33,4 +36,15 @@ def main(argv: list[str]) -> int:
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+    return 0
+
+
+def report(argv: list[str]) -> int:
+    """`protdp report RUN_DIR`: loss / lDDT curves and the step-time breakdown as PNGs."""
+    p = argparse.ArgumentParser(prog="protdp report", description="render loss / lDDT curves and the step-time breakdown of a run")
+    p.add_argument("run_dir", type=Path, help="run directory holding metrics.jsonl (--save or --log-dir)")
+    p.add_argument("--out", type=Path, default=None, help="where to write the PNGs (default RUN_DIR)")
+    a = p.parse_args(argv)
+    for path in render(a.run_dir, a.out):
+        print(path)
     return 0

@@ -9,7 +9,6 @@ iteration wins.
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -103,13 +102,3 @@ def _save(fig, path: Path) -> Path:
 
     plt.close(fig)
     return path
-
-
-def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="protdp report", description=__doc__.splitlines()[0])
-    p.add_argument("run_dir", type=Path, help="run directory holding metrics.jsonl (--save or --log-dir)")
-    p.add_argument("--out", type=Path, default=None, help="where to write the PNGs (default RUN_DIR)")
-    a = p.parse_args(argv)
-    for path in render(a.run_dir, a.out):
-        print(path)
-    return 0

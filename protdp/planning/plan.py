@@ -18,17 +18,11 @@ Communication per step: ring all-reduce 2(n-1)/n S vs reduce-scatter + all-gathe
 
 from __future__ import annotations
 
-import argparse
-import json
-import math
-
-from protdp.config import load_config
 from protdp.errors import ConfigError
 from protdp.model.config import ModelConfig
-from protdp.planning.comm import parse_bandwidth, parse_bytes, step_communication
+from protdp.planning.comm import step_communication
 from protdp.planning.memory import GIB, Shape, activation_bytes, state_bytes
 from protdp.planning.params import parameter_breakdown, parameter_count
-from protdp.resources import resolve_config
 
 MAX_DAP = 64
 
@@ -161,32 +155,3 @@ def render(p: dict) -> str:
         if r["model_parallel"] else ""
     lines += ["", f"recommendation: {r['strategy']}{mp}", f"  because {r['reason']}"]
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="protdp plan", description=__doc__.split("\n")[0])
-    ap.add_argument("--model-config", required=True, help="configs/model/*.yaml")
-    ap.add_argument("--crop", type=int, required=True, help="training crop size (residues)")
-    ap.add_argument("--gpu-mem", required=True, help="memory per GPU, e.g. 80GiB, 40GB")
-    ap.add_argument("--dp", type=int, required=True, help="data-parallel size")
-    ap.add_argument("--bf16", action="store_true", help="bf16 params, fp32 main grads + master")
-    ap.add_argument("--recompute", action="store_true", help="activation recompute already on")
-    ap.add_argument("--msa-rows", type=int, default=128, help="MSA cluster rows (AF2 training: 128)")
-    ap.add_argument("--extra-msa-rows", type=int, default=1024,
-                    help="extra-MSA rows if the config has the extra stack (AF2: 1024)")
-    ap.add_argument("--reserve", type=float, default=0.1, help="fraction of GPU memory held back")
-    ap.add_argument("--bandwidth", default=None, help="per-rank link bandwidth, e.g. 100Gbit, 25GB/s")
-    ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    args = ap.parse_args(argv)
-    for name in ("crop", "dp", "msa_rows"):
-        if getattr(args, name) < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if args.extra_msa_rows < 0:
-        raise ConfigError("--extra-msa-rows must be >= 0")
-    cfg = load_config(ModelConfig, resolve_config(args.model_config, "model"))
-    result = plan(cfg, crop=args.crop, gpu_mem=parse_bytes(args.gpu_mem, "--gpu-mem"), dp=args.dp,
-                  bf16=args.bf16, recompute=args.recompute, msa_rows=args.msa_rows,
-                  extra_msa_rows=args.extra_msa_rows, reserve=args.reserve,
-                  bandwidth=parse_bandwidth(args.bandwidth, "--bandwidth") if args.bandwidth else None)
-    print(json.dumps(result, indent=2) if args.json else render(result))
-    return 0

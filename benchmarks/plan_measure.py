@@ -12,7 +12,7 @@ Two independent readings of the same step:
 
 Parameters and the input batch exist before the step, so neither number includes them. Each
 case first runs once at a small crop (code pages, kernels and autograd machinery are loaded
-then, not inside the measured step). Run in a fresh process (`python -m protdp.planning.measure`)
+then, not inside the measured step). Run in a fresh process (`python benchmarks/plan_measure.py`)
 because the allocator settings stay for the life of the process.
 """
 
@@ -24,11 +24,14 @@ import dataclasses
 import json
 import math
 import sys
+from pathlib import Path
 
 import torch
 
-from protdp.data.residues import NUM_AA
-from protdp.model.config import ModelConfig
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from protdp.data.residues import NUM_AA  # noqa: E402
+from protdp.model.config import ModelConfig  # noqa: E402
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 
@@ -133,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     """Measure cases in this (fresh) process; print one JSON list."""
     from protdp.config import load_config
 
-    p = argparse.ArgumentParser(prog="python -m protdp.planning.measure")
+    p = argparse.ArgumentParser(prog="python benchmarks/plan_measure.py")
     p.add_argument("cases", nargs="+", help="CONFIG:L:S[:recompute][:bf16]")
     p.add_argument("--method", choices=("rss", "profiler"), default="rss")
     args = p.parse_args(argv)

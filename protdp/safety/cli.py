@@ -1,0 +1,85 @@
+"""Entry points of `protdp redteam` and `protdp calibrate` (the library modules hold no argparse)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from protdp.config import load_config
+from protdp.errors import InputError
+from protdp.gating import AFDB_BANDS
+from protdp.safety import redteam as redteam_mod
+from protdp.safety.calibration import calibrate as run_calibration
+from protdp.safety.redteam import DEFAULT_CONFIG, RedTeamConfig, run_suite
+
+
+def redteam(argv: list[str] | None = None) -> int:
+    """`protdp redteam`: exit 1 when any case or global check fails."""
+    p = argparse.ArgumentParser(prog="protdp redteam",
+                                description=redteam_mod.__doc__.split("\n\n")[0])
+    p.add_argument("--checkpoint", required=True, help="model file or training run folder")
+    p.add_argument("--out", required=True, help="folder for redteam_report.json and the sandbox")
+    p.add_argument("--config", default=str(DEFAULT_CONFIG), help="suite settings (%(default)s)")
+    p.add_argument("--data", default=None,
+                   help="real data corpus (default: PROTDP_DATA or ../shared/data)")
+    p.add_argument("--device", default=None)
+    args = p.parse_args(argv)
+    cfg = load_config(RedTeamConfig, args.config)
+    report = run_suite(args.checkpoint, args.out, cfg, data=args.data, device=args.device)
+    for c in report["cases"] + report["global_checks"]:
+        mark = "ok  " if c["passed"] else "MISS"
+        problems = "" if c["passed"] else ": " + "; ".join(map(str, c["problems"]))
+        print(f"{mark} {c['name']}{problems}")
+    global_ok = all(g["passed"] for g in report["global_checks"])
+    print(f"protdp redteam: {report['passed']}/{len(report['cases'])} cases met their expectation; "
+          f"global checks {'passed' if global_ok else 'FAILED'}; "
+          f"report: {Path(args.out).resolve() / 'redteam_report.json'}")
+    return 0 if report["ok"] else 1
+
+
+def _families_arg(text: str | None) -> list[str] | None:
+    """Comma-separated ids, or @FILE with one id per line."""
+    if text is None:
+        return None
+    if text.startswith("@"):
+        path = Path(text[1:])
+        try:
+            lines = path.read_text().splitlines()
+        except OSError as exc:
+            raise InputError(f"cannot read family list: {exc.strerror}", path=path) from None
+        return [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
+    return [f.strip() for f in text.split(",") if f.strip()]
+
+
+def calibrate(argv: list[str] | None = None) -> int:
+    """`protdp calibrate`."""
+    ap = argparse.ArgumentParser(prog="protdp calibrate",
+                                 description="pLDDT vs true lDDT-Cα calibration report")
+    ap.add_argument("--checkpoint", required=True, help="model file or training run/iter folder")
+    ap.add_argument("--data", required=True, help="HDF5 family store of held-out families")
+    ap.add_argument("--out", default=None, help="output folder (default: next to the checkpoint)")
+    ap.add_argument("--families", default=None,
+                    help="held-out family ids: comma-separated or @file (default: every family)")
+    ap.add_argument("--target-lddt", type=float, default=0.7,
+                    help="accepted set's mean true lDDT-Cα must stay >= this (0-1)")
+    ap.add_argument("--max-msa-rows", type=int, default=128)
+    ap.add_argument("--num-recycles", type=int, default=None)
+    args = ap.parse_args(argv)
+    path = run_calibration(args.checkpoint, args.data, args.out,
+                           families=_families_arg(args.families), target_lddt=args.target_lddt,
+                           max_msa_rows=args.max_msa_rows, num_recycles=args.num_recycles)
+    doc = json.loads(path.read_text())
+    thr, sp = doc["threshold"], doc["spearman"]
+    print(f"{doc['n_targets']} targets, {doc['n_residues']} residues; Spearman residue "
+          f"{sp['residue']}, target {sp['target']}")
+    for name in AFDB_BANDS:
+        b = doc["bands"][name]
+        acc = "-" if b["mean_true_lddt"] is None else f"{b['mean_true_lddt']:.1f}"
+        print(f"  {name:<10} {b['residues']:>6} residues  mean true lDDT {acc}")
+    print(f"gate threshold (mean pLDDT) {thr['accept_mean_plddt']:.1f}: "
+          f"{'achievable' if thr['achievable'] else 'NOT achievable'}, coverage {thr['coverage']:.0%}")
+    if "warning" in doc:
+        print(f"warning: {doc['warning']}")
+    print(f"wrote {path} and {path.parent / doc['plot']}")
+    return 0
