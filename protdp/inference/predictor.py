@@ -33,6 +33,7 @@ from tqdm import tqdm
 from protdp import __version__
 from protdp.config import to_dict
 from protdp.data.features import collate, featurize_query
+from protdp.data.residues import GAP_ID
 from protdp.data.screening import ScreeningList
 from protdp.errors import ConfigError, InputError, ProtdpError
 from protdp.gating import ROUTES, GateDecision, GatePolicy, band_of, load_gate_policy, route
@@ -90,6 +91,13 @@ class RunResult:
 def _code_version() -> dict:
     from protdp.train.checkpointing import code_version
     return code_version()
+
+
+def msa_coverage(msa, length: int) -> list[int]:
+    """Rows of the MSA with a residue (not a gap) at each query position [L] (1 without MSA)."""
+    if msa is None:
+        return [1] * length
+    return (msa.tokens() != GAP_ID).sum(axis=0).astype(int).tolist()
 
 
 class ReviewSink(Protocol):
@@ -207,6 +215,7 @@ class Predictor:
                 msa_depth = 1 if msa is None else msa.depth
                 hits = self.screening.hits(seq) if self.screening is not None else []
                 out = self._run_model(features)
+                out["msa_coverage"] = msa_coverage(msa, len(seq))
         except (ProtdpError, MemoryError, torch.OutOfMemoryError) as exc:
             row["detail"] = str(exc) if isinstance(exc, ProtdpError) else f"out of memory: {exc}"
             decision = route(np.zeros(0), length=0, msa_depth=0, training_crop=None,
@@ -232,7 +241,8 @@ class Predictor:
 
     def _enqueue(self, t: Target, fp: str, scores: dict, paths: dict) -> int:
         """Hand a flagged prediction to the review sink (same prediction id -> same item)."""
-        keep = ("plddt", "mean_plddt", "afdb_bands", "band", "ptm", "msa_depth", "length")
+        keep = ("sequence", "plddt", "mean_plddt", "afdb_bands", "band", "very_low_fraction", "ptm",
+                "msa_depth", "msa_rows_used", "msa_coverage", "length", "num_recycles")
         return self.sink.enqueue(f"{t.file_name}:{fp[:16]}", t.target_id,
                                   {k: scores.get(k) for k in keep}, paths, scores["reasons"],
                                   details=scores["details"], actor="predictor")
@@ -256,6 +266,7 @@ class Predictor:
             "afdb_bands": decision.afdb_bands, "very_low_fraction": decision.very_low_fraction,
             "ptm": out.get("ptm"), "pae": None if "pae" not in out else np.round(out["pae"], 2),
             "msa_depth": msa_depth, "msa_rows_used": rows_used,
+            "msa_coverage": out["msa_coverage"],
             "num_recycles": out["num_recycles"],
             "nonfinite_residues": int((~finite_xyz).sum() + (~np.isfinite(out["plddt"])).sum()),
             "screening_hits": [dataclasses.asdict(h) for h in hits],
