@@ -57,7 +57,11 @@ def test_output_contract_batched_and_unbatched():
         lead = () if B is None else (B,)
         with torch.no_grad():
             out = model(batch)
-        assert out["final_atom_positions"].shape == lead + (22, 5, 3)
+        assert out["final_atom_positions"].shape == lead + (22, 37, 3)
+        assert out["final_atom_mask"].shape == lead + (22, 37)
+        assert torch.all(out["final_atom_positions"][out["final_atom_mask"] == 0] == 0)
+        assert out["experimentally_resolved_logits"].shape == lead + (22, 37)
+        assert out["single"].shape == lead + (22, model.config.c_s)
         assert out["plddt"].shape == lead + (22,)
         assert torch.all((out["plddt"] >= 0) & (out["plddt"] <= 100))
         assert out["plddt_logits"].shape == lead + (22, 50)
@@ -70,7 +74,8 @@ def test_output_contract_batched_and_unbatched():
 
 
 def test_every_parameter_receives_a_gradient():
-    cfg = tiny_config(extra_msa=True, max_msa_clusters=4, pae_head=True)
+    cfg = tiny_config(extra_msa=True, max_msa_clusters=4, pae_head=True,
+                      loss={"experimentally_resolved_weight": 0.01, "violation_weight": 1.0})
     torch.manual_seed(0)
     model = build_model(cfg, verbose=False).train()
     _randomize(model, scale=0.2)              # zero-initialised final layers would block gradients

@@ -80,6 +80,9 @@ def _atom37_mask() -> np.ndarray:
 
 RESTYPE_ATOM37_MASK = _atom37_mask()   # uint8 [21, 37]: 1 where the residue type has the atom
 
+# atom37 slots of the store-v1 backbone atoms N, CA, C, O, CB (`residues.BACKBONE_ATOMS`)
+BACKBONE_ATOM37_SLOTS = tuple(ATOM_ORDER[a] for a in BACKBONE_ATOMS)   # (0, 1, 2, 4, 3)
+
 # Literature atom positions in their rigid group's frame: (atom, group, (x, y, z) in Å). The
 # x axis is the group's rotation axis; the atom defining the torsion lies in the xy plane, y > 0.
 RIGID_GROUP_ATOM_POSITIONS = {
@@ -535,7 +538,7 @@ def atom37_from_backbone(aatype: np.ndarray, backbone_positions: np.ndarray,
     L = len(aatype)
     pos = np.zeros((L, NUM_ATOM37, 3), np.float32)
     mask = np.zeros((L, NUM_ATOM37), np.float32)
-    slots = [ATOM_ORDER[a] for a in BACKBONE_ATOMS]
+    slots = list(BACKBONE_ATOM37_SLOTS)
     pos[:, slots] = backbone_positions
     mask[:, slots] = backbone_mask
     exists = RESTYPE_ATOM37_MASK[np.minimum(np.asarray(aatype, np.int64), UNK_ID)]
@@ -544,5 +547,5 @@ def atom37_from_backbone(aatype: np.ndarray, backbone_positions: np.ndarray,
 
 def backbone_from_atom37(positions: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """atom37 -> the derived backbone arrays (N, CA, C, O, CB) [..., 5, 3] / [..., 5]."""
-    slots = [ATOM_ORDER[a] for a in BACKBONE_ATOMS]
+    slots = list(BACKBONE_ATOM37_SLOTS)
     return positions[..., slots, :], mask[..., slots]

@@ -8,10 +8,10 @@ model for tiny/small/af2: a change to the model that is not mirrored here fails 
 
 from __future__ import annotations
 
-from protdp.data.residues import NUM_AATYPE, NUM_MSA_TOKENS
+from protdp.data.residue_constants import NUM_ATOM37, NUM_TORSIONS
+from protdp.data.residues import NUM_MSA_TOKENS
 from protdp.model.config import ModelConfig
-
-MSA_FEAT_DIM = NUM_MSA_TOKENS + 2          # one-hot MSA tokens + has_deletion + deletion_value
+from protdp.model.inputs import EXTRA_MSA_FEAT_DIM, MSA_FEAT_DIM, TARGET_FEAT_DIM
 
 
 def linear(c_in: int, c_out: int, bias: bool = True) -> int:
@@ -62,17 +62,19 @@ def evoformer_block(cfg: ModelConfig, c_m: int, c_hidden_msa: int, global_column
 def ipa(cfg: ModelConfig) -> int:
     """Algorithm 22."""
     h, hc = cfg.ipa_heads, cfg.ipa_heads * cfg.c_ipa
-    concat = h * (cfg.c_z + cfg.c_ipa + 4 * cfg.ipa_v_points)
-    return (linear(cfg.c_s, hc) + linear(cfg.c_s, 2 * hc)
+    c_v = cfg.c_ipa if cfg.c_ipa_v is None else cfg.c_ipa_v
+    concat = h * (cfg.c_z + c_v + 4 * cfg.ipa_v_points)
+    return (linear(cfg.c_s, hc) + linear(cfg.c_s, hc + h * c_v)
             + linear(cfg.c_s, h * cfg.ipa_qk_points * 3)
             + linear(cfg.c_s, h * (cfg.ipa_qk_points + cfg.ipa_v_points) * 3)
             + linear(cfg.c_z, h) + h + linear(concat, cfg.c_s))
 
 
 def structure_module(cfg: ModelConfig) -> int:
-    """Algorithm 20 (one weight set shared by all layers) with the psi-only torsion resnet."""
+    """Algorithm 20 (one weight set shared by all layers) with the 7-torsion angle resnet."""
     r = cfg.c_resnet
-    psi = 2 * linear(cfg.c_s, r) + 4 * linear(r, r) + linear(r, 2)
+    psi = (2 * linear(cfg.c_s, r) + 2 * cfg.n_resnet_blocks * linear(r, r)
+           + linear(r, 2 * NUM_TORSIONS))
     trans = cfg.sm_transition_layers * linear(cfg.c_s, cfg.c_s) + layer_norm(cfg.c_s)
     return (2 * layer_norm(cfg.c_s) + layer_norm(cfg.c_z) + linear(cfg.c_s, cfg.c_s) + ipa(cfg)
             + trans + linear(cfg.c_s, 6) + psi)
@@ -81,13 +83,13 @@ def structure_module(cfg: ModelConfig) -> int:
 def parameter_breakdown(cfg: ModelConfig) -> dict[str, int]:
     """Parameters per top-level component (names follow AlphaFoldModel's attributes)."""
     out = {
-        "input_embedder": (2 * linear(NUM_AATYPE, cfg.c_z) + linear(NUM_AATYPE, cfg.c_m)
+        "input_embedder": (2 * linear(TARGET_FEAT_DIM, cfg.c_z) + linear(TARGET_FEAT_DIM, cfg.c_m)
                            + linear(MSA_FEAT_DIM, cfg.c_m) + linear(2 * cfg.relpos_k + 1, cfg.c_z)),
         "recycling_embedder": (layer_norm(cfg.c_m) + layer_norm(cfg.c_z)
                                + linear(cfg.recycle_bins, cfg.c_z)),
     }
     if cfg.extra_msa:
-        out["extra_msa_embedder"] = linear(MSA_FEAT_DIM, cfg.c_e)
+        out["extra_msa_embedder"] = linear(EXTRA_MSA_FEAT_DIM, cfg.c_e)
         out["extra_msa_stack"] = cfg.n_extra_blocks * evoformer_block(
             cfg, cfg.c_e, cfg.c_hidden_extra_att, global_column=True)
     out["evoformer"] = (cfg.n_blocks * evoformer_block(cfg, cfg.c_m, cfg.c_hidden_msa_att, False)
@@ -97,6 +99,7 @@ def parameter_breakdown(cfg: ModelConfig) -> dict[str, int]:
     out["masked_msa_head"] = linear(cfg.c_m, NUM_MSA_TOKENS)
     out["plddt_head"] = (layer_norm(cfg.c_s) + linear(cfg.c_s, cfg.c_plddt)
                          + linear(cfg.c_plddt, cfg.c_plddt) + linear(cfg.c_plddt, cfg.plddt_bins))
+    out["experimentally_resolved_head"] = linear(cfg.c_s, NUM_ATOM37)
     if cfg.pae_head:
         out["pae_head"] = linear(cfg.c_z, cfg.pae_bins)
     return out
