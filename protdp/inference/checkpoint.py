@@ -10,7 +10,8 @@ preferred whenever a checkpoint carries one):
    written by `protdp.parallel.save_checkpoint`) and `iter_N/ema.pt` (`{"shadow": {name:
    fp32 tensor}}` for every floating-point state entry; it overrides the raw weights).
 2. A plain model file written by `save_model_checkpoint` (format `protdp-model-v1`): model
-   config, state dict, optional EMA shadow and the training crop / MSA depth it was trained on.
+   config, state dict, optional EMA shadow and the training crop / MSA depth it was trained on;
+   or a folder holding one as `model.pt` (what `protdp weights import` writes).
 
 `sha256` identifies the weights for provenance: the file's SHA-256, or for a training folder the
 SHA-256 of "relative path  file sha256" lines over the files read (meta.json, engine/model.pt,
@@ -35,6 +36,7 @@ from protdp.model.model import AlphaFoldModel
 from protdp.fileio import sha256_file  # noqa: F401  (re-exported)
 
 MODEL_FILE_FORMAT = "protdp-model-v1"
+IMPORTED_MODEL_FILE = "model.pt"   # a folder written by `protdp weights import` holds this file
 _TRACKER = "latest_checkpointed_iteration.txt"   # protdp.train.checkpointing.TRACKER
 
 
@@ -191,12 +193,16 @@ def checkpoint_home(path: str | Path) -> Path:
     there, `protdp predict` reads it): the resolved iter_N folder of a training run, or the
     folder holding a model file."""
     path = Path(path).resolve()
+    if path.is_dir() and (path / IMPORTED_MODEL_FILE).is_file() and not (path / "meta.json").is_file():
+        return path
     return _resolve_training_dir(path) if path.is_dir() else path.parent
 
 
 def load_model_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> LoadedModel:
     """Load a model file or a training checkpoint folder (EMA weights preferred), in eval mode."""
     path, device = Path(path).resolve(), torch.device(device)
+    if path.is_dir() and (path / IMPORTED_MODEL_FILE).is_file() and not (path / "meta.json").is_file():
+        return _load_model_file(path / IMPORTED_MODEL_FILE, device)    # `protdp weights import`
     if path.is_dir():
         return _load_training_dir(path, device)
     if path.is_file():

@@ -1,0 +1,59 @@
+"""Parameter files and imported checkpoints on disk.
+
+An imported checkpoint is a folder holding `model.pt` (the ordinary protdp model file,
+`protdp.inference.checkpoint.save_model_checkpoint`, so predict / calibrate / redteam / training
+read it) and `provenance.json` (source file and digest, every mapped and skipped parameter with
+its reason, the configuration inferred). Every file is written to a temporary name and renamed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from protdp.errors import InputError
+from protdp.inference.checkpoint import IMPORTED_MODEL_FILE
+
+PROVENANCE_FILE = "provenance.json"
+
+
+def read_npz(path: str | Path) -> dict[str, np.ndarray]:
+    """All arrays of an .npz file (no pickles); a missing, truncated or foreign file is one
+    clear error naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("parameter file not found", path=path)
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
+        raise InputError(f"not a readable .npz parameter file ({type(exc).__name__}: {exc})",
+                         path=path) from None
+
+
+def write_npz(path: str | Path, arrays: dict[str, np.ndarray]) -> Path:
+    """Uncompressed .npz with sorted keys, written atomically (temp file + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    with open(tmp, "wb") as fh:
+        np.savez(fh, **{k: np.ascontiguousarray(arrays[k]) for k in sorted(arrays)})
+    os.replace(tmp, path)
+    return path
+
+
+def write_json(path: Path, obj: dict) -> Path:
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True, allow_nan=False) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def model_file(checkpoint: str | Path) -> Path:
+    """The model file of an imported checkpoint folder (or the file itself)."""
+    path = Path(checkpoint)
+    return path / IMPORTED_MODEL_FILE if path.is_dir() else path
