@@ -181,3 +181,42 @@ def test_tables_have_the_documented_shapes():
     ca, cb, o = ala.index("CA"), ala.index("CB"), ala.index("O")
     assert bounds["lower_bound"][0, ca, cb] == pytest.approx(1.520 - 12 * 0.021, abs=1e-6)
     assert bounds["upper_bound"][0, cb, o] == pytest.approx(1e10)
+
+
+def test_written_all_atom_structures_read_back_with_ideal_geometry(tmp_path):
+    """D6: PDB and mmCIF carry every heavy atom (atom37 order, pLDDT in each B-factor), gemmi and
+    Biopython read them, and the side-chain bond lengths in the files are the ideal ones (the
+    same for another set of torsions)."""
+    import gemmi
+    from Bio.PDB import MMCIFParser, PDBParser
+
+    from protdp.data.residues import RESTYPES
+    from protdp.inference.writers import write_structures
+
+    aatype, frames, angles = _random_residues(n_copies=1, seed=6)
+    seq = "".join(RESTYPES[int(a)] for a in aatype)
+    _, _, x37 = _build(aatype, frames, angles)
+    _, _, x37_other = _build(aatype, frames, torch.roll(angles, 3, dims=0))
+    mask = atom37_exists(aatype)
+    plddt = np.linspace(10, 95, len(seq))
+    paths = write_structures(tmp_path, "all20", seq, x37.numpy(), plddt, mask.numpy())
+    n_atoms = int(mask.sum())
+    for kind, bio in (("pdb", PDBParser(QUIET=True)), ("cif", MMCIFParser(QUIET=True))):
+        residues = list(bio.get_structure("x", str(paths[kind]))[0]["A"])
+        g_residues = list(gemmi.read_structure(str(paths[kind]))[0]["A"])
+        assert len(residues) == len(g_residues) == 20
+        assert sum(len(r) for r in residues) == sum(len(r) for r in g_residues) == n_atoms
+        for i, (r, g) in enumerate(zip(residues, g_residues)):
+            name = rc.RESTYPE_3[int(aatype[i])]
+            assert r.get_resname() == g.name == name
+            assert [a.get_id() for a in r] == [a.name for a in g] == \
+                [n for n in rc.ATOM_TYPES if n in rc.RESTYPE_ATOM14_NAMES[name]]
+            assert all(abs(a.get_bfactor() - round(plddt[i], 2)) < 1e-6 for a in r)
+            assert all(a.element.name == a.name[0] for a in g)
+            for a in r:
+                assert np.allclose(a.coord, x37[i, rc.ATOM_ORDER[a.get_id()]].numpy(), atol=6e-4)
+            for a1, a2, _, _ in bond_lengths()[name]:
+                if (name, a1, a2) in RING_CLOSURES or (name, a2, a1) in RING_CLOSURES:
+                    continue
+                ideal = (x37_other[i, rc.ATOM_ORDER[a1]] - x37_other[i, rc.ATOM_ORDER[a2]]).norm().item()
+                assert (r[a1] - r[a2]) == pytest.approx(ideal, abs=2e-3), (name, a1, a2)
