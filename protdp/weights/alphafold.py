@@ -84,8 +84,8 @@ class _Builder:
 
     def attention(self, af2, mod, heads, block=None, global_kv=False):
         """AF2 `Attention` / `GlobalAttention` (gated) on protdp's linear_q/k/v/g/o."""
-        out_c, in_c = self.shapes[mod + ".linear_o.weight"]
-        hc = self.shapes[mod + ".linear_q.weight"][0]
+        hc, in_c = self.shapes[mod + ".linear_q.weight"]
+        out_c = self.shapes[mod + ".linear_o.weight"][0]
         head_shape = (heads, hc // heads)
         self.add(af2 + "//query_w", mod + ".linear_q.weight", "T", (in_c,) + head_shape, block)
         for name, lin in (("key_w", "linear_k"), ("value_w", "linear_v")):
