@@ -90,7 +90,8 @@ def test_any_size_round_trips_through_both_formats(overrides, tmp_path):
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.1)
     arrays = export_arrays(model)
-    inferred = infer_config(arrays, sm_layers=cfg.sm_layers, num_recycles=cfg.num_recycles)
+    inferred = infer_config({k: v.shape for k, v in arrays.items()}, sm_layers=cfg.sm_layers,
+                            num_recycles=cfg.num_recycles)
     for name in ("c_m", "c_z", "c_s", "n_blocks", "msa_heads", "c_hidden_msa_att", "pair_heads",
                  "c_hidden_tri_att", "c_hidden_tri_mul", "c_hidden_opm", "transition_n", "relpos_k",
                  "c_e", "n_extra_blocks", "c_hidden_extra_att", "ipa_heads", "c_ipa",

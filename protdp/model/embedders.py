@@ -55,13 +55,12 @@ class RecyclingEmbedder(nn.Module):
         self.norm_m = LayerNorm(cfg.c_m)                                 # prev_msa_first_row_norm
         self.norm_z = LayerNorm(cfg.c_z)                                 # prev_pair_norm
         self.linear_d = Linear(cfg.recycle_bins, cfg.c_z)               # prev_pos_linear
-        self.register_buffer("lower", torch.linspace(cfg.recycle_min_bin, cfg.recycle_max_bin,
-                                                     cfg.recycle_bins), persistent=False)
+        self.bins = (cfg.recycle_min_bin, cfg.recycle_max_bin, cfg.recycle_bins)
 
     def forward(self, m_row0_prev, z_prev, x_prev):
         # m_row0_prev [*, L, C_m], z_prev [*, L, L, C_z], x_prev [*, L, 3] pseudo-beta (Å)
         d2 = ((x_prev[..., :, None, :] - x_prev[..., None, :, :]) ** 2).sum(-1, keepdim=True)
-        lower = self.lower.to(d2.dtype) ** 2                             # squared bins as AF2
+        lower = torch.linspace(*self.bins, device=d2.device).to(d2.dtype) ** 2  # squared, as AF2
         upper = torch.cat([lower[1:], lower.new_tensor([1e8])])
         d_one_hot = ((d2 > lower) & (d2 < upper)).to(z_prev.dtype)       # [*, L, L, bins]
         return self.norm_m(m_row0_prev), self.norm_z(z_prev) + self.linear_d(d_one_hot)

@@ -212,16 +212,16 @@ def alphafold_entries(cfg: ModelConfig, shapes: Mapping[str, tuple]) -> list[Ent
 
 
 # ------------------------------------------------------------------ configuration from shapes
-def _shape(arrays: Mapping[str, np.ndarray], key: str) -> tuple:
-    if key not in arrays:
-        raise InputError(f"AlphaFold parameter '{key}' is missing", field=key)
-    return tuple(arrays[key].shape)
+def _shape(shapes: Mapping[str, tuple], key: str) -> tuple:
+    if key not in shapes:
+        raise InputError("AlphaFold parameter is missing", field=key)
+    return tuple(shapes[key])
 
 
-def _count(arrays: Mapping, prefix: str) -> int:
+def _count(shapes: Mapping, prefix: str) -> int:
     """Number of haiku modules named prefix, prefix_1, prefix_2, ... (AF2's repeated names)."""
     n = 0
-    while f"{prefix}{'' if n == 0 else f'_{n}'}//weights" in arrays:
+    while f"{prefix}{'' if n == 0 else f'_{n}'}//weights" in shapes:
         n += 1
     return n
 
@@ -232,12 +232,12 @@ def _ratio(num: int, den: int, what: str, key: str) -> int:
     return num // den
 
 
-def infer_config(arrays: Mapping[str, np.ndarray], *, sm_layers: int = 8,
+def infer_config(shapes: Mapping[str, tuple], *, sm_layers: int = 8,
                  num_recycles: int = 3) -> ModelConfig:
-    """The ModelConfig of an AF2 parameter set, from its array shapes alone (any size). The
-    structure-module depth and the recycles are not in the arrays: AF2's values are the defaults
-    (8 layers, 3 recycles)."""
-    s = lambda key: _shape(arrays, key)                                     # noqa: E731
+    """The ModelConfig of an AF2 parameter set from its array shapes {key: shape} alone (any
+    size). The structure-module depth and the recycles are not in the arrays: AF2's values are
+    the defaults (8 layers, 3 recycles)."""
+    s = lambda key: _shape(shapes, key)                                     # noqa: E731
     row = EVO + "evoformer_iteration/msa_row_attention_with_pair_bias/attention//query_w"
     tri = EVO + "evoformer_iteration/triangle_attention_starting_node/attention//query_w"
     n_blocks, c_m, msa_heads, c_hidden_msa = s(row)
@@ -269,16 +269,16 @@ def infer_config(arrays: Mapping[str, np.ndarray], *, sm_layers: int = 8,
         transition_n=transition_n,
         relpos_k=_ratio(s(EVO + "pair_activiations//weights")[0] - 1, 2, "relpos classes",
                         EVO + "pair_activiations"),
-        extra_msa=extra in arrays,
+        extra_msa=extra in shapes,
         sm_layers=sm_layers, ipa_heads=heads, c_ipa=c_ipa, c_ipa_v=kv - c_ipa,
         ipa_qk_points=qk_pts, ipa_v_points=kv_pts - qk_pts,
-        sm_transition_layers=_count(arrays, FOLD + "transition"),
+        sm_transition_layers=_count(shapes, FOLD + "transition"),
         c_resnet=s(FOLD + "rigid_sidechain/input_projection//weights")[1],
-        n_resnet_blocks=_count(arrays, FOLD + "rigid_sidechain/resblock1"),
+        n_resnet_blocks=_count(shapes, FOLD + "rigid_sidechain/resblock1"),
         distogram_bins=s(PREFIX + "distogram_head/half_logits//weights")[1],
         plddt_bins=s(PREFIX + "predicted_lddt_head/logits//weights")[1],
         c_plddt=s(PREFIX + "predicted_lddt_head/act_0//weights")[1],
-        pae_head=PREFIX + "predicted_aligned_error_head/logits//weights" in arrays,
+        pae_head=PREFIX + "predicted_aligned_error_head/logits//weights" in shapes,
         recycle_bins=s(EVO + "prev_pos_linear//weights")[0],
         num_recycles=num_recycles, max_recycles=num_recycles,
     )
@@ -296,11 +296,11 @@ def infer_config(arrays: Mapping[str, np.ndarray], *, sm_layers: int = 8,
         raise InputError(f"the AlphaFold arrays describe no valid model: {exc}") from None
 
 
-def classify_keys(arrays: Mapping, entries: list[Entry]) -> tuple[set, dict]:
-    """(keys mapped by the entries, {skipped key: reason}); an unknown key is an error."""
+def classify_keys(keys, entries: list[Entry]) -> dict[str, str]:
+    """{skipped key: reason} for the source keys no entry maps; an unknown key is an error."""
     mapped = {e.af2 for e in entries}
     skipped = {}
-    for key in arrays:
+    for key in keys:
         if key in mapped:
             continue
         if any(marker in key for marker in TEMPLATE_MARKERS):
@@ -308,28 +308,40 @@ def classify_keys(arrays: Mapping, entries: list[Entry]) -> tuple[set, dict]:
         else:
             raise InputError("unexpected AlphaFold parameter: not part of the AF2 monomer model "
                              "(multimer and other variants are not supported)", field=key)
-    return mapped, skipped
+    return skipped
+
+
+def _check_shape(entries: list[Entry], array: np.ndarray) -> None:
+    """The shape AF2 stores for these entries (one key; a leading block axis if stacked)."""
+    e = entries[0]
+    if e.block is None:
+        ok, expect = tuple(array.shape) == e.af2_shape, str(e.af2_shape)
+    else:
+        blocks = max(x.block for x in entries) + 1
+        ok = tuple(array.shape) == (blocks,) + e.af2_shape
+        expect = str((blocks,) + e.af2_shape)
+    if not ok:
+        raise InputError(f"shape {tuple(array.shape)}, expected {expect}", field=e.af2)
+    if not np.issubdtype(array.dtype, np.floating):
+        raise InputError(f"dtype {array.dtype} is not floating point", field=e.af2)
 
 
 def state_from_arrays(arrays: Mapping[str, np.ndarray], entries: list[Entry]) -> dict[str, np.ndarray]:
-    """protdp state dict (float32 numpy) from AF2 arrays; shapes checked per key."""
-    state = {}
+    """protdp state dict (float32 numpy) from AF2 arrays; each source array is read once (a
+    lazily loading npz stays at about one array in memory besides the result); shapes are
+    checked per key."""
+    by_key: dict[str, list[Entry]] = {}
     for e in entries:
-        if e.af2 not in arrays:
-            raise InputError("AlphaFold parameter is missing", field=e.af2)
-        array = np.asarray(arrays[e.af2])
-        expect = e.af2_shape if e.block is None else None
-        if e.block is not None:
-            if array.ndim != len(e.af2_shape) + 1 or tuple(array.shape[1:]) != e.af2_shape \
-                    or array.shape[0] <= e.block:
-                raise InputError(f"shape {array.shape}, expected (blocks, {', '.join(map(str, e.af2_shape))})",
-                                 field=e.af2)
-            array = array[e.block]
-        elif tuple(array.shape) != expect:
-            raise InputError(f"shape {array.shape}, expected {expect}", field=e.af2)
-        if not np.issubdtype(array.dtype, np.floating):
-            raise InputError(f"dtype {array.dtype} is not floating point", field=e.af2)
-        state[e.torch] = to_torch(e, array.astype(np.float32, copy=False))
+        by_key.setdefault(e.af2, []).append(e)
+    state = {}
+    for key, group in by_key.items():
+        if key not in arrays:
+            raise InputError("AlphaFold parameter is missing", field=key)
+        array = np.asarray(arrays[key])
+        _check_shape(group, array)
+        array = array.astype(np.float32, copy=False)
+        for e in group:
+            state[e.torch] = to_torch(e, array if e.block is None else array[e.block])
     return state
 
 
@@ -348,5 +360,5 @@ def arrays_from_state(state: Mapping[str, np.ndarray], entries: list[Entry]) -> 
     return dict(sorted(out.items()))
 
 
-def parameter_count(arrays: Mapping[str, np.ndarray]) -> int:
-    return int(sum(math.prod(np.shape(v)) for v in arrays.values()))
+def parameter_count(shapes: Mapping[str, tuple]) -> int:
+    return int(sum(math.prod(v) for v in shapes.values()))

@@ -25,7 +25,7 @@ from protdp.model.config import LossConfig, ModelConfig
 from protdp.model.model import AlphaFoldModel
 from protdp.resources import config_file
 from protdp.weights import alphafold, openfold
-from protdp.weights.store import PROVENANCE_FILE, model_file, read_npz, write_json
+from protdp.weights.store import PROVENANCE_FILE, LazyNpz, model_file, write_json
 
 FORMATS = ("alphafold", "openfold")
 FINETUNE_LOSS = "model/af2_finetune_loss.yaml"
@@ -62,12 +62,15 @@ def finetune_loss() -> LossConfig:
 
 
 def _model_from_state(cfg: ModelConfig, state: dict[str, np.ndarray]) -> AlphaFoldModel:
-    model = AlphaFoldModel(cfg)
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
+    """The model built on the meta device and given the converted arrays as its parameters (no
+    random initialisation, no copy: import memory stays near one copy of the weights)."""
+    with torch.device("meta"):
+        model = AlphaFoldModel(cfg)
+    missing = sorted(set(model.state_dict()) - set(state))
     if missing:       # the tables cover every parameter; a gap here is a protdp bug
         raise RuntimeError(f"no source for protdp parameters {missing[:5]}")
-    model.load_state_dict({k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in state.items()})
+    model.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32))
+                           for k, v in state.items()}, assign=True)
     return model.eval()
 
 
@@ -76,17 +79,24 @@ def import_params(path: str | Path, fmt: str, *, sm_layers: int = 8,
     """Read AF2 npz (`fmt` "alphafold") or an OpenFold .pt state dict ("openfold")."""
     path = Path(path)
     if fmt == "alphafold":
-        arrays = read_npz(path)
+        arrays = LazyNpz(path)
+        shapes = arrays.shapes
     elif fmt == "openfold":
         arrays = openfold.to_alphafold_arrays(openfold.read_state_dict(path))
+        shapes = {k: v.shape for k, v in arrays.items()}
     else:
         raise InputError(f"unknown format '{fmt}'; expected one of {FORMATS}")
-    cfg = alphafold.infer_config(arrays, sm_layers=sm_layers, num_recycles=num_recycles)
+    cfg = alphafold.infer_config(shapes, sm_layers=sm_layers, num_recycles=num_recycles)
     cfg.loss = finetune_loss()
-    shapes = {k: tuple(v.shape) for k, v in AlphaFoldModel(cfg).state_dict().items()}
-    entries = alphafold.alphafold_entries(cfg, shapes)
-    _, skipped = alphafold.classify_keys(arrays, entries)
-    state = alphafold.state_from_arrays(arrays, entries)
+    with torch.device("meta"):
+        model_shapes = {k: tuple(v.shape) for k, v in AlphaFoldModel(cfg).state_dict().items()}
+    entries = alphafold.alphafold_entries(cfg, model_shapes)
+    skipped = alphafold.classify_keys(shapes.keys(), entries)
+    try:
+        state = alphafold.state_from_arrays(arrays, entries)
+    finally:
+        if isinstance(arrays, LazyNpz):
+            arrays.close()
     mapped: dict[str, list[str]] = {}
     for e in entries:
         mapped.setdefault(e.af2, []).append(e.torch)
@@ -95,7 +105,7 @@ def import_params(path: str | Path, fmt: str, *, sm_layers: int = 8,
         mapped = {names[k]: v for k, v in mapped.items()}
         skipped = {names[k]: v for k, v in skipped.items()}
     return Imported(_model_from_state(cfg, state), cfg, fmt, path, mapped, skipped,
-                    alphafold.parameter_count(arrays))
+                    alphafold.parameter_count(shapes))
 
 
 def write_imported(imported: Imported, out_dir: str | Path) -> Path:

@@ -186,6 +186,7 @@ def openfold_names(cfg: ModelConfig, af2_keys) -> dict[str, str]:
 
 
 def _meta_model(cfg: ModelConfig):
+    """The model on the meta device: parameter names and shapes without memory."""
     from protdp.model.model import AlphaFoldModel
     with torch.device("meta"):
         return AlphaFoldModel(cfg)
