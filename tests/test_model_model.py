@@ -169,3 +169,32 @@ def test_bf16_autocast_path_runs_on_cpu():
     bf16.train()
     out = bf16(batch, num_recycles=0)
     compute_loss(out, batch, bf16.config)[0].backward()
+
+
+def test_each_recycling_pass_reads_its_own_msa_sample():
+    """MSA keys with a pass axis [*, P, N, L]: pass i reads sample min(i, P-1) (AF2
+    resample_msa_in_recycling); the losses read the last pass's sample."""
+    from protdp.model.embedders import pseudo_beta
+    from protdp.model.inputs import select_pass
+
+    torch.manual_seed(0)
+    model = build_model(tiny_config(), verbose=False).eval()
+    _randomize(model)
+    a, other = random_batch(L=12, N=5, B=1, seed=1), random_batch(L=12, N=5, B=1, seed=2)
+    keys = ("msa", "msa_mask", "has_deletion", "deletion_value", "true_msa", "bert_mask")
+    b = dict(a, **{k: other[k] for k in keys})                               # a second MSA sample
+    batch = dict(a, **{k: torch.stack([a[k], b[k]], dim=1) for k in keys})   # [B, P=2, N, L]
+    with torch.no_grad():
+        out = model(batch, num_recycles=2)
+        assert out["msa_sample"] == 1
+        prev = None
+        for sample in (a, b, b):                                             # passes 0, 1, 2
+            o = model.iteration(sample, prev)
+            prev = {"m0": o["msa_first_row"], "z": o["pair"],
+                    "x": pseudo_beta(sample["aatype"], o["final_atom_positions"])}
+        assert torch.equal(out["final_atom_positions"], o["final_atom_positions"])
+        assert not torch.allclose(model(a, num_recycles=2)["final_atom_positions"], o["final_atom_positions"])
+        assert torch.equal(select_pass(batch, 5)["true_msa"], b["true_msa"])
+    loss_passes, _ = compute_loss(out, batch, model.config)
+    loss_b, _ = compute_loss(out, b, model.config)
+    assert torch.allclose(loss_passes, loss_b)

@@ -187,3 +187,10 @@ def test_imported_checkpoint_runs_predict(af2_reference, tmp_path):  # noqa: F81
     assert row["status"] == "predicted", row
     pdb = (tmp_path / "out" / "targets" / "syn" / "syn.pdb").read_text()
     assert sum(1 for line in pdb.splitlines() if line.startswith("ATOM")) > 5 * len(seq)
+
+
+def test_non_finite_parameters_are_refused(fixture_params, tmp_path):
+    key = "alphafold/alphafold_iteration/predicted_lddt_head/logits//bias"
+    bad = dict(fixture_params, **{key: np.full_like(fixture_params[key], np.nan)})
+    with pytest.raises(InputError, match=f"field '{key}': 50 non-finite"):
+        import_params(_write(tmp_path, bad), "alphafold")

@@ -324,6 +324,8 @@ def _check_shape(entries: list[Entry], array: np.ndarray) -> None:
         raise InputError(f"shape {tuple(array.shape)}, expected {expect}", field=e.af2)
     if not np.issubdtype(array.dtype, np.floating):
         raise InputError(f"dtype {array.dtype} is not floating point", field=e.af2)
+    if not np.isfinite(array).all():
+        raise InputError(f"{int((~np.isfinite(array)).sum())} non-finite value(s) (NaN/Inf)", field=e.af2)
 
 
 def state_from_arrays(arrays: Mapping[str, np.ndarray], entries: list[Entry]) -> dict[str, np.ndarray]:

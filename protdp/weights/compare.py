@@ -23,6 +23,8 @@ from protdp.weights.store import read_npz
 
 RESIDUE_KEYS = ("aatype", "residue_index", "seq_mask", "target_feat", "between_segment_residues")
 REQUIRED = ("aatype", "residue_index", "seq_mask", "msa_feat", "msa_mask")
+PADDED_ROWS = ("compared like real rows: protdp reproduces AlphaFold's arithmetic on padding "
+               "(unmasked transitions, outer-product-mean bias / 1e-3 on empty pairs)")
 
 
 @dataclass(frozen=True)
@@ -131,4 +133,4 @@ def run_compare(checkpoint: str | Path, features_path: str | Path, reference_pat
     result = compare_outputs(out, reference)
     return {"checkpoint": str(loaded.path), "features": str(features_path),
             "reference": str(reference_path), "dtype": dtype, "num_recycles": num_recycles,
-            "msa_samples": passes, **result}
+            "msa_samples": passes, "padded_rows": PADDED_ROWS, **result}
