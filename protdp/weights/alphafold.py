@@ -237,6 +237,8 @@ def infer_config(shapes: Mapping[str, tuple], *, sm_layers: int = 8,
     """The ModelConfig of an AF2 parameter set from its array shapes {key: shape} alone (any
     size). The structure-module depth and the recycles are not in the arrays: AF2's values are
     the defaults (8 layers, 3 recycles)."""
+    if not any(k.startswith(PREFIX) for k in shapes):
+        raise InputError(f"not an AlphaFold parameter set: no '{PREFIX}...' arrays")
     s = lambda key: _shape(shapes, key)                                     # noqa: E731
     row = EVO + "evoformer_iteration/msa_row_attention_with_pair_bias/attention//query_w"
     tri = EVO + "evoformer_iteration/triangle_attention_starting_node/attention//query_w"

@@ -109,13 +109,18 @@ def _export(args) -> int:
 
     loaded = load_model_checkpoint(args.checkpoint)
     out = Path(args.out)
-    if args.format == "alphafold":
-        write_npz(out, export_arrays(loaded.model))
-    else:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-        torch.save(export_openfold(loaded.model), tmp)
-        os.replace(tmp, out)
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    try:
+        if args.format == "alphafold":
+            write_npz(out, export_arrays(loaded.model))
+        else:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            torch.save(export_openfold(loaded.model), tmp)
+            os.replace(tmp, out)
+    except (OSError, RuntimeError) as exc:     # torch reports unwritable paths as RuntimeError
+        tmp.unlink(missing_ok=True)
+        raise InputError(f"cannot write ({type(exc).__name__}: {str(exc).splitlines()[0]})",
+                         path=out) from None
     print(f"protdp weights: exported {loaded.path} ({loaded.weights} weights) as {args.format} -> {out}")
     return 0
 

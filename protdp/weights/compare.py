@@ -130,7 +130,10 @@ def run_compare(checkpoint: str | Path, features_path: str | Path, reference_pat
             out = model(batch, num_recycles=num_recycles)
     except InputError as exc:
         raise InputError(exc.reason, path=features_path, field=exc.field) from None
-    result = compare_outputs(out, reference)
+    try:
+        result = compare_outputs(out, reference)
+    except InputError as exc:
+        raise InputError(exc.reason, path=reference_path, field=exc.field) from None
     return {"checkpoint": str(loaded.path), "features": str(features_path),
             "reference": str(reference_path), "dtype": dtype, "num_recycles": num_recycles,
             "msa_samples": passes, "padded_rows": PADDED_ROWS, **result}

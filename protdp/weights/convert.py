@@ -86,7 +86,10 @@ def import_params(path: str | Path, fmt: str, *, sm_layers: int = 8,
         shapes = {k: v.shape for k, v in arrays.items()}
     else:
         raise InputError(f"unknown format '{fmt}'; expected one of {FORMATS}")
-    cfg = alphafold.infer_config(shapes, sm_layers=sm_layers, num_recycles=num_recycles)
+    try:
+        cfg = alphafold.infer_config(shapes, sm_layers=sm_layers, num_recycles=num_recycles)
+    except InputError as exc:
+        raise InputError(exc.reason, path=path, field=exc.field) from None
     cfg.loss = finetune_loss()
     with torch.device("meta"):
         model_shapes = {k: tuple(v.shape) for k, v in AlphaFoldModel(cfg).state_dict().items()}
@@ -113,9 +116,13 @@ def write_imported(imported: Imported, out_dir: str | Path) -> Path:
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise InputError("--out exists and is not a folder", path=out)
-    out.mkdir(parents=True, exist_ok=True)
-    save_model_checkpoint(imported.model, imported.config, model_file(out))
-    write_json(out / PROVENANCE_FILE, imported.provenance())
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        save_model_checkpoint(imported.model, imported.config, model_file(out))
+        write_json(out / PROVENANCE_FILE, imported.provenance())
+    except (OSError, RuntimeError) as exc:     # torch reports unwritable paths as RuntimeError
+        raise InputError(f"cannot write ({type(exc).__name__}: {str(exc).splitlines()[0]})",
+                         path=out) from None
     return out
 
 

@@ -93,9 +93,13 @@ def write_npz(path: str | Path, arrays: dict[str, np.ndarray]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        np.savez(fh, **{k: np.ascontiguousarray(arrays[k]) for k in sorted(arrays)})
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **{k: np.ascontiguousarray(arrays[k]) for k in sorted(arrays)})
+        os.replace(tmp, path)
+    except BaseException:          # a crash never leaves a half-written file behind
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 
