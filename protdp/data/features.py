@@ -172,7 +172,8 @@ def structure_arrays(family: dict, aatype: np.ndarray) -> dict[str, np.ndarray]:
     else:
         bb, bb_mask = backbone_from_atom37(pos, mask)
     return {"all_atom_positions": pos, "all_atom_mask": mask,
-            "backbone_positions": np.asarray(bb, np.float32), "backbone_mask": np.asarray(bb_mask, np.float32)}
+            "backbone_positions": np.asarray(bb, np.float32),
+            "backbone_mask": np.asarray(bb_mask, np.float32)}
 
 
 def _query_aatype(family: dict, msa: np.ndarray) -> np.ndarray:

@@ -298,7 +298,8 @@ RIGID_GROUP_ATOM_POSITIONS = {
 # Atoms defining chi1..chi4 (the last atom moves with the angle).
 CHI_ANGLES_ATOMS = {
     "ALA": (),
-    "ARG": (("N", "CA", "CB", "CG"), ("CA", "CB", "CG", "CD"), ("CB", "CG", "CD", "NE"), ("CG", "CD", "NE", "CZ")),
+    "ARG": (("N", "CA", "CB", "CG"), ("CA", "CB", "CG", "CD"), ("CB", "CG", "CD", "NE"),
+            ("CG", "CD", "NE", "CZ")),
     "ASN": (("N", "CA", "CB", "CG"), ("CA", "CB", "CG", "OD1")),
     "ASP": (("N", "CA", "CB", "CG"), ("CA", "CB", "CG", "OD1")),
     "CYS": (("N", "CA", "CB", "SG"),),
@@ -308,7 +309,8 @@ CHI_ANGLES_ATOMS = {
     "HIS": (("N", "CA", "CB", "CG"), ("CA", "CB", "CG", "ND1")),
     "ILE": (("N", "CA", "CB", "CG1"), ("CA", "CB", "CG1", "CD1")),
     "LEU": (("N", "CA", "CB", "CG"), ("CA", "CB", "CG", "CD1")),
-    "LYS": (("N", "CA", "CB", "CG"), ("CA", "CB", "CG", "CD"), ("CB", "CG", "CD", "CE"), ("CG", "CD", "CE", "NZ")),
+    "LYS": (("N", "CA", "CB", "CG"), ("CA", "CB", "CG", "CD"), ("CB", "CG", "CD", "CE"),
+            ("CG", "CD", "CE", "NZ")),
     "MET": (("N", "CA", "CB", "CG"), ("CA", "CB", "CG", "SD"), ("CB", "CG", "SD", "CE")),
     "PHE": (("N", "CA", "CB", "CG"), ("CA", "CB", "CG", "CD1")),
     "PRO": (("N", "CA", "CB", "CG"), ("CA", "CB", "CG", "CD")),

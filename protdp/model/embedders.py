@@ -41,7 +41,8 @@ class InputEmbedder(nn.Module):
 
     def forward(self, target_feat, residue_index, msa_feat):
         # target_feat [*, L, 22], residue_index [*, L], msa_feat [*, N, L, 49]
-        z = self.linear_tf_z_i(target_feat)[..., :, None, :] + self.linear_tf_z_j(target_feat)[..., None, :, :]
+        z_i, z_j = self.linear_tf_z_i(target_feat), self.linear_tf_z_j(target_feat)   # [*, L, C_z]
+        z = z_i[..., :, None, :] + z_j[..., None, :, :]
         z = z + self.relpos(residue_index)                                   # [*, L, L, C_z]
         m = self.linear_msa_m(msa_feat) + self.linear_tf_m(target_feat)[..., None, :, :]  # [*, N, L, C_m]
         return m, z

@@ -106,7 +106,8 @@ class OuterProductMean(nn.Module):
             outer = torch.einsum("...isc,...sjd->...ijcd", a_t, b)
             # AF2: (outer . W + b) / (1e-3 + shared rows); pairs without a shared row (padding,
             # an all-padding extra MSA) get b / 1e-3, exactly as AlphaFold computes them
-            return self.linear_out(rearrange(outer, "... c d -> ... (c d)")) / (count_rows[..., None] + 1e-3)
+            out = self.linear_out(rearrange(outer, "... c d -> ... (c d)"))
+            return out / (count_rows[..., None] + 1e-3)
 
         return chunk_rows(rows, a.transpose(-2, -3), count, chunk_size)
 

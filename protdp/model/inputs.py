@@ -126,6 +126,7 @@ def check_batch(batch: Mapping) -> None:
     if "msa_feat" in batch and batch["msa_feat"].shape[-1] != MSA_FEAT_DIM:
         raise InputError(f"expected {MSA_FEAT_DIM} channels, got {batch['msa_feat'].shape[-1]}",
                          field="msa_feat")
-    if "target_feat" in batch and tuple(batch["target_feat"].shape) != tuple(aatype.shape) + (TARGET_FEAT_DIM,):
+    expect = tuple(aatype.shape) + (TARGET_FEAT_DIM,)
+    if "target_feat" in batch and tuple(batch["target_feat"].shape) != expect:
         raise InputError(f"expected {tuple(aatype.shape) + (TARGET_FEAT_DIM,)}, got "
                          f"{tuple(batch['target_feat'].shape)}", field="target_feat")

@@ -40,7 +40,8 @@ class NonFiniteError(InputError):
 
 def _check_finite(tensors: dict, what: str) -> None:
     for key, value in tensors.items():
-        if isinstance(value, torch.Tensor) and value.is_floating_point() and not torch.isfinite(value).all():
+        if (isinstance(value, torch.Tensor) and value.is_floating_point()
+                and not torch.isfinite(value).all()):
             bad = int((~torch.isfinite(value)).sum())
             raise NonFiniteError(f"{bad} non-finite value(s) in {what}", field=key)
 
@@ -158,7 +159,8 @@ def masked_msa_loss(logits: torch.Tensor, batch: dict) -> torch.Tensor:
     return _masked_mean(_nll(logits, target), mask, (-1, -2))
 
 
-def plddt_loss(logits: torch.Tensor, outputs: dict, truth: dict, batch: dict, lc: LossConfig) -> torch.Tensor:
+def plddt_loss(logits: torch.Tensor, outputs: dict, truth: dict, batch: dict,
+               lc: LossConfig) -> torch.Tensor:
     """Alg. 29: CE against binned per-residue lDDT-Cα of the detached prediction -> [*]."""
     pred_ca = outputs["final_atom_positions"][..., 1, :].detach().float()
     true_ca, mask = truth["atom37"][..., 1, :].float(), truth["atom37_mask"][..., 1].float()
@@ -170,7 +172,8 @@ def plddt_loss(logits: torch.Tensor, outputs: dict, truth: dict, batch: dict, lc
     return loss * _resolution_keep(batch, lc, loss)
 
 
-def pae_loss(logits: torch.Tensor, outputs: dict, truth: dict, batch: dict, cfg: ModelConfig) -> torch.Tensor:
+def pae_loss(logits: torch.Tensor, outputs: dict, truth: dict, batch: dict,
+             cfg: ModelConfig) -> torch.Tensor:
     """§1.9.7: CE against binned aligned Cα errors under each true/pred frame pair -> [*]."""
     true_frames = truth["frames"].index((..., 0))
     frames_mask = truth["backbone_mask"]
@@ -180,11 +183,13 @@ def pae_loss(logits: torch.Tensor, outputs: dict, truth: dict, batch: dict, cfg:
         lt = true_frames.unsqueeze(-1).invert_apply(true_frames.trans[..., None, :, :])
         err2 = ((lp - lt) ** 2).sum(-1, keepdim=True)                         # [*, L, L, 1]
         target = (err2 > pae_edges(cfg).to(err2.device, err2.dtype) ** 2).sum(-1)
-    loss = _masked_mean(_nll(logits, target), frames_mask[..., :, None] * frames_mask[..., None, :], (-1, -2))
+    pair_mask = frames_mask[..., :, None] * frames_mask[..., None, :]
+    loss = _masked_mean(_nll(logits, target), pair_mask, (-1, -2))
     return loss * _resolution_keep(batch, cfg.loss, loss)
 
 
-def experimentally_resolved_loss(logits: torch.Tensor, truth: dict, batch: dict, lc: LossConfig) -> torch.Tensor:
+def experimentally_resolved_loss(logits: torch.Tensor, truth: dict, batch: dict,
+                                 lc: LossConfig) -> torch.Tensor:
     """§1.9.10: sigmoid CE of the atom37 logits against "atom observed", over the residue
     type's atoms -> [*]."""
     exists = atom37_exists(batch["aatype"], torch.float32) * batch["seq_mask"].float()[..., None]
@@ -194,7 +199,8 @@ def experimentally_resolved_loss(logits: torch.Tensor, truth: dict, batch: dict,
     return loss * _resolution_keep(batch, lc, loss)
 
 
-def compute_loss(outputs: dict, batch: dict, config: ModelConfig) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def compute_loss(outputs: dict, batch: dict,
+                 config: ModelConfig) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Total AF2 loss (scalar, mean over the batch) and the unweighted terms (each a scalar)."""
     lc = config.loss
     batch = select_pass(batch, outputs.get("msa_sample", 0))   # the MSA the last pass saw

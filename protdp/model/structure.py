@@ -22,7 +22,8 @@ import torch.nn.functional as F
 from einops import rearrange
 
 from protdp.data.residue_constants import NUM_TORSIONS
-from protdp.model.all_atom import atom14_to_atom37, atom37_exists, frames_to_atom14, torsion_angles_to_frames
+from protdp.model.all_atom import (atom14_to_atom37, atom37_exists, frames_to_atom14,
+                                   torsion_angles_to_frames)
 from protdp.model.config import ModelConfig
 from protdp.model.primitives import LayerNorm, Linear
 from protdp.model.rigid import Rigid, quat_multiply, quat_to_rot

@@ -100,7 +100,8 @@ def violation_loss(pos14, aatype, residue_index, seq_mask, tolerance: float = 12
                    overlap: float = 1.5) -> torch.Tensor:
     """AF2 `structural_violation_loss`: the 3 peptide-bond means + (clash + within-residue
     per-atom sums) / number of atoms -> [*]. pos14 [*, L, 14, 3]."""
-    exists14 = residue_table(rc.RESTYPE_ATOM14_MASK, aatype, pos14.dtype) * seq_mask[..., None].to(pos14.dtype)
+    exists14 = residue_table(rc.RESTYPE_ATOM14_MASK, aatype, pos14.dtype)
+    exists14 = exists14 * seq_mask[..., None].to(pos14.dtype)
     bonds, _ = between_residue_bond_loss(pos14, exists14, residue_index, aatype, tolerance)
     clash = between_residue_clash_loss(pos14, exists14, aatype, residue_index, overlap)
     within = within_residue_loss(pos14, exists14, aatype, tolerance, overlap)

@@ -256,7 +256,8 @@ def infer_config(shapes: Mapping[str, tuple], *, sm_layers: int = 8,
     c_ipa = _ratio(s(ipa + "q_scalar//weights")[1], heads, "IPA q_scalar", ipa + "q_scalar")
     qk_pts = _ratio(s(ipa + "q_point_local//weights")[1], 3 * heads, "IPA q points", ipa + "q_point_local")
     kv = _ratio(s(ipa + "kv_scalar//weights")[1], heads, "IPA kv_scalar", ipa + "kv_scalar")
-    kv_pts = _ratio(s(ipa + "kv_point_local//weights")[1], 3 * heads, "IPA kv points", ipa + "kv_point_local")
+    kv_pts = _ratio(s(ipa + "kv_point_local//weights")[1], 3 * heads, "IPA kv points",
+                    ipa + "kv_point_local")
     sm_channels = s(PREFIX + "structure_module/initial_projection//weights")[1]
     if sm_channels != c_s:
         raise InputError(f"structure-module width {sm_channels} != single width {c_s}; protdp "

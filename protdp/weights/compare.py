@@ -39,7 +39,8 @@ class Check:
 
 
 CHECKS = (
-    Check("final_atom_positions", "final_atom_positions", "structure_module/final_atom_positions", 1e-3, False),
+    Check("final_atom_positions", "final_atom_positions", "structure_module/final_atom_positions",
+          1e-3, False),
     Check("final_atom_mask", "final_atom_mask", "structure_module/final_atom_mask", 0.0, False),
     Check("plddt", "plddt", "confidence/plddt", 0.01, False),
     Check("predicted_aligned_error", "pae", "confidence/predicted_aligned_error", 1e-3, False),
