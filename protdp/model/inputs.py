@@ -14,12 +14,12 @@ every recycling pass can see its own MSA sample (AF2 `resample_msa_in_recycling`
 
 from __future__ import annotations
 
-import math
 from typing import Mapping
 
 import torch
 import torch.nn.functional as F
 
+from protdp.data.features import MSA_KEYS as FEATURE_MSA_KEYS
 from protdp.data.residues import NUM_AATYPE, NUM_MSA_TOKENS, UNK_ID
 from protdp.errors import InputError
 
@@ -27,20 +27,10 @@ TARGET_FEAT_DIM = 1 + NUM_AATYPE                 # 22
 MSA_FEAT_DIM = 2 * NUM_MSA_TOKENS + 3            # 49
 EXTRA_MSA_FEAT_DIM = NUM_MSA_TOKENS + 2          # 25
 
-# keys with an MSA-row axis (and optionally a pass axis before it); feature channels, if any, last
-MSA_KEYS = ("msa", "msa_mask", "has_deletion", "deletion_value", "cluster_profile",
-            "deletion_mean_value", "true_msa", "bert_mask", "msa_feat", "msa_row_mask",
-            "extra_msa", "extra_msa_mask", "extra_has_deletion", "extra_deletion_value",
-            "extra_msa_row_mask")
+# keys with an MSA-row axis (and optionally a pass axis before it): the featurizer's, plus
+# AlphaFold's processed-feature keys; feature channels, if any, come last
+MSA_KEYS = FEATURE_MSA_KEYS + ("msa_feat", "msa_row_mask", "extra_msa_row_mask")
 _ROW_RANK = {"msa_feat": 3, "cluster_profile": 3, "msa_row_mask": 1, "extra_msa_row_mask": 1}
-
-
-def deletion_value(deletions):
-    """AF2's deletion feature 2/pi * arctan(d / 3) (Table 1); numpy or torch."""
-    if isinstance(deletions, torch.Tensor):
-        return torch.atan(deletions / 3.0) * (2.0 / math.pi)
-    import numpy as np
-    return np.arctan(deletions / 3.0) * (2.0 / math.pi)
 
 
 def num_passes(batch: Mapping) -> int | None:

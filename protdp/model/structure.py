@@ -72,7 +72,9 @@ class InvariantPointAttention(nn.Module):
         logits = torch.matmul(q * scalar_w, k.transpose(-1, -2))                 # [*, H, L, L]
         qp = rearrange(q_pts, "... i h p x -> ... h i p x")
         kp = rearrange(k_pts, "... j h p x -> ... h j p x")
-        d2 = ((qp[..., :, None, :, :] - kp[..., None, :, :, :]) ** 2).sum((-1, -2))  # [*, H, L, L]
+        # squared distances summed over xyz one coordinate at a time, as AF2 does (the peak
+        # is [*, H, L, L, P], not [.., P, 3]), then over the points
+        d2 = sum((qp[..., :, None, :, x] - kp[..., None, :, :, x]) ** 2 for x in range(3)).sum(-1)
         logits = logits - 0.5 * point_w[:, None, None] * d2
         logits = logits + math.sqrt(1.0 / 3.0) * rearrange(self.linear_b(z), "... i j h -> ... h i j")
         pair_mask = mask[..., :, None] * mask[..., None, :]
