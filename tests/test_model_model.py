@@ -198,3 +198,17 @@ def test_each_recycling_pass_reads_its_own_msa_sample():
     loss_passes, _ = compute_loss(out, batch, model.config)
     loss_b, _ = compute_loss(out, b, model.config)
     assert torch.allclose(loss_passes, loss_b)
+
+
+def test_bad_token_ids_and_shapes_name_the_key():
+    model = build_model(tiny_config(), verbose=False).eval()
+    batch = random_batch(L=6, N=3, B=1)
+    for key, value in (("msa", 23), ("aatype", -1), ("true_msa", 99)):
+        bad = dict(batch, **{key: batch[key].clone()})
+        bad[key][0, 0] = value
+        with pytest.raises(InputError, match=f"field '{key}': token ids"):
+            model(bad)
+    with pytest.raises(InputError, match="field 'msa_feat': expected 49 channels"):
+        model(dict(batch, msa_feat=torch.zeros(1, 3, 6, 48)))
+    with pytest.raises(InputError, match="field 'has_deletion'"):
+        model(dict(batch, has_deletion=torch.zeros(1, 3, 7)))

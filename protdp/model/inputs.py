@@ -113,6 +113,13 @@ def check_batch(batch: Mapping) -> None:
         if not ok:
             raise InputError(f"expected [{', '.join(map(str, lead))}{', ' if lead else ''}rows, {L}"
                              f"{', channels' if rank == 3 else ''}], got {tuple(v.shape)}", field=key)
+    for key, top in (("aatype", None), ("msa", NUM_MSA_TOKENS), ("extra_msa", NUM_MSA_TOKENS),
+                     ("true_msa", NUM_MSA_TOKENS)):
+        if key in batch and batch[key].numel():
+            lo, hi = int(batch[key].min()), int(batch[key].max())
+            if lo < 0 or (top is not None and hi >= top):   # aatype > 20 reads as X, like AF2
+                raise InputError(f"token ids must lie in [0, {(top or 21) - 1}], got [{lo}, {hi}]",
+                                 field=key)
     if "msa_feat" in batch and batch["msa_feat"].shape[-1] != MSA_FEAT_DIM:
         raise InputError(f"expected {MSA_FEAT_DIM} channels, got {batch['msa_feat'].shape[-1]}",
                          field="msa_feat")
