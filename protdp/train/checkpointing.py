@@ -7,6 +7,10 @@
     SAVE/iter_0000020/ema.pt                   # EMA weights (rank 0)
     SAVE/iter_0000020/rank_00001.pt            # per-rank sampler state and RNG states
 
+This module is the one owner of that layout: the trainer writes and resumes through it, and
+`read_weights` is the small reader API prediction uses (`protdp.inference.checkpoint`); the
+engine's own shard format inside `engine/` belongs to `protdp.parallel.checkpoint`.
+
 All ranks write into `iter_N.tmp/`; after a barrier rank 0 writes `meta.json`, renames the
 folder to `iter_N` and only then points the tracker at it, so a crash at any moment leaves
 the previous checkpoint loadable. Loading picks the newest folder holding `meta.json`.
@@ -17,6 +21,7 @@ the saved run are derived from the seed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import re
@@ -30,10 +35,14 @@ from typing import Callable
 import numpy as np
 import torch
 
-from protdp.errors import ConfigError
+from protdp.errors import ConfigError, InputError
+from protdp.fileio import sha256_file
+from protdp.parallel.checkpoint import MODEL_FILE
 
 TRACKER = "latest_checkpointed_iteration.txt"
 ENGINE = "engine"
+META = "meta.json"          # written last: a folder holding it is a complete checkpoint
+EMA_FILE = "ema.pt"
 _ITER_RE = re.compile(r"^iter_(\d{7})$")
 
 
@@ -81,7 +90,7 @@ def list_checkpoints(save_dir: Path) -> list[int]:
     its = []
     for p in save_dir.iterdir():
         m = _ITER_RE.match(p.name)
-        if m and (p / "meta.json").exists():
+        if m and (p / META).exists():
             its.append(int(m.group(1)))
     return sorted(its)
 
@@ -92,7 +101,7 @@ def latest_checkpoint(load_dir: str | Path) -> Path | None:
     tracker = load_dir / TRACKER
     if tracker.exists():
         text = tracker.read_text().strip()
-        if text.isdigit() and (load_dir / iter_dir_name(int(text)) / "meta.json").exists():
+        if text.isdigit() and (load_dir / iter_dir_name(int(text)) / META).exists():
             return load_dir / iter_dir_name(int(text))
     its = list_checkpoints(load_dir)
     return load_dir / iter_dir_name(its[-1]) if its else None
@@ -123,12 +132,12 @@ def save_checkpoint(saver: Saver, save_dir: str | Path, iteration: int, *, ema_s
     saver.save_engine(tmp / ENGINE)
     torch.save({**rank_state, "rng": rng_state()}, tmp / f"rank_{saver.rank:05d}.pt")
     if saver.rank == 0:
-        torch.save(ema_state, tmp / "ema.pt")
+        torch.save(ema_state, tmp / EMA_FILE)
     saver.barrier()
     if saver.rank == 0:
         meta = {"iteration": iteration, "world_size": saver.world_size, "config": config,
                 "code_version": code_version(), "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        (tmp / META).write_text(json.dumps(meta, indent=1))
         if final.exists():  # re-saving an iteration (e.g. after a restart): replace it
             shutil.rmtree(final)
         tmp.rename(final)
@@ -159,7 +168,7 @@ class Loaded:
 
 def load_checkpoint(path: Path, rank: int) -> Loaded:
     """Read the EMA and this rank's own state (model and optimizer are loaded by the engine)."""
-    meta_path = path / "meta.json"
+    meta_path = path / META
     if not meta_path.exists():
         raise ConfigError(f"{path}: not a complete checkpoint (no meta.json)")
     meta = json.loads(meta_path.read_text())
@@ -169,5 +178,69 @@ def load_checkpoint(path: Path, rank: int) -> Loaded:
     rank_state = (torch.load(rank_file, map_location="cpu", weights_only=False)
                   if rank_file.exists() else None)
     return Loaded(path=path, iteration=int(meta["iteration"]), meta=meta,
-                  ema_state=torch.load(path / "ema.pt", map_location="cpu", weights_only=True),
+                  ema_state=torch.load(path / EMA_FILE, map_location="cpu", weights_only=True),
                   rank_state=rank_state)
+
+
+# ------------------------------------------------------------------ reader API (prediction)
+
+def resolve_iteration_dir(path: str | Path) -> Path:
+    """A complete iter_N folder: `path` itself, or the newest one under a run folder."""
+    path = Path(path)
+    if (path / META).is_file() and (path / ENGINE).is_dir():
+        return path
+    newest = latest_checkpoint(path) if path.is_dir() else None
+    if newest is None:
+        raise InputError(f"no complete training checkpoint here (expected iter_N/{META})",
+                         path=path)
+    return newest
+
+
+@dataclass
+class TrainedWeights:
+    """What prediction needs from a training checkpoint, model-agnostic."""
+
+    path: Path                      # the iter_N folder read
+    meta: dict                      # meta.json: iteration, config (incl. "model"), world size
+    state_dict: dict                # the raw model weights
+    ema_shadow: dict | None         # EMA of the weights (preferred for prediction), if saved
+    sha256: str                     # digest of the files read (stable wherever the folder lives)
+
+
+def load_cpu(path: Path):
+    """torch.load onto the CPU, weights only; a missing or corrupt file is an InputError naming it."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise InputError("checkpoint file not found", path=path) from None
+    except Exception as exc:  # corrupt/truncated/foreign pickle: say which file
+        raise InputError(f"cannot read checkpoint: {type(exc).__name__}: {exc}", path=path) from None
+
+
+def _files_digest(root: Path, files: list[Path]) -> str:
+    """sha256 over "relative path  file sha256" lines of the files read."""
+    lines = [f"{f.relative_to(root).as_posix()}  {sha256_file(f)}\n" for f in files]
+    return hashlib.sha256("".join(lines).encode()).hexdigest()
+
+
+def read_weights(path: str | Path) -> TrainedWeights:
+    """Model weights (+ EMA) and meta of a run folder's newest, or one iter_N, checkpoint."""
+    it_dir = resolve_iteration_dir(path)
+    meta_path = it_dir / META
+    try:
+        meta = json.loads(meta_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON: {exc}", path=meta_path) from None
+    if not isinstance(meta, dict) or not isinstance((meta.get("config") or {}).get("model"), dict):
+        raise InputError("no model config recorded", path=meta_path, field="config.model")
+    model_pt = it_dir / ENGINE / MODEL_FILE
+    blob = load_cpu(model_pt)
+    if not isinstance(blob, dict) or "model" not in blob:
+        raise InputError("expected a dict with key 'model'", path=model_pt)
+    files, ema = [meta_path, model_pt], None
+    ema_pt = it_dir / EMA_FILE
+    if ema_pt.is_file():
+        ema_blob = load_cpu(ema_pt)
+        ema = ema_blob.get("shadow") if isinstance(ema_blob, dict) else None
+        files.append(ema_pt)
+    return TrainedWeights(it_dir, meta, blob["model"], ema, _files_digest(it_dir, files))

@@ -119,7 +119,7 @@ class Trainer:
         from protdp.data.store import FamilyStore
         from protdp.model import build_model
         from protdp.model.losses import compute_loss
-        from protdp.parallel import DataParallel, DistributedOptimizer, ParallelConfig
+        from protdp.parallel import DataParallel, DistributedOptimizer
 
         self.featurize, self.collate, self.compute_loss = featurize, collate, compute_loss
         if not args.data:
@@ -129,7 +129,7 @@ class Trainer:
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.launcher = launch.launcher
         self.args = args = args.check_world(self.world)
-        self.num_micro = args.check_batch(self.world)
+        self.num_micro = args.num_micro_batches
         self.restart_count = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
         self.device = (torch.device("cuda", launch.local_rank) if torch.cuda.is_available()
                        else torch.device("cpu"))
@@ -141,11 +141,7 @@ class Trainer:
         if self.device.type != "cpu":
             model.to(self.device)
         self.model_config = model.config
-        self.pcfg = ParallelConfig(
-            data_parallel_size=self.world, micro_batch_size=args.micro_batch_size,
-            global_batch_size=args.global_batch_size, overlap_grad_reduce=args.overlap_grad_reduce,
-            use_distributed_optimizer=args.use_distributed_optimizer,
-            overlap_param_gather=args.overlap_param_gather, bucket_size=args.bucket_size)
+        self.pcfg = args.parallel_config()
         self.ddp = DataParallel(model, self.pcfg)
         self.ddp.broadcast_params()
         self.model = self.ddp.module
