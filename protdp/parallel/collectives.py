@@ -23,7 +23,6 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Callable
 
-import torch
 import torch.distributed as dist
 
 from protdp.errors import DistributedError
@@ -162,8 +161,3 @@ def launch_on(worker, op: str, make_op: Callable, rank: int,
     if timeline is not None:
         timeline.intervals.append(span)
     return Pending(op, None, rank, None, future=worker.submit(make_op, span, group))
-
-
-def all_reduce_sum_(t: torch.Tensor, group, rank: int, op: str = "all_reduce") -> torch.Tensor:
-    run(op, lambda: dist.all_reduce(t, group=group), rank)
-    return t

@@ -295,9 +295,6 @@ class DataParallel(nn.Module):
         self._seen_in_window = set()
         self._finished = False
 
-    def reset_comm_stats(self):
-        self.comm_stats = self._zero_stats()
-
     # ------------------------------------------------------------------ params
     def broadcast_params(self):
         """Make every rank start from rank 0's params and module buffers."""
