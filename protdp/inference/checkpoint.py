@@ -7,8 +7,9 @@ preferred whenever a checkpoint carries one):
    or one `iter_N/` folder, read through `protdp.train.checkpointing.read_weights`, the owner of
    that layout (`config.model` = ModelConfig fields, `config.crop_size`, `config.max_msa_rows`,
    the raw weights and the EMA shadow, which overrides them).
-2. A plain model file written by `save_model_checkpoint` (format `protdp-model-v1`): model
-   config, state dict, optional EMA shadow and the training crop / MSA depth it was trained on.
+2. A plain model file written by `save_model_checkpoint` (format `protdp-model-v1`, defined by
+   the same module): model config, state dict, optional EMA shadow and the training crop / MSA
+   depth it was trained on.
 
 `sha256` identifies the weights for provenance: the file's SHA-256, or for a training folder the
 digest `read_weights` computes over the files it read, so the same checkpoint always gets the
@@ -17,8 +18,6 @@ same digest wherever it is stored.
 
 from __future__ import annotations
 
-import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,12 +25,12 @@ import torch
 
 from protdp.config import load_config, to_dict
 from protdp.errors import InputError
+from protdp.fileio import sha256_file  # noqa: F401  (re-exported)
 from protdp.model.config import ModelConfig
 from protdp.model.model import AlphaFoldModel
-from protdp.fileio import sha256_file  # noqa: F401  (re-exported)
-from protdp.train.checkpointing import load_cpu, read_weights, resolve_iteration_dir
-
-MODEL_FILE_FORMAT = "protdp-model-v1"
+from protdp.train.checkpointing import (MODEL_FILE_FORMAT, TrainedWeights,  # noqa: F401
+                                        merged_weights, read_any_weights, resolve_iteration_dir,
+                                        save_model_file)
 
 
 @dataclass
@@ -58,80 +57,25 @@ class LoadedModel:
 def save_model_checkpoint(model: AlphaFoldModel, config: ModelConfig | None, path: str | Path, *,
                           ema_shadow: dict | None = None, training_crop: int | None = None,
                           max_msa_rows: int | None = None) -> Path:
-    """Write a single-file model checkpoint (atomic: temp file + rename). Returns the path."""
+    """Write `model` as a single-file model checkpoint (`protdp.train.checkpointing` format)."""
     config = config if config is not None else model.config
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    blob = {"format": MODEL_FILE_FORMAT, "model_config": to_dict(config),
-            "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-            "ema_shadow": None if ema_shadow is None else {k: v.detach().cpu().float()
-                                                           for k, v in ema_shadow.items()},
-            "training_crop": training_crop, "max_msa_rows": max_msa_rows}
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    torch.save(blob, tmp)
-    os.replace(tmp, path)
-    return path
+    return save_model_file(path, model_config=to_dict(config), state_dict=model.state_dict(),
+                           ema_shadow=ema_shadow, training_crop=training_crop,
+                           max_msa_rows=max_msa_rows)
 
 
-def _check_finite(state: dict, source: Path) -> None:
-    """A diverged run can save NaN/Inf weights; refuse them before they produce predictions."""
-    for name, value in state.items():
-        if torch.is_tensor(value) and value.is_floating_point() and not bool(torch.isfinite(value).all()):
-            raise InputError(f"non-finite values (NaN/Inf) in weight '{name}'", path=source)
-
-
-def _build(config_dict: dict, state: dict, ema: dict | None, source: Path,
-           device: torch.device) -> tuple[AlphaFoldModel, str]:
-    config = load_config(ModelConfig, config_dict)
+def build_from(trained: TrainedWeights, device: torch.device) -> tuple[AlphaFoldModel, str]:
+    """The model of `trained` with its (EMA) weights, in eval mode; ("ema" | "raw")."""
+    config = load_config(ModelConfig, trained.model_config)
     model = AlphaFoldModel(config).to(device)
-    merged = dict(state)
-    weights = "raw"
-    if ema:
-        unknown = sorted(set(ema) - set(merged))
-        if unknown:
-            raise InputError(f"EMA has entries the model lacks: {unknown[:3]}", path=source)
-        merged.update({k: v.to(merged[k].dtype) for k, v in ema.items()})
-        weights = "ema"
-    _check_finite(merged, source)
+    state, weights = merged_weights(trained)
     try:
-        model.load_state_dict(merged, strict=True)
+        model.load_state_dict(state, strict=True)
     except RuntimeError as exc:
         raise InputError(f"weights do not fit the model config: {str(exc).splitlines()[0]}",
-                         path=source) from None
+                         path=trained.path) from None
     model.eval()
     return model, weights
-
-
-def _positive_int_or_none(value) -> int | None:
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    if isinstance(value, float) and math.isfinite(value) and value > 0:
-        return int(value)
-    return None
-
-
-def _load_model_file(path: Path, device: torch.device) -> LoadedModel:
-    blob = load_cpu(path)
-    if not isinstance(blob, dict) or blob.get("format") != MODEL_FILE_FORMAT:
-        raise InputError(f"not a protdp model checkpoint (expected format '{MODEL_FILE_FORMAT}'; "
-                         "a training run is given as its folder)", path=path)
-    model, weights = _build(blob["model_config"], blob["state_dict"], blob.get("ema_shadow"), path,
-                            device)
-    return LoadedModel(model, model.config, path, sha256_file(path), "model-file", weights,
-                       _positive_int_or_none(blob.get("training_crop")),
-                       _positive_int_or_none(blob.get("max_msa_rows")))
-
-
-def _load_training_dir(path: Path, device: torch.device) -> LoadedModel:
-    trained = read_weights(path)
-    config = trained.meta["config"]
-    model, weights = _build(config["model"], trained.state_dict, trained.ema_shadow, trained.path,
-                            device)
-    it = trained.meta.get("iteration")
-    return LoadedModel(model, model.config, trained.path, trained.sha256, "training-checkpoint",
-                       weights, _positive_int_or_none(config.get("crop_size")),
-                       _positive_int_or_none(config.get("max_msa_rows")),
-                       int(it) if isinstance(it, int) else None)
 
 
 def checkpoint_home(path: str | Path) -> Path:
@@ -144,9 +88,9 @@ def checkpoint_home(path: str | Path) -> Path:
 
 def load_model_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> LoadedModel:
     """Load a model file or a training checkpoint folder (EMA weights preferred), in eval mode."""
-    path, device = Path(path).resolve(), torch.device(device)
-    if path.is_dir():
-        return _load_training_dir(path, device)
-    if path.is_file():
-        return _load_model_file(path, device)
-    raise InputError("checkpoint not found", path=path)
+    trained = read_any_weights(path)
+    model, weights = build_from(trained, torch.device(device))
+    it = trained.meta.get("iteration")
+    return LoadedModel(model, model.config, trained.path, trained.sha256, trained.kind, weights,
+                       trained.meta_int("crop_size"), trained.meta_int("max_msa_rows"),
+                       int(it) if isinstance(it, int) else None)

@@ -41,7 +41,11 @@ class TrainArgs(ParallelConfig):
 
     # --- data / model
     data: str | None = _f(None, "HDF5 family store built by `protdp data build` (required)")
-    model_config: str = _f("configs/model/small.yaml", "model YAML (configs/model/{tiny,small,af2}.yaml)")
+    model_config: str | None = _f(None, "model YAML (configs/model/{tiny,small,af2}.yaml); default: "
+                                  "the --finetune-from checkpoint's model, else small")
+    finetune_from: str | None = _f(None, "start from the model weights (EMA if saved) of a model "
+                                   "file, an imported AlphaFold/OpenFold checkpoint or a training "
+                                   "run; fresh optimizer state, schedule and EMA")
     crop_size: int = _f(256, "contiguous crop length in residues (AF2 initial training: 256)")
     max_msa_rows: int = _f(128, "MSA rows sampled per example, query first (AF2 N_clust: 128)")
     val_fraction: float = _f(0.1, "fraction of families held out for validation (at least one if > 0)")

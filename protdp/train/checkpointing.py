@@ -7,9 +7,13 @@
     SAVE/iter_0000020/ema.pt                   # EMA weights (rank 0)
     SAVE/iter_0000020/rank_00001.pt            # per-rank sampler state and RNG states
 
-This module is the one owner of that layout: the trainer writes and resumes through it, and
-`read_weights` is the small reader API prediction uses (`protdp.inference.checkpoint`); the
-engine's own shard format inside `engine/` belongs to `protdp.parallel.checkpoint`.
+and the single-file model format (`protdp-model-v1`: model config, weights, optional EMA, the
+training crop / MSA depth) used to ship a model, e.g. imported AlphaFold/OpenFold weights.
+
+This module is the one owner of both layouts: the trainer writes and resumes through it, and
+`read_any_weights` / `merged_weights` are the small reader API that prediction
+(`protdp.inference.checkpoint`) and fine-tuning (`--finetune-from`) use; the engine's own shard
+format inside `engine/` belongs to `protdp.parallel.checkpoint`.
 
 All ranks write into `iter_N.tmp/`; after a barrier rank 0 writes `meta.json`, renames the
 folder to `iter_N` and only then points the tracker at it, so a crash at any moment leaves
@@ -23,6 +27,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
 import random
 import re
 import shutil
@@ -43,6 +49,7 @@ TRACKER = "latest_checkpointed_iteration.txt"
 ENGINE = "engine"
 META = "meta.json"          # written last: a folder holding it is a complete checkpoint
 EMA_FILE = "ema.pt"
+MODEL_FILE_FORMAT = "protdp-model-v1"
 _ITER_RE = re.compile(r"^iter_(\d{7})$")
 
 
@@ -198,13 +205,26 @@ def resolve_iteration_dir(path: str | Path) -> Path:
 
 @dataclass
 class TrainedWeights:
-    """What prediction needs from a training checkpoint, model-agnostic."""
+    """Model weights of a training checkpoint or a model file, model-agnostic."""
 
-    path: Path                      # the iter_N folder read
-    meta: dict                      # meta.json: iteration, config (incl. "model"), world size
+    path: Path                      # the iter_N folder or model file read
+    meta: dict                      # iteration, config (incl. "model", crop_size, max_msa_rows)
     state_dict: dict                # the raw model weights
     ema_shadow: dict | None         # EMA of the weights (preferred for prediction), if saved
-    sha256: str                     # digest of the files read (stable wherever the folder lives)
+    sha256: str                     # digest of the files read (stable wherever they live)
+    kind: str = "training-checkpoint"   # or "model-file"
+
+    @property
+    def model_config(self) -> dict:
+        return self.meta["config"]["model"]
+
+    def meta_int(self, key: str) -> int | None:
+        """A positive integer setting of the run (crop_size, max_msa_rows), None if unknown."""
+        value = self.meta.get("config", {}).get(key)
+        if isinstance(value, float) and math.isfinite(value):
+            value = int(value)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 \
+            else None
 
 
 def load_cpu(path: Path):
@@ -244,3 +264,60 @@ def read_weights(path: str | Path) -> TrainedWeights:
         ema = ema_blob.get("shadow") if isinstance(ema_blob, dict) else None
         files.append(ema_pt)
     return TrainedWeights(it_dir, meta, blob["model"], ema, _files_digest(it_dir, files))
+
+
+def save_model_file(path: str | Path, *, model_config: dict, state_dict: dict,
+                    ema_shadow: dict | None = None, training_crop: int | None = None,
+                    max_msa_rows: int | None = None) -> Path:
+    """Write a single-file model checkpoint (atomic: temp file + rename). Returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    blob = {"format": MODEL_FILE_FORMAT, "model_config": model_config,
+            "state_dict": {k: v.detach().cpu() for k, v in state_dict.items()},
+            "ema_shadow": None if ema_shadow is None else {k: v.detach().cpu().float()
+                                                           for k, v in ema_shadow.items()},
+            "training_crop": training_crop, "max_msa_rows": max_msa_rows}
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    torch.save(blob, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def read_model_file(path: str | Path) -> TrainedWeights:
+    path = Path(path)
+    blob = load_cpu(path)
+    if not isinstance(blob, dict) or blob.get("format") != MODEL_FILE_FORMAT:
+        raise InputError(f"not a protdp model checkpoint (expected format '{MODEL_FILE_FORMAT}'; "
+                         "a training run is given as its folder)", path=path)
+    meta = {"config": {"model": blob["model_config"], "crop_size": blob.get("training_crop"),
+                       "max_msa_rows": blob.get("max_msa_rows")}}
+    return TrainedWeights(path, meta, blob["state_dict"], blob.get("ema_shadow"),
+                          sha256_file(path), kind="model-file")
+
+
+def read_any_weights(path: str | Path) -> TrainedWeights:
+    """A model file, a training run folder (newest checkpoint) or one iter_N folder."""
+    path = Path(path).resolve()
+    if path.is_dir():
+        return read_weights(path)
+    if path.is_file():
+        return read_model_file(path)
+    raise InputError("checkpoint not found", path=path)
+
+
+def merged_weights(trained: TrainedWeights) -> tuple[dict, str]:
+    """(state dict with the EMA applied where saved, "ema" | "raw"); NaN/Inf refused (a diverged
+    run can save them), naming the weight."""
+    merged = dict(trained.state_dict)
+    weights = "raw"
+    if trained.ema_shadow:
+        unknown = sorted(set(trained.ema_shadow) - set(merged))
+        if unknown:
+            raise InputError(f"EMA has entries the model lacks: {unknown[:3]}", path=trained.path)
+        merged.update({k: v.to(merged[k].dtype) for k, v in trained.ema_shadow.items()})
+        weights = "ema"
+    for name, value in merged.items():
+        if (torch.is_tensor(value) and value.is_floating_point()
+                and not bool(torch.isfinite(value).all())):
+            raise InputError(f"non-finite values (NaN/Inf) in weight '{name}'", path=trained.path)
+    return merged, weights

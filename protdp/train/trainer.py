@@ -36,6 +36,8 @@ from protdp.train.ema import EMA
 from protdp.train.logging import PHASES, RunLogger, StepTimer, max_memory_mb
 from protdp.train.schedule import lr_for_args
 
+DEFAULT_MODEL_CONFIG = "configs/model/small.yaml"
+
 
 def derive_seed(*parts: int) -> int:
     """A 31-bit seed from integers (numpy SeedSequence: well mixed, platform independent)."""
@@ -137,7 +139,7 @@ class Trainer:
         self.train_ids, self.val_ids = split_families(list(self.store.family_ids), args)
 
         torch.manual_seed(args.seed)  # identical init everywhere (DataParallel broadcasts too)
-        model = build_model(resolve_config(args.model_config, "model"), verbose=self.rank == 0)
+        model, self.finetune_source = self._build_model(build_model)
         if self.device.type != "cpu":
             model.to(self.device)
         self.model_config = model.config
@@ -161,7 +163,8 @@ class Trainer:
         self._resume()
         self._micro_iter = self._micro_batches()
         self.logger = RunLogger(
-            args.run_dir, rank=self.rank, config={**args.to_dict(), "world_size": self.world},
+            args.run_dir, rank=self.rank, config={**args.to_dict(), "world_size": self.world,
+                                                  "finetune_source": self.finetune_source},
             start_iter=self.iteration, train_iters=args.train_iters, log_interval=args.log_interval,
             wandb_mode=args.wandb_mode, wandb_project=args.wandb_project, wandb_name=args.wandb_exp_name,
             progress_bar=args.progress_bar)
@@ -170,6 +173,28 @@ class Trainer:
         self.last_val: dict | None = None
 
     # ------------------------------------------------------------------ set-up helpers
+    def _build_model(self, build_model) -> tuple[torch.nn.Module, dict | None]:
+        """The model of --model-config, or of the --finetune-from checkpoint with its weights
+        (EMA when saved): only the weights; optimizer, schedule and EMA start fresh."""
+        args = self.args
+        if args.finetune_from is None:
+            return build_model(resolve_config(args.model_config or DEFAULT_MODEL_CONFIG, "model"),
+                               verbose=self.rank == 0), None
+        trained = checkpointing.read_any_weights(args.finetune_from)
+        state, weights = checkpointing.merged_weights(trained)
+        config = (resolve_config(args.model_config, "model") if args.model_config
+                  else trained.model_config)
+        model = build_model(config, verbose=self.rank == 0)
+        try:
+            model.load_state_dict(state, strict=True)
+        except RuntimeError as exc:
+            raise ConfigError(f"--finetune-from {args.finetune_from}: the weights do not fit the "
+                              f"model config: {str(exc).splitlines()[0]}") from None
+        source = {"path": str(trained.path), "sha256": trained.sha256, "kind": trained.kind,
+                  "weights": weights}
+        self._print(f"fine-tuning from {trained.path} ({trained.kind}, {weights} weights)")
+        return model, source
+
     @staticmethod
     def _seed_rank_streams(seed: int, rank: int) -> None:
         torch.manual_seed(derive_seed(seed, 1, rank))
@@ -388,7 +413,8 @@ class Trainer:
         path = checkpointing.save_checkpoint(
             saver, self.args.save, self.iteration, ema_state=self.ema.state_dict(),
             rank_state={"sampler": self.sampler.state_dict(), "iteration": self.iteration},
-            config={**self.args.to_dict(), "model": dataclasses.asdict(self.model_config)})
+            config={**self.args.to_dict(), "model": dataclasses.asdict(self.model_config),
+                    "finetune_source": self.finetune_source})
         self.logger.print(f"saved checkpoint {path}")
 
     # ------------------------------------------------------------------ the loop
