@@ -83,3 +83,37 @@ def calibrate(argv: list[str] | None = None) -> int:
         print(f"warning: {doc['warning']}")
     print(f"wrote {path} and {path.parent / doc['plot']}")
     return 0
+
+
+def release(argv: list[str] | None = None) -> int:
+    """`protdp release CKPT`: exit 0 when released, 1 when a check failed."""
+    from protdp.gating.release import DEFAULT_RELEASE, ReleasePolicy
+    from protdp.safety.release import evaluate_release
+
+    ap = argparse.ArgumentParser(
+        prog="protdp release",
+        description="release gate of a checkpoint: held-out calibration, red-team suite and "
+                    "training-data screening; writes release.json beside it")
+    ap.add_argument("checkpoint", help="training run / iter_N folder or model file (imported "
+                                       "AlphaFold/OpenFold weights included)")
+    ap.add_argument("--data", default=None,
+                    help="HDF5 store of held-out families (default: the training run's store)")
+    ap.add_argument("--families", default=None,
+                    help="held-out ids, comma-separated or @file (default: the run's validation "
+                         "split)")
+    ap.add_argument("--config", default=str(DEFAULT_RELEASE), help="thresholds (%(default)s)")
+    ap.add_argument("--out", default=None, help="folder for release.json (default: beside the "
+                                                "checkpoint)")
+    ap.add_argument("--device", default="cpu")
+    args = ap.parse_args(argv)
+    policy = load_config(ReleasePolicy, args.config)
+    path = evaluate_release(args.checkpoint, data=args.data,
+                            families=_families_arg(args.families), policy=policy, out_dir=args.out,
+                            device=args.device)
+    doc = json.loads(path.read_text())
+    for c in doc["checks"]:
+        value = c["value"] if not isinstance(c["value"], dict) else "per band"
+        print(f"{'pass' if c['passed'] else 'FAIL'}  {c['name']:<26} {value!s:<22} "
+              f"({c['op']} {c['threshold']}) {c['detail']}")
+    print(f"protdp release: {doc['verdict']}; record: {path}")
+    return 0 if doc["verdict"] == "released" else 1

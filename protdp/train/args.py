@@ -71,6 +71,9 @@ class TrainArgs(ParallelConfig):
     save_interval: int | None = _f(None, "save every N iterations (and at the end)")
     load: str | None = _f(None, "checkpoint directory to resume from (latest complete checkpoint)")
     keep_last: int = _f(3, "number of most recent checkpoints kept in --save")
+    release_check: bool = _f(True, "after each save rank 0 runs `protdp release` on the checkpoint "
+                             "as a background job (log: iter_N/release.log; the last is waited "
+                             "for): calibration, red-team, screening -> iter_N/release.json")
     # --- evaluation and logging
     eval_interval: int = _f(50, "validate every N iterations on held-out families (EMA weights)")
     eval_iters: int = _f(8, "held-out examples evaluated per rank per validation")

@@ -50,6 +50,7 @@ ENGINE = "engine"
 META = "meta.json"          # written last: a folder holding it is a complete checkpoint
 EMA_FILE = "ema.pt"
 MODEL_FILE_FORMAT = "protdp-model-v1"
+RELEASE_FILE = "release.json"   # the release record beside a checkpoint (protdp.gating.release)
 _ITER_RE = re.compile(r"^iter_(\d{7})$")
 
 

@@ -33,6 +33,7 @@ from protdp.resources import resolve_config
 from protdp.train import checkpointing
 from protdp.train.args import TrainArgs
 from protdp.train.ema import EMA
+from protdp.train.launch import launch_release_check, read_release_verdict
 from protdp.train.logging import PHASES, RunLogger, StepTimer, max_memory_mb
 from protdp.train.schedule import lr_for_args
 
@@ -171,6 +172,7 @@ class Trainer:
         self.timer = StepTimer(self.device)
         self.records: list[dict] = []
         self.last_val: dict | None = None
+        self._release_jobs: list = []
 
     # ------------------------------------------------------------------ set-up helpers
     def _build_model(self, build_model) -> tuple[torch.nn.Module, dict | None]:
@@ -416,6 +418,19 @@ class Trainer:
             config={**self.args.to_dict(), "model": dataclasses.asdict(self.model_config),
                     "finetune_source": self.finetune_source})
         self.logger.print(f"saved checkpoint {path}")
+        if self.rank == 0 and self.args.release_check:
+            self._release_jobs.append(launch_release_check(path))
+
+    def _wait_for_release_checks(self) -> None:
+        """The last checkpoint's release job decides whether it may serve predictions: wait for
+        it (earlier ones run on; their records land beside their checkpoints)."""
+        if not self._release_jobs:
+            return
+        job = self._release_jobs[-1]
+        self.logger.print(f"waiting for the release check of {job.path} (log: {job.log})")
+        job.proc.wait()
+        verdict = read_release_verdict(job.path)
+        self.logger.print(f"release check of {job.path}: {verdict}")
 
     # ------------------------------------------------------------------ the loop
     def train(self) -> dict:
@@ -440,6 +455,7 @@ class Trainer:
             self._eval_and_log()
             if args.save and saved_at != self.iteration:
                 self.save()
+            self._wait_for_release_checks()
             summary = summarize(self.records, self.last_val, self.iteration)
             summary["restart"] = self.restart_count
             self.logger.print(format_summary(summary))
