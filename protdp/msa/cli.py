@@ -29,17 +29,20 @@ def default_workers() -> int:
                else os.cpu_count() or 1)
 
 
-def add_search_arguments(p: argparse.ArgumentParser, *, db_required: bool) -> None:
-    """Search flags shared by `protdp msa search` and `protdp predict --db`."""
+def add_search_arguments(p: argparse.ArgumentParser, *, db_required: bool,
+                         prefix: str = "") -> None:
+    """Search flags shared by `protdp msa search` and `protdp predict --db` (which spells them
+    with prefix 'search-', e.g. --search-iterations)."""
     d = SearchSettings()
     p.add_argument("--db", action="append", required=db_required, metavar="SEQDB",
                    help="sequence database, FASTA or FASTA.gz (streamed); repeat for several "
                         "(one MSA per database, merged by the predictor)")
-    p.add_argument("--iterations", type=int, default=d.iterations,
+    p.add_argument(f"--{prefix}iterations", type=int, default=d.iterations, dest="iterations",
                    help="jackhmmer iterations -N (%(default)s, AF2)")
-    p.add_argument("--evalue", type=float, default=d.evalue,
+    p.add_argument(f"--{prefix}evalue", type=float, default=d.evalue, dest="evalue",
                    help="reporting and inclusion E-value -E/--incE (%(default)s, AF2)")
-    p.add_argument("--max-sequences", type=int, default=d.max_sequences,
+    p.add_argument(f"--{prefix}max-sequences", type=int, default=d.max_sequences,
+                   dest="max_sequences",
                    help="rows kept per database, query included (%(default)s: AF2 UniRef90; "
                         "AF2 keeps 501 for MGnify)")
     p.add_argument("--search-workers", type=int, default=default_workers(), dest="workers",

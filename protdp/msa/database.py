@@ -86,11 +86,9 @@ class SequenceDatabase:
                     if not block:
                         return
                     yield block
-        except EOFError as exc:          # Easel: "Sequence file is empty"
-            if raw is not None and raw.error is not None:
-                raise self._gzip_error(raw.error) from None
-            raise InputError(f"not a FASTA sequence database: {exc}", path=self.path) from None
-        except (ValueError, OSError) as exc:
+        except (ValueError, OSError, EOFError, SystemError) as exc:
+            # Easel: parse errors (ValueError), "Sequence file is empty" (EOFError); an error
+            # inside the gzip reader surfaces as an unrelated ValueError or SystemError
             if raw is not None and raw.error is not None:
                 raise self._gzip_error(raw.error) from None
             raise InputError(f"not a FASTA sequence database: {_easel_message(exc)}",
@@ -104,8 +102,9 @@ class SequenceDatabase:
 
 
 def _easel_message(exc: BaseException) -> str:
-    text = str(exc)
-    return text.removeprefix("Could not parse file: ")
+    """Easel's parse message, control and non-ASCII characters escaped (it quotes the byte)."""
+    text = str(exc).removeprefix("Could not parse file: ")
+    return text.encode("unicode_escape", "backslashreplace").decode("ascii")
 
 
 def database_name(path: str | Path) -> str:

@@ -20,6 +20,7 @@ import csv
 import hashlib
 import io
 import json
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -195,3 +196,27 @@ def _tsv(rows: list[dict]) -> bytes:
 def _cell(value) -> str:
     """TSV-safe text: user text (ids, errors) never carries a tab or newline."""
     return str(value).encode("unicode_escape").decode("ascii")
+
+
+def link_msa_inputs(link_dir: str | Path, links: dict[str, Path]) -> Path:
+    """A folder of symbolic links `relative name -> file` (e.g. 'x/uniref90.a3m', 'y.a3m'):
+    exactly the MSAs one prediction run uses, for `--msa-dir`. Rebuilt whole on every call
+    (built beside, then swapped in), so a link from an earlier run never lingers."""
+    import shutil
+
+    link_dir = Path(link_dir)
+    tmp = link_dir.with_name(f".{link_dir.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for rel, src in sorted(links.items()):
+        dest = tmp / rel
+        if dest.resolve().parent != tmp.resolve() and tmp.resolve() not in dest.resolve().parents:
+            raise ValueError(f"link name escapes the folder: {rel!r}")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(Path(src).resolve(), dest)
+    old = link_dir.with_name(f".{link_dir.name}.{os.getpid()}.old")
+    if link_dir.exists():
+        os.replace(link_dir, old)
+    os.replace(tmp, link_dir)
+    shutil.rmtree(old, ignore_errors=True)
+    return link_dir
