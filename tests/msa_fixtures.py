@@ -38,7 +38,7 @@ def msa_sequences(path: Path, min_length: int = 30) -> list[str]:
     from Bio import SeqIO
 
     seen, out = set(), []
-    for rec in SeqIO.parse(str(path), "fasta"):
+    for rec in SeqIO.parse(str(path), "fasta-pearson"):   # a3m may start with a #comment
         if rec.id in ("ss_pred", "ss_conf"):
             continue
         seq = str(rec.seq).replace("-", "").replace(".", "").upper()
