@@ -11,7 +11,8 @@ Engines, each run as its own process (wall time, CPU time and peak RSS from wait
   protdp      `protdp msa search --search-workers THREADS`: all queries in one streamed pass
   pyhmmer     `pyhmmer.hmmer.jackhmmer(cpus=THREADS)`: pyhmmer's own API, whole database in RAM
 The hit sets of protdp and jackhmmer are compared for every query and size. The largest database
-is also searched as FASTA.gz (decompressed while streaming). Results: benchmarks/results/msa_search.json.
+is also searched as FASTA.gz (decompressed while streaming).
+Results: benchmarks/results/msa_search.json.
 
     .venv/bin/python benchmarks/msa_search.py [--threads 2] [--sizes 23000 46000 ... 736000]
 """
@@ -34,7 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from msa_fixtures import FAMILIES, msa_sequences, proteome, stockholm_names, write_fasta  # noqa: E402
+from msa_fixtures import (FAMILIES, msa_sequences, proteome, stockholm_names,  # noqa: E402
+                          write_fasta)
 from protdp.msa import SearchSettings  # noqa: E402
 from protdp.paths import data_root  # noqa: E402
 
@@ -148,6 +150,36 @@ def run_pyhmmer(queries_fasta: Path, db: Path, threads: int) -> dict:
     return r
 
 
+def measure(records: list, queries: list, qfasta: Path, work: Path, threads: int,
+            gz: bool) -> dict:
+    """All engines on one database size; hit sets compared, decoys counted."""
+    work.mkdir(parents=True)
+    names = [n for n, _ in queries]
+    db = write_fasta(work / "db.fasta", records)
+    row = {"sequences": len(records), "residues": sum(len(s) for _, s in records),
+           "file_mib": round(db.stat().st_size / 2**20, 2)}
+    row["jackhmmer"] = run_jackhmmer(queries, db, threads, work / "jackhmmer")
+    row["protdp"] = run_protdp(qfasta, db, threads, work / "protdp", names)
+    row["pyhmmer_in_memory"] = run_pyhmmer(qfasta, db, threads)
+    ours, ref = row["protdp"].pop("hits"), row["jackhmmer"].pop("hits")
+    row["hit_sets_identical"] = all(ours[n] == ref[n] for n in names)
+    row["differences"] = {n: sorted(set(ours[n]) ^ set(ref[n]))[:10]
+                          for n in names if ours[n] != ref[n]}
+    row["hits"] = {n: len(h) for n, h in ours.items()}
+    row["decoy_hits"] = sum(1 for n in names
+                            for ln in (work / "protdp" / n / "db.a3m").read_text().splitlines()
+                            if ln.startswith(">decoy"))
+    for key in ("wall_s", "cpu_s"):
+        row[f"ratio_{key}_jackhmmer_over_protdp"] = round(
+            row["jackhmmer"][key] / row["protdp"][key], 3)
+    if gz:
+        gzdb = write_fasta(work / "db.fasta.gz", records)
+        row["protdp_gz"] = run_protdp(qfasta, gzdb, threads, work / "protdp_gz", names)
+        row["protdp_gz"].pop("hits")
+        row["protdp_gz"]["file_mib"] = round(gzdb.stat().st_size / 2**20, 2)
+    return row
+
+
 def summarize(result: dict) -> dict:
     """How CPU time grows: log-log slope between the smallest and largest database, and the
     marginal CPU seconds per million residues between the two largest (fixed costs cancel)."""
@@ -158,8 +190,9 @@ def summarize(result: dict) -> dict:
         return result
     a, b, c = sizes[0], sizes[-2], sizes[-1]
     for eng in ("jackhmmer", "protdp", "pyhmmer_in_memory"):
-        result[f"scaling_exponent_{eng}"] = round(
-            math.log(c[eng]["cpu_s"] / a[eng]["cpu_s"]) / math.log(c["residues"] / a["residues"]), 3)
+        growth = math.log(c[eng]["cpu_s"] / a[eng]["cpu_s"])
+        result[f"scaling_exponent_{eng}"] = round(growth / math.log(c["residues"] / a["residues"]),
+                                                  3)
         result[f"marginal_cpu_s_per_mresidue_{eng}"] = round(
             (c[eng]["cpu_s"] - b[eng]["cpu_s"]) / ((c["residues"] - b["residues"]) / 1e6), 4)
     result["largest"] = {"sequences": c["sequences"], "residues": c["residues"],
@@ -203,35 +236,8 @@ def main() -> int:
             records = fam + other[: max(0, size - len(fam))]   # query families always in
             if len(records) < size:
                 raise SystemExit(f"only {len(records)} records for size {size}")
-            db = write_fasta(work / f"db_{size}.fasta", records)
-            row = {"sequences": len(records), "residues": sum(len(s) for _, s in records),
-                   "file_mib": round(db.stat().st_size / 2**20, 2)}
-            row["jackhmmer"] = run_jackhmmer(queries, db, args.threads, work / f"j{size}")
-            row["protdp"] = run_protdp(qfasta, db, args.threads, work / f"p{size}",
-                                       [n for n, _ in queries])
-            row["pyhmmer_in_memory"] = run_pyhmmer(qfasta, db, args.threads)
-            same = {n: row["protdp"]["hits"][n] == row["jackhmmer"]["hits"][n]
-                    for n, _ in queries}
-            row["hit_sets_identical"] = all(same.values())
-            row["differences"] = {n: sorted(set(row["protdp"]["hits"][n])
-                                            ^ set(row["jackhmmer"]["hits"][n]))[:10]
-                                  for n, ok in same.items() if not ok}
-            row["hits"] = {n: len(h) for n, h in row["protdp"].pop("hits").items()}
-            row["jackhmmer"].pop("hits")
-            row["decoy_hits"] = 0   # counted below from the protdp a3m names
-            for n, _ in queries:
-                a3m = (work / f"p{size}" / n / f"db_{size}.a3m").read_text()
-                row["decoy_hits"] += sum(1 for ln in a3m.splitlines()
-                                         if ln.startswith(">decoy"))
-            for key in ("wall_s", "cpu_s"):
-                row[f"ratio_{key}_jackhmmer_over_protdp"] = round(
-                    row["jackhmmer"][key] / row["protdp"][key], 3)
-            if size == max(args.sizes):
-                gz = write_fasta(work / f"db_{size}.fasta.gz", records)
-                row["protdp_gz"] = run_protdp(qfasta, gz, args.threads, work / f"g{size}",
-                                              [n for n, _ in queries])
-                row["protdp_gz"].pop("hits")
-                row["protdp_gz"]["file_mib"] = round(gz.stat().st_size / 2**20, 2)
+            row = measure(records, queries, qfasta, work / str(size), args.threads,
+                          gz=size == max(args.sizes))
             print(json.dumps({k: v for k, v in row.items() if k != "differences"}), flush=True)
             result["sizes"].append(row)
     summarize(result)

@@ -1,6 +1,7 @@
 """jackhmmer-style iterative search with pyhmmer, streaming the database in blocks.
 
-Per query and iteration, as HMMER's `jackhmmer` (and pyhmmer's `IterativeSearch`): iteration 1
+AF2 builds the MSAs of a target by genetic search (supplement 1.2.2: jackhmmer against UniRef90
+and MGnify, settings in `protdp.msa.settings`); this module is that search. Per query and iteration, as HMMER's `jackhmmer` (and pyhmmer's `IterativeSearch`): iteration 1
 builds an HMM from the query alone (BLOSUM62, `Builder.build`); each later iteration builds one
 from the previous iteration's alignment of included hits, the query first
 (`Builder.build_msa`, hand architecture over all consensus columns); the search stops early
