@@ -236,3 +236,12 @@ def test_cli_help_and_bad_flags(capsys, tmp_path):
                           (["--max-sequences", "0"], "max_sequences")):
         rc, cap = _cli(["--fasta", fasta, "--db", fasta, "--out", tmp_path / "o", *flags], capsys)
         assert rc == 2 and expect in cap.err and "Traceback" not in cap.err
+    empty = tmp_path / "empty.fasta"
+    empty.write_bytes(b"")
+    rc, cap = _cli(["--fasta", empty, "--db", fasta, "--out", tmp_path / "o"], capsys)
+    assert rc == 2 and "no FASTA records" in cap.err and str(empty) in cap.err
+    nul = tmp_path / "nul.fasta"
+    nul.write_bytes(b">a\x00b\nMK\x00V\n")          # every record bad: reported, exit 1
+    rc, cap = _cli(["--fasta", nul, "--db", fasta, "--out", tmp_path / "o2", "--no-progress"],
+                   capsys)
+    assert rc == 1 and "U+0000" in cap.err and "Traceback" not in cap.err
