@@ -132,7 +132,7 @@ class Predictor:
                  config: PredictConfig | None = None, policy: GatePolicy | None = None,
                  screening: ScreeningList | None = None, screening_path: str | Path | None = None,
                  sink: ReviewSink | None = None, device: str | torch.device = "cpu",
-                 rank: int = 0, world_size: int = 1):
+                 rank: int = 0, world_size: int = 1, msa_search: dict | None = None):
         self.loaded = loaded
         self.device = torch.device(device)
         if next(loaded.model.parameters()).device != self.device:
@@ -153,6 +153,8 @@ class Predictor:
         self.settings = {"predict": to_dict(self.config), "gate_policy": to_dict(self.policy),
                          "screening_list_sha256": self.screening_sha,
                          "checkpoint_sha256": loaded.sha256}
+        if msa_search is not None:   # databases (sha256) and settings of `protdp msa search`
+            self.settings["msa_search"] = msa_search
 
     def close(self) -> None:
         self.sink.close()
@@ -313,7 +315,8 @@ def predict_batch(checkpoint: str | Path | LoadedModel, fasta: str | Path, out_d
                   gating: str | Path | GatePolicy | None = None,
                   screening: str | Path | None = None, rank: int = 0, world_size: int = 1,
                   barrier: Callable[[], None] | None = None,
-                  device: str | torch.device | None = None, progress: bool = True) -> RunResult:
+                  device: str | torch.device | None = None, progress: bool = True,
+                  msa_search: dict | None = None) -> RunResult:
     """Predict every target of `fasta` owned by this rank, flagged ones handed to `sink`;
     rank 0 merges summary.tsv after `barrier()` (pass one when world_size > 1)."""
     fasta = Path(fasta)
@@ -328,7 +331,7 @@ def predict_batch(checkpoint: str | Path | LoadedModel, fasta: str | Path, out_d
     screen = ScreeningList.from_fasta(screening) if screening else None
     pred = Predictor(loaded, out_dir, config=config, policy=load_gate_policy(gating),
                      screening=screen, screening_path=screening, sink=sink,
-                     device=device, rank=rank, world_size=world_size)
+                     device=device, rank=rank, world_size=world_size, msa_search=msa_search)
     info = {"path": str(fasta.resolve()), "sha256": sha256_file(fasta),
             "msa_dir": None if msa_dir is None else Path(msa_dir).resolve()}
     mine = [t for t in targets if t.index % world_size == rank]
