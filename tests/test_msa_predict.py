@@ -46,7 +46,7 @@ def seqdb(tmp_path_factory, data_dir):
 
 
 def _predict(args, capsys):
-    rc = protdp_main(["predict", *map(str, args)])
+    rc = protdp_main(["predict", "--allow-unreleased", *map(str, args)])
     return rc, capsys.readouterr()
 
 

@@ -123,3 +123,46 @@ def test_training_run_launches_the_check_after_its_save(store, tmp_path):
     screening = next(c for c in doc["checks"] if c["name"] == "training_data_screening")
     assert screening["value"] == 0 and screening["passed"]      # the run's store was screened
     assert (it / "release.log").stat().st_size > 0
+
+
+def _permissive_gate(tmp_path) -> str:
+    path = tmp_path / "gate.yaml"
+    path.write_text(yaml.safe_dump({"accept_mean_plddt": 0.0, "max_very_low_fraction": 1.0,
+                                    "min_msa_depth": 1, "review_beyond_training_crop": False}))
+    return str(path)
+
+
+def test_predict_refuses_unreleased_and_allow_unreleased_sends_all_to_review(ckpt, store,
+                                                                             tmp_path, capsys):
+    fasta = tmp_path / "t.fasta"
+    fasta.write_text(">t1\nMKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQ\n>t2\nGSHMSDKIIHLTDDSFDTDVLKA\n")
+    base = ["predict", "--checkpoint", str(ckpt), "--fasta", str(fasta), "--no-progress",
+            "--gating", _permissive_gate(tmp_path)]
+
+    # a failed check: refused with one line naming it, nothing predicted
+    rc, _ = _release(ckpt, store, _policy(tmp_path, **{**LAX, "min_spearman_residue": 1.0}))
+    assert rc == 1
+    capsys.readouterr()
+    assert protdp_main([*base, "--out", str(tmp_path / "refused")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "not released" in err and "calibration_spearman" in err
+    assert not (tmp_path / "refused" / "summary.tsv").exists()
+
+    # --allow-unreleased: runs, every prediction to review, recorded
+    assert protdp_main([*base, "--out", str(tmp_path / "allowed"), "--allow-unreleased"]) == 0
+    for tdir in (tmp_path / "allowed" / "targets").iterdir():
+        prov = json.loads((tdir / "provenance.json").read_text())
+        assert prov["gate"]["route"] == "needs_review"
+        assert prov["gate"]["reasons"] == ["unreleased_checkpoint"]
+        rel = prov["config"]["release"]
+        assert rel["gate"] == "review" and rel["released"] is False
+        assert rel["failed"] == ["calibration_spearman"]
+
+    # released: the same targets pass the (permissive) gate, and the record is in provenance
+    rc, _ = _release(ckpt, store, _policy(tmp_path, **LAX))
+    assert rc == 0
+    assert protdp_main([*base, "--out", str(tmp_path / "released")]) == 0
+    for tdir in (tmp_path / "released" / "targets").iterdir():
+        prov = json.loads((tdir / "provenance.json").read_text())
+        assert prov["gate"]["route"] == "accepted"
+        assert prov["config"]["release"]["released"] is True

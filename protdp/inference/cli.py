@@ -42,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="calibration.json from `protdp calibrate`; tightens the gate's mean-pLDDT "
                         "threshold (default: CHECKPOINT/calibration.json when present)")
     p.add_argument("--screening", default=None, help="FASTA of sequences of concern")
+    p.add_argument("--allow-unreleased", action="store_true",
+                   help="run a checkpoint without a passing release record (`protdp release`): "
+                        "recorded in provenance.json, every prediction goes to review")
     d = PredictConfig()
     p.add_argument("--max-length", type=int, default=d.max_length,
                    help="reject longer targets (%(default)s)")
@@ -157,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
                          config=config, gating=gating, screening=args.screening,
                          queue_url=args.queue_url, rank=launch.rank,
                          world_size=launch.world_size, barrier=barrier, device=device,
-                         progress=not args.no_progress)
+                         progress=not args.no_progress,
+                         release_gate="review" if args.allow_unreleased else "enforce")
     finally:
         if barrier is not None and dist.is_initialized():
             dist.destroy_process_group()
