@@ -1,5 +1,6 @@
 """Helpers shared by the review-queue tests: a throwaway PostgreSQL schema per test, queue
-URL fixtures for both backends, realistic gated items, and the multi-process claim worker.
+URL fixtures for both backends, realistic gated items, queues with an admin and reviewers,
+and the multi-process claim worker.
 
 PostgreSQL comes from env PROTDP_TEST_PG_URL (.ci/run exports it) or the same default URL;
 an unreachable server makes the tests fail, never skip.
@@ -85,16 +86,45 @@ def gated_item(i: int, *, target: str | None = None, mean: float = 55.0, length:
                 paths=paths, reasons=decision.reasons, details=decision.details)
 
 
-def claim_worker(url: str, reviewer: str, barrier, out_path: str) -> None:
-    """Claim-and-decide until the queue is empty; write what this process did as JSON."""
+def queue_with(url: str, *names: str, admin_name: str = "admin"):
+    """(store, admin, {name: token}): a queue with its first admin and reviewers `names`."""
     from protdp.review.store import ReviewStore
 
     store = ReviewStore(url)
+    admin = store.admin(store.init_admin(admin_name))
+    return store, admin, {name: admin.add_reviewer(name) for name in names}
+
+
+def expire_leases(store) -> None:
+    """Move every live lease an hour into the past (stands in for waiting an hour)."""
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE review_items SET lease_expires_at = lease_expires_at - 3600 "
+                          "WHERE lease_expires_at IS NOT NULL"))
+
+
+def claim_worker(url: str, token: str, barrier, out_path: str) -> None:
+    """Claim-and-decide until the queue is empty; write what this process did as JSON."""
+    from protdp.review.store import QueueBusy, ReviewStore
+
+    store = ReviewStore(url)
+    reviewer = store.reviewer(token)
     claimed, errors = [], []
     barrier.wait()
+    busy = 0
+
+    def patiently(op, *args, **kwargs):
+        """A client retries when the queue says it is busy (what the message asks for)."""
+        nonlocal busy
+        for _ in range(20):
+            try:
+                return op(*args, **kwargs)
+            except QueueBusy:
+                busy += 1
+        return op(*args, **kwargs)
+
     while True:
         try:
-            item = store.claim(reviewer, lease_seconds=600)
+            item = patiently(reviewer.claim, lease_seconds=600)
         except Exception as exc:  # recorded; the test fails on any
             errors.append(f"claim: {exc!r}")
             break
@@ -103,11 +133,11 @@ def claim_worker(url: str, reviewer: str, barrier, out_path: str) -> None:
         claimed.append(item["id"])
         action = ("approve", "reject", "escalate")[item["id"] % 3]
         try:
-            store.decide(item["id"], reviewer, action, comment=f"{action} by {reviewer}")
+            patiently(reviewer.decide, item["id"], action, comment=f"{action} by {reviewer.name}")
         except Exception as exc:
             errors.append(f"decide {item['id']}: {exc!r}")
     store.close()
-    Path(out_path).write_text(json.dumps({"claimed": claimed, "errors": errors}))
+    Path(out_path).write_text(json.dumps({"claimed": claimed, "errors": errors, "busy": busy}))
 
 
 def open_worker(url: str, barrier, out_path: str) -> None:

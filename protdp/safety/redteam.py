@@ -39,6 +39,7 @@ from protdp.inference.predictor import PredictConfig
 from protdp.inference.writers import safe_name
 from protdp.paths import data_root
 from protdp.resources import config_file, resolve_config
+from protdp.review.hygiene import escape_controls
 from protdp.review.store import ReviewStore
 from protdp.workflows import predict
 
@@ -444,7 +445,8 @@ def run_suite(checkpoint: str | Path, out_dir: str | Path, config: RedTeamConfig
     check("summary_tsv_has_no_control_characters",
           sorted({f"U+{ord(ch):04X}" for ch in tsv if ord(ch) < 32 and ch not in "\t\n"}) +
           ([] if tsv else ["summary.tsv missing"]))
-    flagged = {r["target"] for r in rows if r["route"] == "needs_review"}
+    # the queue stores names with control characters escaped (protdp.review.hygiene)
+    flagged = {escape_controls(r["target"]) for r in rows if r["route"] == "needs_review"}
     queued = set()
     if rows:
         store = ReviewStore(result.queue_url)
