@@ -152,3 +152,42 @@ def open_worker(url: str, barrier, out_path: str) -> None:
         Path(out_path).write_text("ok")
     except Exception as exc:  # recorded; the test fails on any
         Path(out_path).write_text(f"error: {exc}")
+
+
+def predict_into_queue(out_dir: Path, queue_url: str, data_dir: Path, *, pae_head: bool = True,
+                       seed: int = 0) -> Path:
+    """Run the real predictor (a tiny randomly initialised checkpoint, noised so pLDDT varies)
+    on the real chain 2p90_A02 with its MSA; the flagged prediction lands in `queue_url`.
+    Returns the prediction's folder."""
+    import torch
+
+    from protdp.config import load_config, read_yaml
+    from protdp.data.parse import parse_structure
+    from protdp.inference.checkpoint import save_model_checkpoint
+    from protdp.inference.predictor import PredictConfig
+    from protdp.model import build_model
+    from protdp.model.config import ModelConfig
+    from protdp.resources import config_file
+    from protdp.workflows import predict
+
+    torch.manual_seed(seed)
+    cfg = load_config(ModelConfig, {**read_yaml(config_file("model/tiny.yaml")),
+                                    "pae_head": pae_head})
+    model = build_model(cfg, verbose=False)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ckpt = save_model_checkpoint(model, None, out_dir / "tiny.pt", training_crop=32,
+                                 max_msa_rows=16)
+    chain = parse_structure(data_dir / "structures" / "2p90_A02.pdb")
+    fasta = out_dir / "targets.fasta"
+    fasta.write_text(f">2p90_A02\n{chain.sequence}\n")
+    msa_dir = out_dir / "msa"
+    msa_dir.mkdir(exist_ok=True)
+    (msa_dir / "2p90_A02.a3m").write_bytes(
+        (data_dir / "msa" / "2p90_A02.hhblits_subsample.a3m").read_bytes())
+    res = predict(ckpt, fasta, out_dir / "pred", msa_dir=msa_dir, queue_url=queue_url,
+                  config=PredictConfig(max_length=200, max_msa_rows=16), progress=False)
+    assert res.rows[0]["route"] == "needs_review", res.rows[0]
+    return out_dir / "pred" / "targets" / "2p90_A02"

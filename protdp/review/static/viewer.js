@@ -25,16 +25,17 @@
       const model = viewer.addModel(text, el.dataset.format === "cif" ? "cif" : "pdb");
       const atoms = model.selectedAtoms({});
       if (!atoms.length) throw new Error("no atoms in the structure file");
-      viewer.setStyle({}, {cartoon: {colorfunc: colour, thickness: 0.4}});
       const side = atoms.filter((a) => !BACKBONE.has(a.atom) && a.elem !== "H");
-      if (side.length) {
-        viewer.addStyle({not: {atom: Array.from(BACKBONE)}},
-                        {stick: {colorfunc: colour, radius: 0.15}});
-      }
-      const cas = atoms.filter((a) => a.atom === "CA");
-      if (cas.length && cas.length === atoms.length) {  // CA-only trace: show the atoms too
-        viewer.addStyle({}, {sphere: {colorfunc: colour, scale: 0.3}});
-      }
+      const base = () => {
+        // cartoon for the fold, sticks for every atom so side chains (all-atom models) and
+        // broken or unusual backbones stay visible; CA-only traces get spheres
+        viewer.setStyle({}, {cartoon: {colorfunc: colour, thickness: 0.4},
+                             stick: {colorfunc: colour, radius: 0.12}});
+        if (atoms.every((a) => a.atom === "CA")) {
+          viewer.addStyle({}, {sphere: {colorfunc: colour, scale: 0.3}});
+        }
+      };
+      base();
       viewer.setHoverable({}, true, (atom) => {
         status.textContent = atom.resn + atom.resi + " " + atom.atom + "  pLDDT " + atom.b.toFixed(1);
       }, () => {});
@@ -50,7 +51,7 @@
       document.querySelectorAll("#sequence .res").forEach((span) => {
         span.addEventListener("click", () => {
           const resi = parseInt(span.dataset.resi, 10);
-          viewer.setStyle({}, {cartoon: {colorfunc: colour, thickness: 0.4}});
+          base();
           viewer.addStyle({resi: resi}, {stick: {colorscheme: "magentaCarbon", radius: 0.3}});
           viewer.zoomTo({resi: resi}, 400);
           viewer.render();

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse
+from fastapi.responses import (HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse,
+                               Response)
 from fastapi.staticfiles import StaticFiles
 
 from protdp.errors import InputError
@@ -20,7 +21,7 @@ from protdp.review.web.render import HERE, make_env
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
-                               "img-src 'self' data:; connect-src 'self'; form-action 'self'; "
+                               "img-src 'self'; connect-src 'self'; form-action 'self'; "
                                "frame-ancestors 'none'; base-uri 'none'",
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
@@ -91,6 +92,7 @@ def create_app(store: ReviewStore | str, *, secret: bytes | None = None,
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     app.add_api_route("/healthz", lambda: PlainTextResponse("ok"), methods=["GET"])
     app.add_api_route("/", lambda: RedirectResponse("/queue", status_code=303), methods=["GET"])
+    app.add_api_route("/favicon.ico", lambda: Response(status_code=204), methods=["GET"])
     for router in (auth_router, routes_queue.router, routes_items.router, routes_admin.router):
         app.include_router(router)
     return app
