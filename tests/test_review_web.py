@@ -401,3 +401,22 @@ def test_web_ui_on_postgresql():
         assert client.get("/items/2147483648").status_code == 400
         assert client.get("/queue?target=a%00b").status_code == 400
         store.close()
+
+
+def test_a_crafted_form_cannot_hold_items_for_a_day(env):
+    """The old claim form took `lease_seconds` from the client: 24 h, any number of items."""
+    store, app, tokens = env
+    admin = store.admin(tokens["root"])
+    admin.set_limits(max_claims_per_reviewer=2, max_lease_seconds=600, default_lease_seconds=300)
+    client = logged_in(app, tokens["alice"])
+    for item_id in (1, 2):
+        resp = client.post(f"/items/{item_id}/claim", data={
+            "csrf_token": csrf_of(client), "lease_seconds": "86400"}, follow_redirects=False)
+        assert resp.status_code == 303
+        assert store.get(item_id)["lease_remaining_s"] <= 300
+    resp = client.post("/items/3/claim", data={"csrf_token": csrf_of(client),
+                                               "lease_seconds": "86400"})
+    assert resp.status_code == 409 and "already holds 2 items" in resp.text
+    resp = client.post("/items/1/renew", data={"csrf_token": csrf_of(client)},
+                       headers={"Accept": "application/json"})
+    assert resp.status_code == 200 and 0 < resp.json()["lease_remaining_s"] <= 300

@@ -103,10 +103,14 @@ def _check_id(item_id) -> int:
 class Reviewer:
     """What an authenticated reviewer may do: claim, renew, release, decide."""
 
-    def __init__(self, db, cred: Credential):
+    def __init__(self, db, cred: Credential, *, checked: tuple[str, bool] | None = None):
+        """`checked`: (name, is_admin) when the caller has just authenticated `cred` in this
+        request (the web server); every action checks the credential again anyway."""
         self._db, self._cred = db, cred
-        with db.tx(readonly=True) as conn:
-            self.name, self.is_admin = authorize(conn, cred, db.now(conn))
+        if checked is None:
+            with db.tx(readonly=True) as conn:
+                checked = authorize(conn, cred, db.now(conn))
+        self.name, self.is_admin = checked
 
     def _lease(self, conn: Connection, lease_seconds: float | None) -> float:
         lim = read_limits(conn)
@@ -299,7 +303,8 @@ class Admin:
             for key, value in limits.items():
                 if key not in DEFAULT_LIMITS:
                     raise InputError(f"unknown limit (one of {sorted(DEFAULT_LIMITS)})", field=key)
-                if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 7 * 86400:
+                if isinstance(value, bool) or not isinstance(value, int) \
+                        or not 1 <= value <= 7 * 86400:
                     raise InputError("must be an integer between 1 and 604800", field=key)
                 res = conn.execute(update(review_meta).where(review_meta.c.key == key)
                                    .values(value=str(value)))

@@ -186,4 +186,5 @@ def verify(conn: Connection, expect_head: str | None = None) -> dict:
             problems.append(f"recorded head {expect_head} is not in the log "
                             f"(found {got!r}: the log was rewritten or truncated)")
     return {"ok": not problems, "events": count, "head": f"{count}:{head}",
-            "problems": problems[:MAX_PROBLEMS], "more_problems": max(0, len(problems) - MAX_PROBLEMS)}
+            "problems": problems[:MAX_PROBLEMS],
+            "more_problems": max(0, len(problems) - MAX_PROBLEMS)}

@@ -30,7 +30,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="SQLite path/URL or postgresql://user:pw@host/db "
                              "(env PROTDP_QUEUE_URL; default %(default)s)")
     auth = argparse.ArgumentParser(add_help=False)
-    auth.add_argument("--token", default=None, help="reviewer token (prefer env PROTDP_REVIEW_TOKEN)")
+    auth.add_argument("--token", default=None,
+                      help="reviewer token (prefer env PROTDP_REVIEW_TOKEN)")
     admin = argparse.ArgumentParser(add_help=False)
     admin.add_argument("--admin-token", default=None,
                        help="admin token (prefer env PROTDP_REVIEW_ADMIN_TOKEN)")
@@ -39,32 +40,7 @@ def _parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
-    s = sub.add_parser("init-db", parents=[common],
-                       help="create the schema; print the first admin token; PostgreSQL grants")
-    s.add_argument("--admin-name", default="admin", help="name of the first admin (%(default)s)")
-    s.add_argument("--app-role", default=None,
-                   help="PostgreSQL role of the web server and reviewer CLI (no UPDATE/DELETE/"
-                        "TRUNCATE on the audit log)")
-    s.add_argument("--enqueue-role", default=None,
-                   help="PostgreSQL role of `protdp predict` (may only enqueue)")
-
-    s = sub.add_parser("add-reviewer", parents=[common, admin],
-                       help="create a reviewer; prints its token once (admin)")
-    s.add_argument("name")
-    s.add_argument("--admin", action="store_true", help="the new reviewer is an admin too")
-    s = sub.add_parser("remove-reviewer", parents=[common, admin],
-                       help="revoke a reviewer: token, sessions and claims (admin)")
-    s.add_argument("name")
-    s = sub.add_parser("release", parents=[common, admin],
-                       help="return claims to pending: one item or all of a reviewer's (admin)")
-    g = s.add_mutually_exclusive_group(required=True)
-    g.add_argument("--item", type=int, default=None)
-    g.add_argument("--reviewer", default=None)
-    s = sub.add_parser("set-limits", parents=[common, admin], help="server lease/claim limits (admin)")
-    s.add_argument("--default-lease", type=int, default=None, help="seconds")
-    s.add_argument("--max-lease", type=int, default=None, help="seconds")
-    s.add_argument("--max-claims", type=int, default=None, help="items one reviewer may hold")
-    sub.add_parser("reviewers", parents=[common], help="list reviewers")
+    _admin_commands(sub, common, admin)
 
     s = sub.add_parser("list", parents=[common], help="list items (default: open ones)")
     s.add_argument("--state", default="open", choices=[*STATES, "open", "all"])
@@ -108,6 +84,37 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--files-root", action="append", type=Path, default=None,
                    help="serve prediction files only from folders under this root (repeatable)")
     return p
+
+
+def _admin_commands(sub, common, admin) -> None:
+    """Subcommands that set up the queue or need an admin token."""
+    s = sub.add_parser("init-db", parents=[common],
+                       help="create the schema; print the first admin token; PostgreSQL grants")
+    s.add_argument("--admin-name", default="admin", help="name of the first admin (%(default)s)")
+    s.add_argument("--app-role", default=None,
+                   help="PostgreSQL role of the web server and reviewer CLI (no UPDATE/DELETE/"
+                        "TRUNCATE on the audit log)")
+    s.add_argument("--enqueue-role", default=None,
+                   help="PostgreSQL role of `protdp predict` (may only enqueue)")
+
+    s = sub.add_parser("add-reviewer", parents=[common, admin],
+                       help="create a reviewer; prints its token once (admin)")
+    s.add_argument("name")
+    s.add_argument("--admin", action="store_true", help="the new reviewer is an admin too")
+    s = sub.add_parser("remove-reviewer", parents=[common, admin],
+                       help="revoke a reviewer: token, sessions and claims (admin)")
+    s.add_argument("name")
+    s = sub.add_parser("release", parents=[common, admin],
+                       help="return claims to pending: one item or all of a reviewer's (admin)")
+    g = s.add_mutually_exclusive_group(required=True)
+    g.add_argument("--item", type=int, default=None)
+    g.add_argument("--reviewer", default=None)
+    s = sub.add_parser("set-limits", parents=[common, admin],
+                       help="server lease/claim limits (admin)")
+    s.add_argument("--default-lease", type=int, default=None, help="seconds")
+    s.add_argument("--max-lease", type=int, default=None, help="seconds")
+    s.add_argument("--max-claims", type=int, default=None, help="items one reviewer may hold")
+    sub.add_parser("reviewers", parents=[common], help="list reviewers")
 
 
 def _token(args, attr: str, env: str, what: str) -> str:

@@ -5,8 +5,8 @@ names (no separators, no `..`; files of one prediction must share a folder). At 
 `read_item_file` resolves the folder and the file after following every link and refuses
 anything outside the folder, anything but a regular file, a name that does not fit its kind
 (`*.pdb`, `*.cif`, `scores.json`, `provenance.json`; other kinds .pdb/.cif/.json), a folder
-that is relative or not normalised, and (when the server is given `files_roots`) a folder outside those
-roots. The file is opened with O_NOFOLLOW and checked again with fstat, so a link swapped in
+that is relative or not normalised, and (when the server is given `files_roots`) a folder
+outside those roots. The file is opened with O_NOFOLLOW and checked again with fstat, so a link swapped in
 after the check is not followed either.
 """
 

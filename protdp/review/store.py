@@ -115,11 +115,13 @@ class ReviewStore:
         return self._enqueuer.enqueue(prediction_id, target, scores, paths, reasons,
                                       details=details, actor=actor)
 
-    def reviewer(self, token: str | None = None, *, session: str | None = None) -> Reviewer:
-        """Claims and decisions for a reviewer token (or a web session token)."""
+    def reviewer(self, token: str | None = None, *, session: str | None = None,
+                 checked: tuple[str, bool] | None = None) -> Reviewer:
+        """Claims and decisions for a reviewer token (or a web session token); `checked`
+        skips the up-front check when the caller has just made it (each action re-checks)."""
         cred = Credential("session", session) if session is not None \
             else Credential("token", token or "")
-        return Reviewer(self.db, cred)
+        return Reviewer(self.db, cred, checked=checked)
 
     def admin(self, token: str | None = None, *, session: str | None = None) -> Admin:
         """Reviewer management, releases and limits for an admin token (or admin session)."""
@@ -237,17 +239,35 @@ class ReviewStore:
 
     def neighbours(self, item_id: int) -> tuple[int | None, int | None]:
         """(previous, next) open item ids around `item_id` in queue order (for j/k)."""
-        open_ = items.c.state.in_(("pending", "claimed"))
         with self.db.tx(readonly=True) as conn:
-            prev = conn.execute(select(func.max(items.c.id)).where(open_, items.c.id < item_id)
-                                ).scalar()
-            nxt = conn.execute(select(func.min(items.c.id)).where(open_, items.c.id > item_id)
-                               ).scalar()
+            return self._neighbours(conn, item_id)
+
+    def _neighbours(self, conn: Connection, item_id: int) -> tuple[int | None, int | None]:
+        open_ = items.c.state.in_(("pending", "claimed"))
+        prev = conn.execute(select(func.max(items.c.id)).where(open_, items.c.id < item_id)
+                            ).scalar()
+        nxt = conn.execute(select(func.min(items.c.id)).where(open_, items.c.id > item_id)
+                           ).scalar()
         return prev, nxt
 
+    def item_view(self, item_id: int) -> dict:
+        """One consistent read for the item page: item, its events, neighbours, limits."""
+        with self.db.tx(readonly=True) as conn:
+            item = self._get(conn, item_id)
+            prev_id, next_id = self._neighbours(conn, item["id"])
+            trail = [dict(r) for r in conn.execute(select(events).where(
+                events.c.item_id == item["id"]).order_by(events.c.seq)).mappings()]
+            return {"item": item, "events": trail, "prev_id": prev_id, "next_id": next_id,
+                    "limits": read_limits(conn)}
+
     def held_by(self, reviewer: str) -> list[dict]:
-        """Items `reviewer` holds under a live lease."""
-        return [i for i in self.list("claimed", limit=10_000) if i["claimed_by"] == reviewer]
+        """Items `reviewer` holds under a live lease, oldest first."""
+        with self.db.tx(readonly=True) as conn:
+            now = self.db.now(conn)
+            rows = conn.execute(select(items).where(
+                _state_filter("claimed", now), items.c.claimed_by == reviewer)
+                .order_by(items.c.id)).mappings()
+            return [item_dict(r, now) for r in rows]
 
     def events(self, item_id: int | None = None) -> list[dict]:
         """The audit trail (all items, or one), oldest first."""

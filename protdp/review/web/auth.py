@@ -88,8 +88,10 @@ def require_post(request: Request, csrf_token: str, *, admin: bool = False) -> V
 
 def acting(request: Request, who: Viewer) -> Reviewer:
     """The store's Reviewer for this request's credential (re-checked in each transaction)."""
-    store = request.app.state.store
-    return store.reviewer(who.token) if who.token else store.reviewer(session=who.session)
+    store, checked = request.app.state.store, (who.name, who.is_admin)
+    if who.token:
+        return store.reviewer(who.token, checked=checked)
+    return store.reviewer(session=who.session, checked=checked)
 
 
 def acting_admin(request: Request, who: Viewer) -> Admin:

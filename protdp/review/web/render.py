@@ -15,8 +15,10 @@ from pathlib import Path
 import jinja2
 import numpy as np
 
-from protdp.gating import AFDB_BAND_COLORS, AFDB_BAND_LABELS, AFDB_BANDS, REASON_TEXT, band_of
-from protdp.gating.bands import band_ranges
+from markupsafe import Markup, escape
+
+from protdp.gating import AFDB_BAND_COLORS, AFDB_BAND_LABELS, AFDB_BANDS, REASON_TEXT
+from protdp.gating.bands import band_index, band_ranges
 from protdp.review.hygiene import display_text, truncate
 from protdp.review.rows import iso
 
@@ -91,15 +93,28 @@ def coverage_plot(coverage: list, rows_used: int | None, width: int = 720, heigh
     return plot
 
 
-def residue_track(sequence: str | None, plddt: list) -> list[dict]:
-    """One entry per residue: number, letter, pLDDT and its AFDB band (for colouring)."""
+def residue_html(sequence: str | None, plddt: list) -> Markup:
+    """The sequence as one span per residue, classed by its pLDDT's AFDB band (bands computed
+    at once with protdp.gating), a gap every 10 residues. Built here rather than in the
+    template: a 1000-residue loop in Jinja costs tens of milliseconds per page."""
     seq = sequence or ""
-    out = []
-    for i in range(max(len(seq), len(plddt))):
-        v = plddt[i] if i < len(plddt) else None
-        out.append({"n": i + 1, "aa": seq[i] if i < len(seq) else "?", "plddt": v,
-                    "band": None if v is None else band_of(float(v))})
-    return out
+    n = max(len(seq), len(plddt))
+    values = np.full(n, np.nan)                                            # [n]
+    values[:len(plddt)] = [np.nan if v is None else float(v) for v in plddt]
+    finite = np.isfinite(values)
+    bands = np.full(n, "", dtype=object)
+    if finite.any():
+        bands[finite] = np.array(AFDB_BANDS, dtype=object)[band_index(values[finite])]
+    parts = []
+    for i in range(n):
+        aa = escape(display_text(seq[i] if i < len(seq) else "?"))
+        cls = f"res band-{bands[i]}" if bands[i] else "res"
+        value = f"{values[i]:.1f}" if finite[i] else "–"
+        parts.append(f'<span class="{cls}" data-resi="{i + 1}" title="{aa}{i + 1} pLDDT {value}">'
+                     f"{aa}</span>")
+        if (i + 1) % 10 == 0:
+            parts.append('<span class="gap"> </span>')
+    return Markup("".join(parts))
 
 
 @functools.lru_cache(maxsize=32)

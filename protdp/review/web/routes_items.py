@@ -13,7 +13,7 @@ from protdp.review.files import (STRUCTURE_KINDS, item_files, read_item_file, re
 from protdp.review.hygiene import int_in_range
 from protdp.review.schema import ACTIONS, FINAL_STATES, ID_MAX
 from protdp.review.web.auth import HTTPProblem, Viewer, acting, require_page, require_post
-from protdp.review.web.render import coverage_plot, pae_png, plddt_plot, residue_track
+from protdp.review.web.render import coverage_plot, pae_png, plddt_plot, residue_html
 
 router = APIRouter()
 
@@ -31,9 +31,10 @@ def _wants_json(request: Request) -> bool:
     return "application/json" in request.headers.get("accept", "")
 
 
-def item_context(request: Request, who: Viewer, item: dict) -> dict:
-    """Everything the workbench template shows for `item`."""
-    store, roots = request.app.state.store, request.app.state.files_roots
+def item_context(request: Request, who: Viewer, item_id: int) -> dict:
+    """Everything the workbench template shows for item `item_id` (one read transaction)."""
+    view = request.app.state.store.item_view(item_id)
+    item, roots = view["item"], request.app.state.files_roots
     scores = item["scores"]
     plddt = scores.get("plddt") or []
     files = {k: f"/items/{item['id']}/files/{k}" for k in item_files(item)
@@ -41,24 +42,21 @@ def item_context(request: Request, who: Viewer, item: dict) -> dict:
     structure = next(((k, files[k]) for k in STRUCTURE_KINDS if k in files), None)
     coverage = scores.get("msa_coverage")
     mine = item["state"] == "claimed" and item["claimed_by"] == who.name
-    decidable = item["state"] == "pending" or mine
-    prev_id, next_id = store.neighbours(item["id"])
     return dict(viewer=who, item=item, scores=scores, files=files, structure=structure,
-                plot=plddt_plot(plddt), residues=residue_track(scores.get("sequence"), plddt),
+                plot=plddt_plot(plddt), residues=residue_html(scores.get("sequence"), plddt),
                 coverage=coverage_plot(coverage, scores.get("msa_rows_used"))
                 if isinstance(coverage, list) and coverage else None,
                 has_pae="scores" in files and pae_png(resolve_item_file(item, "scores", roots))
-                is not None, events=store.events(item["id"]),
-                final=item["state"] in FINAL_STATES, mine=mine, decidable=decidable,
-                actions=list(ACTIONS), prev_id=prev_id, next_id=next_id, draft="", error=None,
-                limits=store.limits(), band_scale=band_scale())
+                is not None, events=view["events"], final=item["state"] in FINAL_STATES,
+                mine=mine, decidable=item["state"] == "pending" or mine, actions=list(ACTIONS),
+                prev_id=view["prev_id"], next_id=view["next_id"], draft="", error=None,
+                limits=view["limits"], band_scale=band_scale())
 
 
 @router.get("/items/{item_id}")
 def item_page(request: Request, item_id: str):
     who = require_page(request)
-    item = request.app.state.store.get(_id(item_id))
-    return request.app.state.render("item.html", **item_context(request, who, item))
+    return request.app.state.render("item.html", **item_context(request, who, _id(item_id)))
 
 
 @router.get("/items/{item_id}/files/{kind}")
@@ -129,7 +127,7 @@ def decide(request: Request, item_id: str, csrf_token: str = Form(""), action: s
         status = 400 if isinstance(exc, InputError) else 409
         if _wants_json(request):
             raise HTTPProblem(status, str(exc)) from None
-        ctx = item_context(request, who, request.app.state.store.get(item_n))
+        ctx = item_context(request, who, item_n)
         ctx.update(draft=comment, error=str(exc))
         return request.app.state.render("item.html", status, **ctx)
     return RedirectResponse(f"/queue?decided={item_n}", status_code=303)
