@@ -43,6 +43,7 @@ from protdp.review.store import QueueBusy, ReviewStore
 PG_URL = os.environ.get("PROTDP_TEST_PG_URL",
                         "postgresql://protdp:protdp@127.0.0.1:5432/protdp_test")
 ACTIONS = ("approve", "reject", "escalate")
+ACTIONS_DONE = ("approved", "rejected", "escalated")
 
 
 # ------------------------------------------------------------------------------ queues
@@ -188,7 +189,7 @@ def direct_worker(url: str, token: str, barrier, out_path: str) -> None:
         except QueueBusy:
             busy += 1
     store.close()
-    Path(out_path).write_text(json.dumps({"decided": decided, "busy": busy}))
+    Path(out_path).write_text(json.dumps({"decided": decided, "busy": busy, "name": rev.name}))
 
 
 def run_direct(url: str, tokens: list[str], workdir: Path) -> dict:
@@ -206,6 +207,7 @@ def run_direct(url: str, tokens: list[str], workdir: Path) -> dict:
     seconds = time.perf_counter() - t0
     results = [json.loads(o.read_text()) for o in outs]
     return {"seconds": seconds, "decided": [i for r in results for i in r["decided"]],
+            "decided_by": {i: r["name"] for r in results for i in r["decided"]},
             "busy": sum(r["busy"] for r in results)}
 
 
@@ -225,9 +227,6 @@ def invariants(store: ReviewStore, decided_by: dict[int, str], n_items: int) -> 
     return {"double_claims": double, "lost_decisions": lost,
             "decided_in_db": sum(1 for r in rows.values() if r["state"] in ACTIONS_DONE),
             "audit_verified": store.verify()["ok"]}
-
-
-ACTIONS_DONE = ("approved", "rejected", "escalated")
 
 
 def pct(values: list[float]) -> dict:
@@ -254,14 +253,12 @@ def one_config(backend: str, n_reviewers: int, n_items: int, workdir: Path) -> d
     with queue_url(backend, workdir) as url:
         store, tokens = fill(url, n_reviewers, n_items)
         direct = run_direct(url, tokens, workdir)
-        d_by = {}
-        names = store.reviewers()
-        del names
-        for i in direct["decided"]:
-            d_by[i] = store.get(i)["decided_by"]
+        d_by = direct["decided_by"]
         direct_res = {"seconds": round(direct["seconds"], 3), "decisions": len(direct["decided"]),
                       "decisions_per_s": round(len(direct["decided"]) / direct["seconds"], 2),
-                      "busy_retries": direct["busy"], **invariants(store, d_by, n_items)}
+                      "busy_retries": direct["busy"],
+                      "decisions_repeated": len(direct["decided"]) - len(d_by),
+                      **invariants(store, d_by, n_items)}
         store.close()
     return {"backend": backend, "reviewers": n_reviewers, "items": n_items, "web": web_res,
             "direct": direct_res,

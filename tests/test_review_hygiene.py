@@ -3,9 +3,7 @@ characters, bidi overrides, huge integers, a stalled SQLite writer."""
 
 from __future__ import annotations
 
-import os
 import sqlite3
-import threading
 import time
 
 import pytest

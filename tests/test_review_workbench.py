@@ -194,8 +194,6 @@ def test_claim_next_never_collides_between_two_reviewers(bench, browser):
         assert all(store.get(i)["claimed_by"] == name for i in ids)
     assert problems == [], problems
     # release everything again for the next test
-    admin_token = tokens.get("admin")
-    del admin_token
     for name in ("alice", "bob"):
         rev = store.reviewer(tokens[name])
         for i in got[name]:
@@ -222,7 +220,6 @@ def test_keyboard_shortcuts_lease_renewal_drafts_and_batch(bench, browser):
     page.wait_for_url(base + "/items/2")
     lease = page.inner_text("#lease")
     assert re.search(r"your lease: 1[45]:\d\d left", lease), lease
-    page.evaluate("document.getElementById('lease').dataset.remaining")
     page.click("#renew")
     page.wait_for_function("/your lease: 1[45]:\\d\\d left/.test(document.getElementById('lease')"
                            ".textContent)")
