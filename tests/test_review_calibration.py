@@ -188,3 +188,21 @@ def test_predict_applies_the_reviewed_calibration_and_records_it(sqlite_url, tmp
     prov = json.loads((tmp_path / "out2" / "targets" / "t1" / "provenance.json").read_text())
     assert [c["path"] for c in prov["config"]["gate_policy"]["calibrations"]] == [
         str((tmp_path / "explicit.json").resolve())]
+
+
+def test_from_reviews_never_creates_or_touches_a_non_queue(tmp_path, capsys):
+    import sqlite3
+
+    missing = tmp_path / "typo.sqlite"
+    assert protdp_main(["calibrate", "--from-reviews", str(missing), "--out", str(tmp_path)]) == 2
+    assert "no review queue" in capsys.readouterr().err and not missing.exists()
+    other = tmp_path / "other.sqlite"
+    con = sqlite3.connect(other)
+    con.execute("CREATE TABLE t (a)")
+    con.commit()
+    con.close()
+    assert protdp_main(["calibrate", "--from-reviews", str(other), "--out", str(tmp_path)]) == 2
+    assert "is not a review queue" in capsys.readouterr().err
+    tables = sqlite3.connect(other).execute("SELECT name FROM sqlite_master").fetchall()
+    assert tables == [("t",)]
+    assert not (tmp_path / "review_calibration.json").exists()

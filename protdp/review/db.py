@@ -74,8 +74,9 @@ class Database:
     """Engine and transactions for the queue at `url` (SQLite path/URL or postgresql://)."""
 
     def __init__(self, url: str = DEFAULT_QUEUE_URL, *,
-                 busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S):
+                 busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S, create: bool = True):
         self.url = normalize_url(url)
+        self.create = create
         self.busy_timeout_s = float(busy_timeout_s)
         try:
             parsed = make_url(self.url)
@@ -98,6 +99,8 @@ class Database:
                              field="queue-url")
         if not Path(db).parent.exists():
             raise InputError(f"directory of SQLite queue {db} does not exist", field="queue-url")
+        if not self.create and not Path(db).is_file():
+            raise QueueError(f"no review queue at {db}")
         busy_s = self.busy_timeout_s
         engine = create_engine(parsed, connect_args={"timeout": busy_s})
 
@@ -142,8 +145,8 @@ class Database:
         try:
             conn = self.engine.connect()
         except DBAPIError as exc:
-            raise QueueError(f"cannot open review queue {self.safe_url}: "
-                             f"{str(exc.orig).strip()}") from None
+            detail = "; ".join(ln.strip() for ln in str(exc.orig).strip().splitlines())
+            raise QueueError(f"cannot open review queue {self.safe_url}: {detail}") from None
         try:
             with conn:
                 conn.execution_options(protdp_readonly=readonly)
@@ -174,6 +177,9 @@ class Database:
             if self.dialect == "postgresql":  # serialise concurrent first use on many nodes
                 conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _SCHEMA_LOCK_KEY})
             if not inspect(conn).has_table("review_meta"):
+                if not self.create:
+                    raise QueueError(f"{self.safe_url} is not a review queue (no review_meta "
+                                     "table); nothing was changed")
                 metadata.create_all(conn)
                 for ddl in APPEND_ONLY_DDL[self.dialect]:
                     conn.exec_driver_sql(ddl)

@@ -97,8 +97,9 @@ class ReviewStore:
     """The review queue at `url` (SQLite path/URL or `postgresql://...`); creates/migrates schema."""
 
     def __init__(self, url: str = DEFAULT_QUEUE_URL, *,
-                 busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S):
-        self.db = Database(url, busy_timeout_s=busy_timeout_s)
+                 busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S, create: bool = True):
+        """`create=False`: an existing queue only (readers must not create one by accident)."""
+        self.db = Database(url, busy_timeout_s=busy_timeout_s, create=create)
         self.db.ensure_schema()
         self.url, self.dialect, self.safe_url = self.db.url, self.db.dialect, self.db.safe_url
         self.engine = self.db.engine

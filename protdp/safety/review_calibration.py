@@ -241,7 +241,7 @@ def calibrate_from_reviews(queue_url: str, out_dir: str | Path, *, floor: GatePo
     """Read the queue, fit, write review_calibration.json (+ .png when fitted); returns it."""
     from protdp.review.store import ReviewStore
 
-    store = ReviewStore(queue_url)
+    store = ReviewStore(queue_url, create=False)
     try:
         records = store.export_records()
         source = store.safe_url
