@@ -136,7 +136,7 @@ def test_end_to_end_real_chain(tmp_path, ckpt, chain_2p90):
     assert float(rows[0]["mean_plddt"]) == pytest.approx(plddt.mean(), abs=0.006)
     items = ReviewStore(res.queue_url).list()
     assert [(i["target"], set(i["reasons"])) for i in items] == [("2p90_A02", set(scores["reasons"]))]
-    assert items[0]["paths"]["pdb"] == str(tdir / "2p90_A02.pdb")
+    assert items[0]["folder"] == str(tdir) and items[0]["paths"]["pdb"] == "2p90_A02.pdb"
 
 
 def test_resume_skips_complete_targets(tmp_path, ckpt, data_dir):
@@ -371,7 +371,7 @@ def test_flagged_prediction_opens_in_the_review_ui(tmp_path, ckpt):
     fasta, _ = write_inputs(tmp_path, [("<b>x</b>", "MKTAYIAKQRQISF")])
     res = predict(ckpt, fasta, tmp_path / "out", config=CFG, progress=False, release_gate="off")
     store = ReviewStore(res.queue_url)
-    token = store.add_reviewer("alice")
+    token = store.admin(store.init_admin()).add_reviewer("alice")
     client = TestClient(create_app(store, secret=b"s" * 32))
     page = client.get("/login")
     csrf = re.search(r'name="login_csrf" value="(\w+)"', page.text).group(1)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from protdp.errors import ConfigError, DistributedError, InputError
 from protdp.inference.predictor import PredictConfig
@@ -64,20 +65,35 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _gate_policy(args):
-    """Gate policy YAML, tightened by a calibration report (explicit, or beside the checkpoint)."""
+    """Gate policy YAML, tightened by calibration reports: `--calibration` (a pLDDT-vs-lDDT
+    report or a reviewed calibration from `protdp calibrate --from-reviews`) and, for a kind
+    not given explicitly, CHECKPOINT/calibration.json and CHECKPOINT/review_calibration.json
+    when present. Calibrations only tighten; the policy's `calibrations` (path, sha256, what
+    changed) are recorded in provenance.json with the rest of the policy."""
     from protdp.gating import load_calibrated_policy, load_gate_policy
+    from protdp.gating.policy import (CALIBRATION_FORMAT, REVIEWED_CALIBRATION_FORMAT,
+                                      read_calibration_report)
     from protdp.inference.checkpoint import checkpoint_home
 
     policy = load_gate_policy(args.gating)
-    calibration = args.calibration
-    beside = checkpoint_home(args.checkpoint) / "calibration.json"
-    if calibration is None and beside.is_file():
-        calibration = beside
-    if calibration is None:
-        return policy
-    policy = load_calibrated_policy(calibration, policy)
-    print(f"protdp predict: gate threshold mean pLDDT >= {policy.accept_mean_plddt:g} "
-          f"(calibrated: {calibration})")
+    reports = []
+    if args.calibration is not None:
+        reports.append(Path(args.calibration))
+    given = {read_calibration_report(p)["format"] for p in reports}
+    home = checkpoint_home(args.checkpoint)
+    for name, kind in (("calibration.json", CALIBRATION_FORMAT),
+                       ("review_calibration.json", REVIEWED_CALIBRATION_FORMAT)):
+        if kind not in given and (home / name).is_file():
+            reports.append(home / name)
+    for path in reports:
+        before = policy
+        policy = load_calibrated_policy(path, policy)
+        if policy is before:
+            print(f"protdp predict: {path} changes nothing (too few reviews)")
+            continue
+        print(f"protdp predict: gate threshold mean pLDDT >= {policy.accept_mean_plddt:g} "
+              f"(calibrated: {path}); very-low fraction <= {policy.max_very_low_fraction:g}, "
+              f"MSA depth >= {policy.min_msa_depth}")
     return policy
 
 

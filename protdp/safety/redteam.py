@@ -39,6 +39,7 @@ from protdp.inference.predictor import PredictConfig
 from protdp.inference.writers import safe_name
 from protdp.paths import data_root
 from protdp.resources import config_file, resolve_config
+from protdp.review.hygiene import escape_controls
 from protdp.review.store import ReviewStore
 from protdp.workflows import predict
 
@@ -452,7 +453,8 @@ def _global_checks(n_cases: int, rows: list[dict], crashed: str | None, escaped:
     queued every flagged prediction."""
     by_index = {r["index"] for r in rows}
     tsv = (pred_out / "summary.tsv").read_text() if (pred_out / "summary.tsv").is_file() else ""
-    flagged = {r["target"] for r in rows if r["route"] == "needs_review"}
+    # the queue stores names with control characters escaped (protdp.review.hygiene)
+    flagged = {escape_controls(r["target"]) for r in rows if r["route"] == "needs_review"}
     queued = set()
     if rows and queue_url:
         store = ReviewStore(queue_url)
