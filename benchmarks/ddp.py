@@ -406,22 +406,15 @@ def bus_bw(nbytes: int, seconds: float, world: int) -> float:
 
 
 # ---------------------------------------------------------------------------- worker
-def worker(args) -> dict | None:
-    torch.set_num_threads(args.threads)
-    init_distributed(timeout=300)
-    rank, world = dist.get_rank(), dist.get_world_size()
-    factory, loss = make_workload(args)
-    plain = factory()
-    nparams = sum(p.numel() for p in plain.parameters())
-    grad_bytes = 4 * nparams
-    flat = torch.zeros(nparams)
-    engines = {name: Engine(name, factory, loss, args, world) for name in args.configs}
+def _run_rounds(engines: dict, plain: nn.Module, loss, flat: torch.Tensor, args):
+    """Warm up, then interleaved timed rounds (load changes hit every config alike); also the
+    plain fwd+bwd and a flat all_reduce of all the gradient bytes each round."""
     compute, flat_s = [], []
     for _ in range(args.warmup):
         for e in engines.values():
             e.step()
             e.settle()
-    for _ in range(args.rounds):  # interleaved rounds: load changes hit every config alike
+    for _ in range(args.rounds):
         for e in engines.values():
             dist.barrier()
             threads0 = thread_cpu_s()
@@ -437,31 +430,66 @@ def worker(args) -> dict | None:
             compute.append(time.perf_counter() - t0)
             plain.zero_grad(set_to_none=False)
         flat_s.append(timed(lambda: dist.all_reduce(flat), 2))
+    return compute, flat_s
+
+
+def _config_row(e, result: dict, grad_bytes: int, world: int) -> dict:
+    """Medians of one config's steps: time, CPU, memory, exposed vs total communication."""
+    med = {k: statistics.median(r[k] for r in e.records) for k in e.records[0]}
+    row = {"step_s": med["step_s"], "fwd_bwd_s": med["fwd_bwd_s"], "opt_s": med["opt_s"],
+           "cpu_s": statistics.mean(r["cpu_s"] for r in e.records),
+           "cpu_s_by_thread": {k: round(v, 5) for k, v in sorted(e.cpu_by_role.items())},
+           "step_s_all": [round(r["step_s"], 4) for r in e.records],
+           "optimizer_state_bytes": e.state_bytes(), "resident_mb": round(e.rss_mb, 1)}
+    if "grad_wait_s" in med:
+        row["exposed_comm_s"] = med["grad_wait_s"] + med["param_wait_s"]
+        row["total_comm_s"] = med["grad_comm_s"] + med["param_comm_s"]
+        row["grad_exposed_s"], row["grad_comm_s"] = med["grad_wait_s"], med["grad_comm_s"]
+        row["param_exposed_s"], row["param_comm_s"] = med["param_wait_s"], med["param_comm_s"]
+        row["bucketed_busbw_gbs"] = bus_bw(grad_bytes, med["grad_comm_s"], world)
+        row["comm_measured"] = "exposed = waits in finish_grad_sync/param gather; total = " \
+                               "union of in-flight intervals of the bucket collectives"
+    else:
+        row["exposed_comm_s"] = max(0.0, med["fwd_bwd_s"] - result["compute_s"])
+        row["total_comm_s"] = result["flat_all_reduce_s"]
+        row["comm_measured"] = "exposed = DDP fwd+bwd - plain fwd+bwd; total ~ flat all_reduce"
+    row["exposed_over_total_comm"] = (row["exposed_comm_s"] / row["total_comm_s"]
+                                      if row["total_comm_s"] > 0 else None)
+    return row
+
+
+def _describe_run(result: dict, args, rank: int, world: int, nparams: int) -> None:
+    """Per-rank memory/state, workload and backend (collective: every rank calls it)."""
+    result["peak_rss_mb"] = peak_rss_mb()
+    gathered = [None] * world
+    dist.all_gather_object(gathered, {"rank": rank, "peak_rss_mb": result["peak_rss_mb"],
+                                      "host": socket.gethostname(),
+                                      "state_bytes": {n: r["optimizer_state_bytes"]
+                                                      for n, r in result["configs"].items()}})
+    result.update(per_rank=gathered, world_size=world, num_params=nparams, grad_bytes=4 * nparams,
+                  backend=dist.get_backend())
+    result["workload"] = {k: getattr(args, k) for k in (
+        "model", "width", "depth", "batch", "bucket_mb", "accel_ms", "steps", "rounds", "warmup",
+        "threads", "clip_grad")}
+    if args.model == "evoformer":
+        result["workload"].update(evo_config=args.evo_config, evo_len=args.evo_len,
+                                  evo_msa=args.evo_msa)
+
+
+def worker(args) -> dict | None:
+    torch.set_num_threads(args.threads)
+    init_distributed(timeout=300)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    factory, loss = make_workload(args)
+    plain = factory()
+    nparams = sum(p.numel() for p in plain.parameters())
+    engines = {name: Engine(name, factory, loss, args, world) for name in args.configs}
+    compute, flat_s = _run_rounds(engines, plain, loss, torch.zeros(nparams), args)
     result = {"compute_s": statistics.median(compute), "flat_all_reduce_s": statistics.median(flat_s),
               "configs": {}}
-    result["flat_busbw_gbs"] = bus_bw(grad_bytes, result["flat_all_reduce_s"], world)
+    result["flat_busbw_gbs"] = bus_bw(4 * nparams, result["flat_all_reduce_s"], world)
     for name, e in engines.items():
-        med = {k: statistics.median(r[k] for r in e.records) for k in e.records[0]}
-        row = {"step_s": med["step_s"], "fwd_bwd_s": med["fwd_bwd_s"], "opt_s": med["opt_s"],
-               "cpu_s": statistics.mean(r["cpu_s"] for r in e.records),
-               "cpu_s_by_thread": {k: round(v, 5) for k, v in sorted(e.cpu_by_role.items())},
-               "step_s_all": [round(r["step_s"], 4) for r in e.records],
-               "optimizer_state_bytes": e.state_bytes(), "resident_mb": round(e.rss_mb, 1)}
-        if "grad_wait_s" in med:
-            row["exposed_comm_s"] = med["grad_wait_s"] + med["param_wait_s"]
-            row["total_comm_s"] = med["grad_comm_s"] + med["param_comm_s"]
-            row["grad_exposed_s"], row["grad_comm_s"] = med["grad_wait_s"], med["grad_comm_s"]
-            row["param_exposed_s"], row["param_comm_s"] = med["param_wait_s"], med["param_comm_s"]
-            row["bucketed_busbw_gbs"] = bus_bw(grad_bytes, med["grad_comm_s"], world)
-            row["comm_measured"] = "exposed = waits in finish_grad_sync/param gather; total = " \
-                                   "union of in-flight intervals of the bucket collectives"
-        else:
-            row["exposed_comm_s"] = max(0.0, med["fwd_bwd_s"] - result["compute_s"])
-            row["total_comm_s"] = result["flat_all_reduce_s"]
-            row["comm_measured"] = "exposed = DDP fwd+bwd - plain fwd+bwd; total ~ flat all_reduce"
-        row["exposed_over_total_comm"] = (row["exposed_comm_s"] / row["total_comm_s"]
-                                          if row["total_comm_s"] > 0 else None)
-        result["configs"][name] = row
+        result["configs"][name] = _config_row(e, result, 4 * nparams, world)
     base = result["configs"].get("torch_ddp", {}).get("step_s")
     for row in result["configs"].values():
         row["ratio_to_torch_ddp"] = row["step_s"] / base if base else None
@@ -472,24 +500,7 @@ def worker(args) -> dict | None:
     result["zero1_bounds"] = zero1_bounds(result, critical_path_times(plain, loss, layouts),
                                           zero1_transfers(nparams, world))
     result["collectives"] = collective_choice(world)
-    result["peak_rss_mb"] = peak_rss_mb()
-    gathered = [None] * world
-    dist.all_gather_object(gathered, {"rank": rank, "peak_rss_mb": result["peak_rss_mb"],
-                                      "host": socket.gethostname(),
-                                      "state_bytes": {n: r["optimizer_state_bytes"]
-                                                      for n, r in result["configs"].items()}})
-    result["per_rank"] = gathered
-    result["world_size"] = world
-    result["num_params"] = nparams
-    result["grad_bytes"] = grad_bytes
-    result["workload"] = {k: getattr(args, k) for k in ("model", "width", "depth", "batch",
-                                                        "bucket_mb", "accel_ms", "steps", "rounds",
-                                                        "warmup",
-                                                        "threads", "clip_grad")}
-    if args.model == "evoformer":
-        result["workload"].update(evo_config=args.evo_config, evo_len=args.evo_len,
-                                  evo_msa=args.evo_msa)
-    result["backend"] = dist.get_backend()
+    _describe_run(result, args, rank, world, nparams)
     for e in engines.values():
         e.settle()
     dist.barrier()

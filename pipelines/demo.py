@@ -4,6 +4,7 @@
 2. print the per-rank sharding summary for 2 data-parallel ranks
 3. pretrain the small model on 2 CPU ranks (torchrun, --overlap-grad-reduce,
    --use-distributed-optimizer), printing the step-time breakdown and train/val lDDT
+   and the release record of the final checkpoint (calibration, red-team, screening);
 4. predict the held-out chains, route them through the confidence gate, enqueue the flagged
    ones in the SQLite review queue, and print the command that opens the review UI
 
@@ -14,6 +15,7 @@ PROTDP_DEMO_ITERS (training iterations; default from configs/train/demo.yaml).
 from __future__ import annotations
 
 import csv
+import json
 import os
 import shutil
 import subprocess
@@ -36,6 +38,7 @@ from protdp.inference.writers import safe_name  # noqa: E402
 from protdp.paths import data_root  # noqa: E402
 from protdp.resources import config_file  # noqa: E402
 from protdp.train.args import parse_args  # noqa: E402
+from protdp.train.checkpointing import RELEASE_FILE, latest_checkpoint  # noqa: E402
 from protdp.train.launch import torchrun_cmd, worker_env  # noqa: E402
 from protdp.train.trainer import split_families  # noqa: E402
 from protdp.workflows import predict, review_commands  # noqa: E402
@@ -89,7 +92,7 @@ def chains_from_pairs(pair_ids: Sequence[str], pairs_tsv: str | Path | None = No
 def predict_chains(checkpoint: str | Path, chains: Sequence[tuple], out_dir: str | Path, *,
                    queue_url: str | None = None, gating: str | Path | GatePolicy | None = None,
                    screening: str | Path | None = None, config: PredictConfig | None = None,
-                   progress: bool = True) -> DemoPrediction:
+                   progress: bool = True, release_gate: str = "enforce") -> DemoPrediction:
     """Predict `(target_id, sequence, msa)` chains, `msa` a path, a list of paths (merged) or
     None (e.g. `chains_from_pairs(held_out_ids)`): writes `out_dir/inputs/targets.fasta`,
     links the MSAs into `out_dir/inputs/msa/`, runs `predict`, and returns the route counts
@@ -111,9 +114,28 @@ def predict_chains(checkpoint: str | Path, chains: Sequence[tuple], out_dir: str
     fasta = out_dir / "inputs" / "targets.fasta"
     fasta.write_text("\n".join(lines) + "\n")
     result = predict(checkpoint, fasta, out_dir, msa_dir=msa_dir, config=config, gating=gating,
+                     release_gate=release_gate,
                      screening=screening, queue_url=queue_url, progress=progress)
     return DemoPrediction(result.counts, review_commands(result.queue_url), result.summary_path,
                           result.queue_url, result)
+
+
+def show_release_record(run_dir: Path) -> bool:
+    """Print the release record the trainer's release check wrote for the final checkpoint;
+    True when it may serve predictions."""
+    ckpt = latest_checkpoint(run_dir)
+    record = ckpt / RELEASE_FILE if ckpt else None
+    if record is None or not record.is_file():
+        print(f"no release record for {ckpt} (see its release.log)")
+        return False
+    doc = json.loads(record.read_text())
+    print(f"release record {record}:")
+    for c in doc["checks"]:
+        value = "per band" if isinstance(c["value"], dict) else c["value"]
+        print(f"  {'pass' if c['passed'] else 'FAIL'}  {c['name']:<26} {value!s:<22} "
+              f"({c['op']} {c['threshold']}) {c['detail']}")
+    print(f"  verdict: {doc['verdict']}")
+    return doc["verdict"] == "released"
 
 
 def banner(text: str) -> None:
@@ -152,11 +174,16 @@ def main() -> int:
         print(f"demo: training failed with exit code {rc}", file=sys.stderr)
         return rc
     print(f"plots: protdp report {run_dir}")
+    released = show_release_record(run_dir)
 
     banner("4/4 predict the held-out chains through the confidence gate")
     chains = chains_from_pairs(held_out_ids(store_path, demo_train_argv(store_path, run_dir, iters)))
     queue_url = f"sqlite:///{out / 'review_queue.sqlite'}"
-    pred = predict_chains(run_dir, chains, out / "predictions", queue_url=queue_url)
+    if not released:
+        print("the demo checkpoint is not released: predicting with --allow-unreleased, so every "
+              "prediction goes to human review (reason unreleased_checkpoint)")
+    pred = predict_chains(run_dir, chains, out / "predictions", queue_url=queue_url,
+                          release_gate="enforce" if released else "review")
     c = pred.counts
     print(f"held-out chains: {len(chains)}  accepted: {c.get('accepted', 0)}  "
           f"sent to review: {c.get('needs_review', 0)}  rejected: {c.get('rejected', 0)}")

@@ -17,10 +17,13 @@ SUBCOMMANDS = {
     "data": ("protdp.data.cli", "build and inspect the HDF5 family store"),
     "train": ("protdp.train.cli", "pretrain with Megatron-style flags (same as pipelines/pretrain.py)"),
     "report": ("protdp.train.cli:report", "render loss/lDDT curves and the step-time breakdown of a run"),
+    "msa": ("protdp.msa.cli", "MSA search with pyhmmer (AF2 jackhmmer settings) for FASTA targets"),
     "predict": ("protdp.inference.cli", "batch structure prediction with the confidence gate"),
     "review": ("protdp.review.cli", "human review queue: reviewers, claims, decisions, web UI"),
     "redteam": ("protdp.safety.cli:redteam", "adversarial cases against the predictor and gate"),
     "calibrate": ("protdp.safety.cli:calibrate", "pLDDT vs true lDDT calibration report"),
+    "release": ("protdp.safety.cli:release", "release gate of a checkpoint (calibration, red-team, "
+                                             "screening) -> release.json"),
     "plan": ("protdp.planning.cli", "memory and parallelism planner"),
     "weights": ("protdp.weights.cli", "AlphaFold2/OpenFold weights: import, export, compare to AlphaFold"),
 }

@@ -19,7 +19,7 @@ def display_url(queue_url: str) -> str:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
-    from protdp.review.store import normalize_url
+    from protdp.review.db import normalize_url
     try:
         return make_url(normalize_url(queue_url)).render_as_string(hide_password=True)
     except ArgumentError:
@@ -28,24 +28,26 @@ def display_url(queue_url: str) -> str:
 
 class QueueSink:
     """A `ReviewSink` over the review queue at `queue_url`, opened on the first flagged
-    prediction (a batch where nothing needs review creates no queue)."""
+    prediction (a batch where nothing needs review creates no queue). It holds the queue's
+    enqueue-only door (`protdp.review.enqueue.Enqueuer`): the predictor cannot claim, decide
+    or manage reviewers."""
 
     def __init__(self, queue_url: str):
         self.queue_url = queue_url
         self.display = display_url(queue_url)
-        self._store = None
+        self._enqueuer = None
 
     def enqueue(self, prediction_id, target, scores, paths, reasons, *, details, actor) -> int:
-        if self._store is None:
-            from protdp.review.store import ReviewStore
-            self._store = ReviewStore(self.queue_url)
-        return self._store.enqueue(prediction_id, target, scores, paths, reasons,
-                                   details=details, actor=actor)
+        if self._enqueuer is None:
+            from protdp.review.enqueue import Enqueuer
+            self._enqueuer = Enqueuer(self.queue_url)
+        return self._enqueuer.enqueue(prediction_id, target, scores, paths, reasons,
+                                      details=details, actor=actor)
 
     def close(self) -> None:
-        if self._store is not None:
-            self._store.close()
-            self._store = None
+        if self._enqueuer is not None:
+            self._enqueuer.close()
+            self._enqueuer = None
 
 
 def predict(checkpoint, fasta: str | Path, out_dir: str | Path, *, queue_url: str | None = None,
@@ -60,5 +62,7 @@ def predict(checkpoint, fasta: str | Path, out_dir: str | Path, *, queue_url: st
 def review_commands(queue_url: str, port: int = 8765) -> str:
     """The commands that open the review UI on a queue (printed after a batch)."""
     url = printable(display_url(queue_url))
-    return (f"protdp review add-reviewer alice --queue-url {url}   # prints a login token once\n"
+    return (f"protdp review init-db --queue-url {url}   # once: prints the admin token\n"
+            f"PROTDP_REVIEW_ADMIN_TOKEN=... protdp review add-reviewer alice --queue-url {url}"
+            "   # prints alice's login token once\n"
             f"protdp review serve --queue-url {url} --host 127.0.0.1 --port {port}")

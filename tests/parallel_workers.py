@@ -353,6 +353,37 @@ def suite(rank: int, world: int, outdir: Path, res: dict):
     res["bf16_master_dtype"] = str(opt._shards[0].master.dtype)
 
 
+class SharedNet(nn.Module):
+    """One hidden Linear applied twice, each time under reentrant activation checkpointing: its
+    gradient is accumulated twice per backward (two inner backward passes), so its hook fires
+    twice. Without checkpointing the same function (the reference)."""
+
+    def __init__(self, reentrant: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.inp, self.shared, self.out = nn.Linear(IN, HID), nn.Linear(HID, HID), nn.Linear(HID, OUT)
+        self.reentrant = reentrant
+
+    def _block(self, h):
+        return torch.tanh(self.shared(h))
+
+    def forward(self, x):
+        h = torch.tanh(self.inp(x))
+        for _ in range(2):
+            h = (torch.utils.checkpoint.checkpoint(self._block, h, use_reentrant=True)
+                 if self.reentrant else self._block(h))
+        return self.out(h)
+
+
+def shared_params(rank: int, world: int, outdir: Path, res: dict):
+    """Parameters used more than once per backward: counts learned on the first step."""
+    ref, _ = train_reference(5, world, start=SharedNet(reentrant=False))
+    for name, kw in {"plain": {}, "distopt": dict(use_distributed_optimizer=True)}.items():
+        m, _, _ = train_ours(world, rank, cfg(world, **kw), 5, net=SharedNet(reentrant=True))
+        res[f"shared_{name}_vs_ref"] = max_rel(flat(m.module), flat(ref))
+        res[f"shared_{name}_expected"] = dict(m.expected_grads)
+
+
 def checkpoints(rank: int, world: int, outdir: Path, res: dict):
     """(g) save/load with resharding; run in the order world 3 -> 2 -> 1 on one directory."""
     from protdp.parallel import load_checkpoint, save_checkpoint

@@ -1,5 +1,6 @@
 """Helpers shared by the review-queue tests: a throwaway PostgreSQL schema per test, queue
-URL fixtures for both backends, realistic gated items, and the multi-process claim worker.
+URL fixtures for both backends, realistic gated items, queues with an admin and reviewers,
+and the multi-process claim worker.
 
 PostgreSQL comes from env PROTDP_TEST_PG_URL (.ci/run exports it) or the same default URL;
 an unreachable server makes the tests fail, never skip.
@@ -85,16 +86,45 @@ def gated_item(i: int, *, target: str | None = None, mean: float = 55.0, length:
                 paths=paths, reasons=decision.reasons, details=decision.details)
 
 
-def claim_worker(url: str, reviewer: str, barrier, out_path: str) -> None:
-    """Claim-and-decide until the queue is empty; write what this process did as JSON."""
+def queue_with(url: str, *names: str, admin_name: str = "admin"):
+    """(store, admin, {name: token}): a queue with its first admin and reviewers `names`."""
     from protdp.review.store import ReviewStore
 
     store = ReviewStore(url)
+    admin = store.admin(store.init_admin(admin_name))
+    return store, admin, {name: admin.add_reviewer(name) for name in names}
+
+
+def expire_leases(store) -> None:
+    """Move every live lease an hour into the past (stands in for waiting an hour)."""
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE review_items SET lease_expires_at = lease_expires_at - 3600 "
+                          "WHERE lease_expires_at IS NOT NULL"))
+
+
+def claim_worker(url: str, token: str, barrier, out_path: str) -> None:
+    """Claim-and-decide until the queue is empty; write what this process did as JSON."""
+    from protdp.review.store import QueueBusy, ReviewStore
+
+    store = ReviewStore(url)
+    reviewer = store.reviewer(token)
     claimed, errors = [], []
     barrier.wait()
+    busy = 0
+
+    def patiently(op, *args, **kwargs):
+        """A client retries when the queue says it is busy (what the message asks for)."""
+        nonlocal busy
+        for _ in range(20):
+            try:
+                return op(*args, **kwargs)
+            except QueueBusy:
+                busy += 1
+        return op(*args, **kwargs)
+
     while True:
         try:
-            item = store.claim(reviewer, lease_seconds=600)
+            item = patiently(reviewer.claim, lease_seconds=600)
         except Exception as exc:  # recorded; the test fails on any
             errors.append(f"claim: {exc!r}")
             break
@@ -103,11 +133,11 @@ def claim_worker(url: str, reviewer: str, barrier, out_path: str) -> None:
         claimed.append(item["id"])
         action = ("approve", "reject", "escalate")[item["id"] % 3]
         try:
-            store.decide(item["id"], reviewer, action, comment=f"{action} by {reviewer}")
+            patiently(reviewer.decide, item["id"], action, comment=f"{action} by {reviewer.name}")
         except Exception as exc:
             errors.append(f"decide {item['id']}: {exc!r}")
     store.close()
-    Path(out_path).write_text(json.dumps({"claimed": claimed, "errors": errors}))
+    Path(out_path).write_text(json.dumps({"claimed": claimed, "errors": errors, "busy": busy}))
 
 
 def open_worker(url: str, barrier, out_path: str) -> None:
@@ -122,3 +152,42 @@ def open_worker(url: str, barrier, out_path: str) -> None:
         Path(out_path).write_text("ok")
     except Exception as exc:  # recorded; the test fails on any
         Path(out_path).write_text(f"error: {exc}")
+
+
+def predict_into_queue(out_dir: Path, queue_url: str, data_dir: Path, *, pae_head: bool = True,
+                       seed: int = 0) -> Path:
+    """Run the real predictor (a tiny randomly initialised checkpoint, noised so pLDDT varies)
+    on the real chain 2p90_A02 with its MSA; the flagged prediction lands in `queue_url`.
+    Returns the prediction's folder."""
+    import torch
+
+    from protdp.config import load_config, read_yaml
+    from protdp.data.parse import parse_structure
+    from protdp.inference.checkpoint import save_model_checkpoint
+    from protdp.inference.predictor import PredictConfig
+    from protdp.model import build_model
+    from protdp.model.config import ModelConfig
+    from protdp.resources import config_file
+    from protdp.workflows import predict
+
+    torch.manual_seed(seed)
+    cfg = load_config(ModelConfig, {**read_yaml(config_file("model/tiny.yaml")),
+                                    "pae_head": pae_head})
+    model = build_model(cfg, verbose=False)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ckpt = save_model_checkpoint(model, None, out_dir / "tiny.pt", training_crop=32,
+                                 max_msa_rows=16)
+    chain = parse_structure(data_dir / "structures" / "2p90_A02.pdb")
+    fasta = out_dir / "targets.fasta"
+    fasta.write_text(f">2p90_A02\n{chain.sequence}\n")
+    msa_dir = out_dir / "msa"
+    msa_dir.mkdir(exist_ok=True)
+    (msa_dir / "2p90_A02.a3m").write_bytes(
+        (data_dir / "msa" / "2p90_A02.hhblits_subsample.a3m").read_bytes())
+    res = predict(ckpt, fasta, out_dir / "pred", msa_dir=msa_dir, queue_url=queue_url,
+                  config=PredictConfig(max_length=200, max_msa_rows=16), progress=False)
+    assert res.rows[0]["route"] == "needs_review", res.rows[0]
+    return out_dir / "pred" / "targets" / "2p90_A02"

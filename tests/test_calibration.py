@@ -154,7 +154,8 @@ def test_predict_uses_calibration_beside_checkpoint(tiny_checkpoint, tmp_path, c
     fasta = tmp_path / "t.fasta"
     fasta.write_text(">t1\nMKTAYIAKQRQISFVKSHFSRQ\n")
     out = tmp_path / "out"
-    assert predict_cli.main(["--checkpoint", str(ckpt), "--fasta", str(fasta), "--out", str(out),
+    assert predict_cli.main(["--allow-unreleased", "--checkpoint", str(ckpt), "--fasta", str(fasta),
+                             "--out", str(out),
                              "--no-progress"]) == 0
     assert "mean pLDDT >= 97.5 (calibrated" in capsys.readouterr().out
     prov = json.loads(next(out.glob("targets/*/provenance.json")).read_text())

@@ -26,7 +26,7 @@ def runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("parallel")
     results = {}
     for w in (3, 2, 1):
-        jobs = ["suite", "checkpoints", "ring_window"] + {3: ["failures"], 2: ["timeouts"],
+        jobs = ["suite", "checkpoints", "ring_window", "shared_params"] + {3: ["failures"], 2: ["timeouts"],
                                                          1: []}[w]
         results[w] = pw.spawn(jobs, w, out, timeout_s=FAILURE_TIMEOUT_S if w == 3 else 60.0)
     return out, results
@@ -54,6 +54,17 @@ def test_a_grads_match_torch_ddp_and_single_process(suite, world):
         assert res["a_num_buckets"] >= 2  # the bucketing path is exercised
         assert res["a_ours_vs_ddp"] <= TIGHT, res["a_ours_vs_ddp"]
         assert res["a_ours_vs_single"] <= TIGHT, res["a_ours_vs_single"]
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_shared_params_accumulated_twice_per_backward(runs, world):
+    """A weight whose hook fires twice per backward (reentrant checkpointing of a shared layer):
+    the engine learns 2 expected gradients on the first step and trains like one process."""
+    for res in _ranks({w: r["shared_params"] for w, r in runs[1].items()}, world):
+        for name in ("plain", "distopt"):
+            assert res[f"shared_{name}_expected"]["shared.weight"] == 2
+            assert res[f"shared_{name}_expected"]["inp.weight"] == 1
+            assert res[f"shared_{name}_vs_ref"] <= TIGHT, res[f"shared_{name}_vs_ref"]
 
 
 @pytest.mark.parametrize("world", WORLDS)

@@ -81,7 +81,7 @@ def test_end_to_end_real_chain(tmp_path, ckpt, chain_2p90):
     seq, msa_path = chain_2p90
     fasta, msa_dir = write_inputs(tmp_path, [("2p90_A02", seq)], {"2p90_A02.a3m": msa_path})
     out = tmp_path / "out"
-    res = predict(ckpt, fasta, out, msa_dir=msa_dir, config=CFG, progress=False)
+    res = predict(ckpt, fasta, out, msa_dir=msa_dir, config=CFG, progress=False, release_gate="off")
 
     tdir = out / "targets" / "2p90_A02"
     scores = json.loads((tdir / "scores.json").read_text())
@@ -136,19 +136,19 @@ def test_end_to_end_real_chain(tmp_path, ckpt, chain_2p90):
     assert float(rows[0]["mean_plddt"]) == pytest.approx(plddt.mean(), abs=0.006)
     items = ReviewStore(res.queue_url).list()
     assert [(i["target"], set(i["reasons"])) for i in items] == [("2p90_A02", set(scores["reasons"]))]
-    assert items[0]["paths"]["pdb"] == str(tdir / "2p90_A02.pdb")
+    assert items[0]["folder"] == str(tdir) and items[0]["paths"]["pdb"] == "2p90_A02.pdb"
 
 
 def test_resume_skips_complete_targets(tmp_path, ckpt, data_dir):
     records = [("a", "MKTAYIAKQRQISFVKSHFSRQ"), ("b", "GSHMLEDPVDAFQ"), ("c", "MQIFVKTLTGK")]
     fasta, msa_dir = write_inputs(tmp_path, records)
     out = tmp_path / "out"
-    first = predict(ckpt, fasta, out, msa_dir=msa_dir, config=CFG, progress=False)
+    first = predict(ckpt, fasta, out, msa_dir=msa_dir, config=CFG, progress=False, release_gate="off")
     assert [r["status"] for r in first.rows] == ["predicted"] * 3
     stamp = {t: os.stat(out / "targets" / t / "provenance.json").st_mtime_ns for t in "abc"}
     n_items = len(ReviewStore(first.queue_url).list(state=None))
 
-    again = predict(ckpt, fasta, out, msa_dir=msa_dir, config=CFG, progress=False)
+    again = predict(ckpt, fasta, out, msa_dir=msa_dir, config=CFG, progress=False, release_gate="off")
     assert [r["status"] for r in again.rows] == ["skipped"] * 3
     assert [r["route"] for r in again.rows] == [r["route"] for r in first.rows]
     assert {t: os.stat(out / "targets" / t / "provenance.json").st_mtime_ns for t in "abc"} == stamp
@@ -157,13 +157,13 @@ def test_resume_skips_complete_targets(tmp_path, ckpt, data_dir):
     # an incomplete target (lost structure file) and a changed input (new MSA) are redone
     (out / "targets" / "a" / "a.pdb").unlink()
     (msa_dir / "b.a3m").write_text(">b\nGSHMLEDPVDAFQ\n>hom\nGSHMLEDPVDAYQ\n")
-    third = predict(ckpt, fasta, out, msa_dir=msa_dir, config=CFG, progress=False)
+    third = predict(ckpt, fasta, out, msa_dir=msa_dir, config=CFG, progress=False, release_gate="off")
     assert [r["status"] for r in third.rows] == ["predicted", "predicted", "skipped"]
     assert (out / "targets" / "a" / "a.pdb").is_file()
     assert json.loads((out / "targets" / "b" / "scores.json").read_text())["msa_depth"] == 2
 
     # a re-run against another queue skips the work but still queues every flagged target
-    other = predict(ckpt, fasta, out, msa_dir=msa_dir, config=CFG, progress=False,
+    other = predict(ckpt, fasta, out, msa_dir=msa_dir, config=CFG, progress=False, release_gate="off",
                     queue_url=str(tmp_path / "other.sqlite"))
     assert [r["status"] for r in other.rows] == ["skipped"] * 3
     flagged = sorted(r["target"] for r in other.rows if r["route"] == "needs_review")
@@ -179,7 +179,7 @@ def test_pae_head_scores_and_masked_queue_password(tmp_path):
     cfg = load_config(ModelConfig, {**read_yaml(TINY), "pae_head": True})
     ckpt = save_model_checkpoint(build_model(cfg, verbose=False), None, tmp_path / "pae.pt")
     fasta, _ = write_inputs(tmp_path, [("p", "MKTAYIAKQRQISF")])
-    res = predict(ckpt, fasta, tmp_path / "out", config=CFG, progress=False)
+    res = predict(ckpt, fasta, tmp_path / "out", config=CFG, progress=False, release_gate="off")
     scores = json.loads((tmp_path / "out" / "targets" / "p" / "scores.json").read_text())
     pae = np.array(scores["pae"])
     assert pae.shape == (14, 14) and np.all(pae >= 0) and 0 <= scores["ptm"] <= 1
@@ -199,7 +199,7 @@ def test_bad_targets_are_recorded_and_the_batch_goes_on(tmp_path, ckpt, data_dir
     fasta, msa_dir = write_inputs(tmp_path, records, {
         "mismatch.a3m": data_dir / "msa" / "2q2k_A.bfd_uniclust.a3m", "badmsa.a3m": bad_a3m})
     out = tmp_path / "out"
-    res = predict(ckpt, fasta, out, msa_dir=msa_dir, config=CFG, progress=False)
+    res = predict(ckpt, fasta, out, msa_dir=msa_dir, config=CFG, progress=False, release_gate="off")
     by = [(r["target"], r["route"], r["detail"]) for r in res.rows]
     assert [b[1] for b in by] == ["needs_review", "rejected", "rejected", "rejected", "rejected",
                                   "rejected", "rejected", "rejected", "needs_review"]
@@ -226,7 +226,7 @@ def test_target_ids_never_write_outside_out(tmp_path, ckpt):
     work.mkdir(parents=True)
     out = work / "out"
     before = set(tmp_path.rglob("*"))
-    res = predict(ckpt, fasta, out, msa_dir=msa_dir, config=CFG, progress=False,
+    res = predict(ckpt, fasta, out, msa_dir=msa_dir, config=CFG, progress=False, release_gate="off",
                   queue_url=str(tmp_path / "queue.sqlite"))
     created = {p for p in set(tmp_path.rglob("*")) - before}
     outside = [p for p in created if not (p == work or p.is_relative_to(out))
@@ -296,7 +296,7 @@ def test_screening_hit_is_routed_to_review(tmp_path, ckpt):
     fasta, msa_dir = write_inputs(tmp_path, [("ubq", ubiquitin), ("fused", fused),
                                              ("control", "MKTAYIAKQRQISFVKSHFSRQ")])
     res = predict(ckpt, fasta, tmp_path / "out", msa_dir=msa_dir, config=CFG, gating=PERMISSIVE,
-                  screening=demo, progress=False)
+                  screening=demo, progress=False, release_gate="off")
     assert [(r["route"], r["reasons"]) for r in res.rows] == [
         ("needs_review", ["screening"]), ("needs_review", ["screening"]), ("accepted", [])]
     scores = json.loads((tmp_path / "out" / "targets" / "fused" / "scores.json").read_text())
@@ -305,7 +305,7 @@ def test_screening_hit_is_routed_to_review(tmp_path, ckpt):
     assert sorted(i["target"] for i in items) == ["fused", "ubq"]
     # the same batch without the list: the gate accepts them (so `screening` was the cause)
     plain = predict(ckpt, fasta, tmp_path / "out2", msa_dir=msa_dir, config=CFG,
-                    gating=PERMISSIVE, progress=False)
+                    gating=PERMISSIVE, progress=False, release_gate="off")
     assert [r["route"] for r in plain.rows] == ["accepted"] * 3
 
 
@@ -314,7 +314,7 @@ def test_demo_hook_counts_and_review_command(tmp_path, ckpt, data_dir):
     assert len(seq) == 70 and len(msas) == 4                 # four searches of one chain
     chains = [(pid, seq, msas), ("5awl_A", "YYDPETGTWY", data_dir / "msa" / "5awl_A.single_seq.a3m"),
               ("bad", "MK?", None)]
-    demo = predict_chains(ckpt, chains, tmp_path / "demo", progress=False)
+    demo = predict_chains(ckpt, chains, tmp_path / "demo", progress=False, release_gate="off")
     assert demo.counts == {"accepted": 0, "needs_review": 2, "rejected": 1}
     scores = json.loads((tmp_path / "demo" / "targets" / "2q2k_A" / "scores.json").read_text())
     merged = {parse_msa(m).sequences[i] for m in msas for i in range(parse_msa(m).depth)}
@@ -339,7 +339,11 @@ def test_cli_clear_errors(tmp_path, ckpt, capsys):
                         str(tmp_path / "o")]) == 2
     assert "non-finite values (NaN/Inf) in weight 'structure_module." in capsys.readouterr().err
     assert protdp_main(["predict", "--checkpoint", str(ckpt), "--fasta", str(fasta), "--out",
-                        str(tmp_path / "o"), "--no-progress", "--msa-dir", str(msa_dir)]) == 0
+                        str(tmp_path / "o"), "--no-progress", "--msa-dir", str(msa_dir)]) == 2
+    assert "is not released: no release record" in capsys.readouterr().err
+    assert protdp_main(["predict", "--checkpoint", str(ckpt), "--fasta", str(fasta), "--out",
+                        str(tmp_path / "o"), "--no-progress", "--msa-dir", str(msa_dir),
+                        "--allow-unreleased"]) == 0
     assert "1 targets: 0 accepted, 1 need review, 0 rejected" in capsys.readouterr().out
 
 
@@ -349,7 +353,7 @@ def test_unreachable_queue_stops_the_batch(tmp_path, ckpt, capsys):
     fasta, _ = write_inputs(tmp_path, [("a", "MKTAYIAKQR")])
     out = tmp_path / "o"
     rc = protdp_main(["predict", "--checkpoint", str(ckpt), "--fasta", str(fasta), "--out",
-                      str(out), "--no-progress", "--queue-url",
+                      str(out), "--no-progress", "--allow-unreleased", "--queue-url",
                       "postgresql://nobody:pw@127.0.0.1:9/none"])
     err = capsys.readouterr().err
     assert rc == 2 and "review queue" in err and "pw@" not in err
@@ -365,9 +369,9 @@ def test_flagged_prediction_opens_in_the_review_ui(tmp_path, ckpt):
     from protdp.review.web import create_app
 
     fasta, _ = write_inputs(tmp_path, [("<b>x</b>", "MKTAYIAKQRQISF")])
-    res = predict(ckpt, fasta, tmp_path / "out", config=CFG, progress=False)
+    res = predict(ckpt, fasta, tmp_path / "out", config=CFG, progress=False, release_gate="off")
     store = ReviewStore(res.queue_url)
-    token = store.add_reviewer("alice")
+    token = store.admin(store.init_admin()).add_reviewer("alice")
     client = TestClient(create_app(store, secret=b"s" * 32))
     page = client.get("/login")
     csrf = re.search(r'name="login_csrf" value="(\w+)"', page.text).group(1)

@@ -84,7 +84,7 @@ def test_loads_training_checkpoint_prefers_ema(tmp_path, world_of_one):
 
     fasta = tmp_path / "t.fasta"
     fasta.write_text(">a\nMKTAYIAKQRQISFVKSHFSRQIEEKLGLIEVQAPILSRVGDGTQDNLSGAEK\n")
-    res = predict(run, fasta, tmp_path / "out", progress=False)
+    res = predict(run, fasta, tmp_path / "out", progress=False, release_gate="off")
     prov = json.loads((tmp_path / "out" / "targets" / "a" / "provenance.json").read_text())
     assert prov["checkpoint"]["kind"] == "training-checkpoint" and prov["checkpoint"]["iteration"] == 9
     assert "length_beyond_training_crop" in res.rows[0]["reasons"]     # 52 > crop 40
@@ -101,6 +101,7 @@ def test_torchrun_two_ranks_shard_targets(tmp_path):
     cmd = [os.path.join(os.path.dirname(sys.executable), "torchrun"), "--standalone",
            "--nproc_per_node", "2", str(REPO_ROOT / "pipelines" / "predict.py"),
            "--checkpoint", str(ckpt), "--fasta", str(fasta), "--out", str(out), "--no-progress",
+           "--allow-unreleased",
            "--dist-timeout-minutes", "2"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

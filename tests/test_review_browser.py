@@ -18,10 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 from playwright.sync_api import sync_playwright
-from review_fixtures import gated_item
+from review_fixtures import gated_item, queue_with
 
 from protdp.paths import REPO_ROOT
-from protdp.review.store import ReviewStore
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -38,8 +37,8 @@ def _free_port() -> int:
 @pytest.fixture
 def server(tmp_path):
     url = str(tmp_path / "queue.sqlite")
-    store = ReviewStore(url)
-    token = store.add_reviewer("alice")
+    store, admin, tokens = queue_with(url, "alice")
+    token = tokens["alice"]
     store.enqueue(**gated_item(1, target="KRAS_G12C", out_dir=tmp_path / "preds"))
     store.enqueue(**gated_item(2, target=XSS))
     store.enqueue(**gated_item(3, target="TP53_core"))
@@ -96,10 +95,10 @@ def test_login_open_approve_and_export_in_chromium(server):
             assert page.locator("#plddt-plot").is_visible()
             assert "low_mean_plddt" in page.inner_text("#reasons")
             assert "Very low (pLDDT < 50)" in page.inner_text("#afdb-bands")
-            with page.expect_download() as download:
+            with page.expect_download() as download:  # chemical/x-pdb: saved, not shown
                 page.click("a.file >> text=pdb")
             assert Path(download.value.path()).read_text() == \
-                Path(store.get(1)["paths"]["pdb"]).read_text()
+                (Path(store.get(1)["folder"]) / store.get(1)["paths"]["pdb"]).read_text()
 
             page.fill("#comment", "fold agrees with the KRAS crystal structure")
             page.click("#approve")

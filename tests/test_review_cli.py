@@ -11,6 +11,7 @@ import sys
 
 import pytest
 from review_fixtures import gated_item, pg_schema_url, sqlite_url  # noqa: F401
+from sqlalchemy import text
 
 from protdp.cli import main
 from protdp.paths import REPO_ROOT
@@ -24,7 +25,14 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def _add_reviewer(capsys, url: str, name: str) -> str:
+def _init(capsys, url: str) -> str:
+    code, out, err = run(capsys, "init-db", "--queue-url", url)
+    assert code == 0 and "shown once" in err
+    return out.strip()
+
+
+def _add_reviewer(capsys, monkeypatch, url: str, name: str, admin_token: str) -> str:
+    monkeypatch.setenv("PROTDP_REVIEW_ADMIN_TOKEN", admin_token)
     code, out, err = run(capsys, "add-reviewer", name, "--queue-url", url)
     assert code == 0 and "shown once" in err
     token = out.strip()
@@ -32,9 +40,31 @@ def _add_reviewer(capsys, url: str, name: str) -> str:
     return token
 
 
+def test_reviewer_management_needs_the_admin_token(sqlite_url, capsys, monkeypatch):
+    url = sqlite_url
+    monkeypatch.delenv("PROTDP_REVIEW_ADMIN_TOKEN", raising=False)
+    code, _, err = run(capsys, "add-reviewer", "mallory", "--queue-url", url)
+    assert code == 2 and "PROTDP_REVIEW_ADMIN_TOKEN" in err
+    admin = _init(capsys, url)
+    code, _, err = run(capsys, "init-db", "--queue-url", url)
+    assert code == 0 and "already there" in err       # no second admin from init-db
+    alice = _add_reviewer(capsys, monkeypatch, url, "alice", admin)
+    monkeypatch.setenv("PROTDP_REVIEW_ADMIN_TOKEN", alice)  # a reviewer token is not enough
+    for argv in (["add-reviewer", "mallory"], ["remove-reviewer", "alice"],
+                 ["release", "--reviewer", "alice"], ["set-limits", "--max-lease", "99999"]):
+        code, _, err = run(capsys, *argv, "--queue-url", url)
+        assert code == 2 and "not an admin" in err, argv
+    monkeypatch.setenv("PROTDP_REVIEW_ADMIN_TOKEN", admin)
+    code, out, _ = run(capsys, "set-limits", "--max-lease", "1200", "--queue-url", url)
+    assert code == 0 and "max_lease_seconds 1200" in out
+    code, out, _ = run(capsys, "reviewers", "--queue-url", url)
+    assert "admin active" in out and "alice" in out and "mallory" not in out
+
+
 def test_review_workflow(sqlite_url, capsys, monkeypatch, tmp_path):
     url = sqlite_url
-    token = _add_reviewer(capsys, url, "alice")
+    admin = _init(capsys, url)
+    token = _add_reviewer(capsys, monkeypatch, url, "alice", admin)
     store = ReviewStore(url)
     for i in range(3):
         store.enqueue(**gated_item(i, out_dir=tmp_path / "preds"))
@@ -66,16 +96,20 @@ def test_review_workflow(sqlite_url, capsys, monkeypatch, tmp_path):
     assert code == 0
     code, _, err = run(capsys, "approve", "3")
     assert code == 2 and "already escalated by alice" in err
+    code, _, err = run(capsys, "approve", str(2**63))
+    assert code == 2 and "no review item" in err
 
     code, out, _ = run(capsys, "show", "1")
     assert code == 0
-    for text in ("mean pLDDT", "Very low (pLDDT < 50)", "reason: shallow_msa", "pdb:",
-                 "alice  approved: fold matches homologue"):
-        assert text in out, text
+    for text_ in ("mean pLDDT", "Very low (pLDDT < 50)", "reason: shallow_msa", "pdb: pred0.pdb",
+                  "folder:", "alice  approved: fold matches homologue"):
+        assert text_ in out, text_
     code, out, _ = run(capsys, "show", "1", "--json")
     assert [e["action"] for e in json.loads(out)["events"]] == ["enqueued", "claimed", "approved"]
     code, _, err = run(capsys, "show", "99")
     assert code == 2 and "no review item with id 99" in err
+    code, _, err = run(capsys, "show", str(2**63))
+    assert code == 2 and "no review item" in err
 
     out_file = tmp_path / "decisions.jsonl"
     code, _, _ = run(capsys, "export", "--format", "jsonl", "--out", str(out_file))
@@ -91,40 +125,89 @@ def test_review_workflow(sqlite_url, capsys, monkeypatch, tmp_path):
     assert stats["by_state"]["approved"] == 1 and stats["by_reviewer"]["alice"]["rejected"] == 1
     code, out, _ = run(capsys, "list", "--state", "all")
     assert "approved (alice)" in out
+    code, out, _ = run(capsys, "verify")
+    assert code == 0 and out.startswith("ok:")
 
+    monkeypatch.setenv("PROTDP_REVIEW_ADMIN_TOKEN", admin)
     code, out, _ = run(capsys, "remove-reviewer", "alice")
-    assert code == 0
+    assert code == 0 and "0 claim(s) released" in out
     code, _, err = run(capsys, "claim")
     assert code == 2 and "not recognised" in err
 
 
-def test_terminal_escapes_in_target_names_are_neutralised(sqlite_url, capsys):
+def test_verify_command_reports_tampering(sqlite_url, capsys, monkeypatch):
+    admin = _init(capsys, sqlite_url)
+    token = _add_reviewer(capsys, monkeypatch, sqlite_url, "alice", admin)
     store = ReviewStore(sqlite_url)
-    store.enqueue(**gated_item(1, target="evil\x1b]0;pwned\x07\x1b[2J"))
-    code, out, _ = run(capsys, "list", "--queue-url", sqlite_url)
-    assert code == 0 and "\x1b" not in out and "\x07" not in out
-    assert "evil\\x1b]0;pwned\\x07\\x1b[2J" in out
+    store.enqueue(**gated_item(1))
+    store.reviewer(token).decide(1, "reject", "bad")
+    code, out, _ = run(capsys, "verify", "--queue-url", sqlite_url)
+    head = out.split("head ")[1].split()[0]
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE review_items SET state = 'approved', comment = NULL"))
+    code, out, _ = run(capsys, "verify", "--queue-url", sqlite_url, "--expect-head", head)
+    assert code == 1 and "PROBLEM item 1: state is 'approved'" in out and "FAILED" in out
+    code, out, _ = run(capsys, "verify", "--queue-url", sqlite_url, "--json")
+    assert code == 1 and json.loads(out)["ok"] is False
+
+
+def test_admin_release(sqlite_url, capsys, monkeypatch):
+    admin = _init(capsys, sqlite_url)
+    token = _add_reviewer(capsys, monkeypatch, sqlite_url, "alice", admin)
+    store = ReviewStore(sqlite_url)
+    store.enqueue(**gated_item(1))
+    store.enqueue(**gated_item(2))
+    store.reviewer(token).claim()
+    store.reviewer(token).claim()
+    code, out, _ = run(capsys, "release", "--item", "1", "--queue-url", sqlite_url)
+    assert code == 0 and "released 1 claim(s): 1" in out
+    code, out, _ = run(capsys, "release", "--reviewer", "alice", "--queue-url", sqlite_url)
+    assert code == 0 and "released 1 claim(s): 2" in out
+    assert store.list(state="claimed") == []
+
+
+def test_terminal_escapes_are_neutralised_in_every_field(sqlite_url, capsys, tmp_path):
+    store = ReviewStore(sqlite_url)
+    evil = "evil\x1b]0;pwned\x07\x1b[2J\u202e"
+    item = gated_item(1, target=evil)
+    store.enqueue(**{**item, "details": {"shallow_msa": evil},
+                     "scores": {**item["scores"], "afdb_bands": {evil: 0.5}}})
+    with store.engine.begin() as conn:  # fields only a hostile database could hold
+        conn.exec_driver_sql("UPDATE review_items SET paths = ?, folder = ?",
+                             (json.dumps({"pdb\x1b[31m": "x\x1b[2J.pdb"}), "/tmp/\x1b[2J"))
+    for argv in (["list"], ["show", "1"], ["stats"]):
+        code, out, _ = run(capsys, *argv, "--queue-url", sqlite_url)
+        assert code == 0 and "\x1b" not in out and "\x07" not in out and "\u202e" not in out
+    code, out, _ = run(capsys, "show", "1", "--queue-url", sqlite_url)
+    assert "evil\\x1b]0;pwned\\x07\\x1b[2J<U+202E>" in out and "pdb\\x1b[31m" in out
 
 
 def test_cli_against_postgresql(capsys, monkeypatch):
     with pg_schema_url() as url:
-        token = _add_reviewer(capsys, url, "bob")
+        admin = _init(capsys, url)
+        token = _add_reviewer(capsys, monkeypatch, url, "bob", admin)
         ReviewStore(url).enqueue(**gated_item(7))
         monkeypatch.setenv("PROTDP_REVIEW_TOKEN", token)
         code, out, _ = run(capsys, "claim", "--queue-url", url)
         assert code == 0 and "claimed item 1" in out
         code, out, _ = run(capsys, "stats", "--queue-url", url)
         assert code == 0 and "claimed 1" in out
+        code, out, _ = run(capsys, "verify", "--queue-url", url)
+        assert code == 0
 
 
 def test_console_script_entry_point(sqlite_url):
     """The installed-style invocation (`python -m protdp.cli review ...`) in a fresh process."""
     env = {**os.environ, "PROTDP_QUEUE_URL": sqlite_url}
-    res = subprocess.run([sys.executable, "-m", "protdp.cli", "review", "add-reviewer", "carol"],
-                         capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=60)
+    res = subprocess.run([sys.executable, "-m", "protdp.cli", "review", "init-db", "--admin-name",
+                          "carol"], capture_output=True, text=True, cwd=REPO_ROOT, env=env,
+                         timeout=60)
     assert res.returncode == 0, res.stderr
     assert ReviewStore(sqlite_url).authenticate(res.stdout.strip()) == "carol"
     res = subprocess.run([sys.executable, "-m", "protdp.cli", "review", "list", "--queue-url",
                           "mysql://x@y/z"], capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
     assert res.returncode == 2 and "unsupported queue database" in res.stderr
     assert "Traceback" not in res.stderr
+    res = subprocess.run([sys.executable, "-m", "protdp.cli", "review", "--help"],
+                         capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
+    assert res.returncode == 0 and "init-db" in res.stdout and "verify" in res.stdout

@@ -300,3 +300,46 @@ def test_non_finite_activations_skip_the_step_instead_of_leaving_collectives(sto
     changed = [k for k in before if not torch.equal(before[k], after[k])]
     assert not changed, changed[:5]
     assert set(skipped) == set(first)                     # same metric keys: same all-reduce
+
+
+def test_finetune_from_model_file_loads_weights_only_and_resumes_exactly(reference, store, tmp_path):
+    """--finetune-from: the run starts from the source's (EMA) weights with a fresh optimizer,
+    schedule and EMA, on 2 ranks with overlap + the distributed optimizer; exact resume holds."""
+    from protdp.inference.checkpoint import load_model_checkpoint, save_model_checkpoint
+
+    source = load_model_checkpoint(reference[0])               # the reference's EMA weights
+    src = save_model_checkpoint(source.model, source.config, tmp_path / "src.pt")
+    want = {k: v.clone() for k, v in source.model.state_dict().items()}
+
+    # lr 1e-30: Adam's updates vanish in fp32, so after two steps the weights are the source's
+    frozen = tmp_path / "frozen"
+    out = run(torchrun_cmd(tiny_argv(store, save=frozen, **{
+        "finetune-from": src, "train-iters": 2, "save-interval": 2, "lr": "1e-30",
+        "lr-warmup-iters": 0}), nproc=2))
+    assert "fine-tuning from" in out and "model-file, raw weights" in out
+    assert_same_params(model_params(frozen / "iter_0000002"), want)
+    meta = json.loads((frozen / "iter_0000002" / "meta.json").read_text())
+    assert meta["config"]["finetune_source"]["kind"] == "model-file"
+    assert meta["config"]["finetune_source"]["path"] == str(src.resolve())
+    optim = torch.load(frozen / "iter_0000002" / checkpointing.ENGINE / "optim_rank00000.pt",
+                       weights_only=True)
+    assert optim["step"] == 2.0                                # a fresh optimizer, not the source's
+
+    # exact resume: 3 iterations straight == 2, then --load for the third
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    ft = {"finetune-from": src, "save-interval": 1, "lr-warmup-iters": 0, "lr-decay-iters": 3}
+    run(torchrun_cmd(tiny_argv(store, save=straight, **{**ft, "train-iters": 3}), nproc=2))
+    run(torchrun_cmd(tiny_argv(store, save=split, **{**ft, "train-iters": 2}), nproc=2))
+    out = run(torchrun_cmd(tiny_argv(store, save=split, load=split, **{**ft, "train-iters": 3}),
+                           nproc=2))
+    assert "resumed from" in out
+    assert_same_params(model_params(split / "iter_0000003"), model_params(straight / "iter_0000003"))
+
+
+def test_finetune_from_mismatched_config_is_one_clear_error(reference, store, tmp_path):
+    out = subprocess.run(torchrun_cmd(tiny_argv(store, **{
+        "finetune-from": reference[0], "model-config": "configs/model/small.yaml",
+        "train-iters": 4, "save-interval": None}), nproc=1), env=worker_env(), cwd=REPO_ROOT,
+        capture_output=True, text=True, timeout=150)
+    assert out.returncode != 0
+    assert "--finetune-from" in out.stderr and "do not fit the model config" in out.stderr

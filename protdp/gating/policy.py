@@ -2,12 +2,18 @@
 
 The numbers live in one file, `protdp/configs/gating.yaml`: it is the source of the
 `GatePolicy` defaults, so `GatePolicy()` is the shipped policy and a user's YAML maps 1:1 onto
-the same fields. A calibration report (`protdp calibrate`) can only tighten it.
+the same fields. Calibration reports can only tighten it, never loosen it below that
+configured floor: the pLDDT-vs-lDDT report (`protdp calibrate`) raises `accept_mean_plddt`;
+the reviewed calibration (`protdp calibrate --from-reviews`) may raise `accept_mean_plddt` and
+`min_msa_depth` and lower `max_very_low_fraction`. A tightened policy is a
+`CalibratedGatePolicy` whose `calibrations` name the reports applied (path, sha256, what
+changed), so they land in provenance.json with the rest of the policy.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +25,7 @@ from protdp.resources import config_file
 DEFAULT_GATING = config_file("gating.yaml")
 _DEFAULTS = read_yaml(DEFAULT_GATING)
 CALIBRATION_FORMAT = "protdp-calibration-v1"
+REVIEWED_CALIBRATION_FORMAT = "protdp-review-calibration-v1"
 
 
 @dataclass
@@ -73,25 +80,78 @@ def load_gate_policy(path_or_policy=None) -> GatePolicy:
     return load_config(GatePolicy, path_or_policy)
 
 
-def load_calibrated_policy(calibration_json: str | Path, base_policy: GatePolicy | None = None
-                           ) -> GatePolicy:
-    """`base_policy` (default GatePolicy()) with `accept_mean_plddt` from a calibration report.
-    Calibration only ever tightens the gate: the result is max(base threshold, calibrated
-    threshold), so a report can never let lower-confidence predictions through than the policy
-    does (an unachievable target is stored as 100: review everything)."""
-    path = Path(calibration_json)
+@dataclass
+class CalibratedGatePolicy(GatePolicy):
+    """A GatePolicy tightened by calibration reports (only the loaders below make one)."""
+
+    calibrations: tuple = ()
+    """One record per report applied: path, sha256, format and the thresholds it set."""
+
+
+def read_calibration_report(path: Path) -> dict:
     try:
-        doc = json.loads(path.read_text())
+        raw = path.read_bytes()
+        doc = json.loads(raw)
     except OSError as exc:
         raise InputError(f"cannot read calibration report: {exc.strerror}", path=path) from None
     except json.JSONDecodeError as exc:
         raise InputError(f"invalid JSON: {exc.msg}", path=path, line=exc.lineno) from None
-    if not isinstance(doc, dict) or doc.get("format") != CALIBRATION_FORMAT:
-        raise InputError(f"not a calibration report (expected format '{CALIBRATION_FORMAT}')",
-                         path=path, field="format")
-    thr = (doc.get("threshold") or {}).get("accept_mean_plddt")
-    if isinstance(thr, bool) or not isinstance(thr, (int, float)) or not 0 <= thr <= 100:
-        raise InputError(f"expected a number in [0, 100], got {thr!r}", path=path,
-                         field="threshold.accept_mean_plddt")
+    if not isinstance(doc, dict) or doc.get("format") not in (CALIBRATION_FORMAT,
+                                                              REVIEWED_CALIBRATION_FORMAT):
+        raise InputError(f"not a calibration report (expected format '{CALIBRATION_FORMAT}' "
+                         f"or '{REVIEWED_CALIBRATION_FORMAT}')", path=path, field="format")
+    doc["_sha256"] = hashlib.sha256(raw).hexdigest()
+    return doc
+
+
+def _number(doc: dict, section: str, key: str, lo: float, hi: float, path: Path) -> float:
+    value = (doc.get(section) or {}).get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
+        raise InputError(f"expected a number in [{lo:g}, {hi:g}], got {value!r}", path=path,
+                         field=f"{section}.{key}")
+    return float(value)
+
+
+def _tightened(base: GatePolicy, path: Path, doc: dict, changes: dict) -> CalibratedGatePolicy:
+    record = {"path": str(path.resolve()), "sha256": doc["_sha256"], "format": doc["format"],
+              "applied": changes}
+    fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(GatePolicy)}
+    return CalibratedGatePolicy(**{**fields, **changes},
+                                calibrations=(*getattr(base, "calibrations", ()), record))
+
+
+def load_calibrated_policy(calibration_json: str | Path, base_policy: GatePolicy | None = None
+                           ) -> GatePolicy:
+    """`base_policy` (default GatePolicy()) tightened by a calibration report of either kind.
+
+    pLDDT-vs-lDDT report: accept_mean_plddt = max(base, calibrated) (an unachievable target
+    is stored as 100: review everything). Reviewed calibration: see `load_reviewed_policy`."""
+    path = Path(calibration_json)
+    doc = read_calibration_report(path)
     base = base_policy if base_policy is not None else GatePolicy()
-    return dataclasses.replace(base, accept_mean_plddt=max(float(thr), base.accept_mean_plddt))
+    if doc["format"] == REVIEWED_CALIBRATION_FORMAT:
+        return load_reviewed_policy(path, base, doc=doc)
+    thr = _number(doc, "threshold", "accept_mean_plddt", 0, 100, path)
+    return _tightened(base, path, doc, {"accept_mean_plddt": max(thr, base.accept_mean_plddt)})
+
+
+def load_reviewed_policy(calibration_json: str | Path, base_policy: GatePolicy | None = None,
+                         *, doc: dict | None = None) -> GatePolicy:
+    """`base_policy` tightened by `protdp calibrate --from-reviews`: the configured policy is
+    the floor (mean pLDDT and MSA depth only go up, the very-low fraction only down). A report
+    made from too few reviews (status other than "ok") changes nothing."""
+    path = Path(calibration_json)
+    doc = doc if doc is not None else read_calibration_report(path)
+    base = base_policy if base_policy is not None else GatePolicy()
+    if doc.get("format") != REVIEWED_CALIBRATION_FORMAT:
+        raise InputError(f"not a reviewed calibration (format '{REVIEWED_CALIBRATION_FORMAT}')",
+                         path=path, field="format")
+    if doc.get("status") != "ok":
+        return base
+    mean = _number(doc, "policy", "accept_mean_plddt", 0, 100, path)
+    frac = _number(doc, "policy", "max_very_low_fraction", 0, 1, path)
+    depth = _number(doc, "policy", "min_msa_depth", 0, 10**9, path)
+    return _tightened(base, path, doc, {
+        "accept_mean_plddt": max(mean, base.accept_mean_plddt),
+        "max_very_low_fraction": min(frac, base.max_very_low_fraction),
+        "min_msa_depth": max(int(depth), base.min_msa_depth)})

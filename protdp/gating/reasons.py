@@ -12,4 +12,6 @@ REASON_TEXT = {
     "screening": "sequence matched the safety screening list",
     "low_complexity": "low-complexity sequence (homopolymer or short repeat): confident-looking "
                       "but rarely meaningful",
+    "unreleased_checkpoint": "the checkpoint has no passing release record (run with "
+                             "--allow-unreleased): every prediction needs review",
 }

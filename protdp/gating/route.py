@@ -51,11 +51,13 @@ def sequence_complexity(sequence: str) -> tuple[float, float]:
 
 def route(plddt: np.ndarray, *, length: int, msa_depth: int, training_crop: int | None,
           screening_hits: Sequence = (), invalid_reason: str | None = None,
-          policy: GatePolicy, sequence: str | None = None) -> GateDecision:
+          policy: GatePolicy, sequence: str | None = None,
+          forced_reasons: dict[str, str] | None = None) -> GateDecision:
     """Route one prediction. `plddt` is [L] on the 0–100 scale; `length` must equal L.
 
     `invalid_reason` (set by the predictor for a bad target) -> rejected. Otherwise every failed
     check adds a reason code and the prediction needs review; only a clean pass is accepted.
+    `forced_reasons` ({code: detail}, e.g. an unreleased checkpoint) always send it to review.
     """
     policy_dict = dataclasses.asdict(policy)
     if invalid_reason is not None:
@@ -107,6 +109,9 @@ def route(plddt: np.ndarray, *, length: int, msa_depth: int, training_crop: int 
     if hits:
         reasons.append("screening")
         details["screening"] = "; ".join(str(h) for h in hits)
+    for code, detail in (forced_reasons or {}).items():
+        reasons.append(code)
+        details[code] = detail
 
     decision_route = "needs_review" if reasons else "accepted"
     return GateDecision(decision_route, reasons, mean, bands, very_low, details, policy_dict)

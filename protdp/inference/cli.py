@@ -2,6 +2,11 @@
 
     protdp predict --checkpoint CKPT --fasta targets.fasta --msa-dir DIR --out OUT \
         [--queue-url URL] [--gating configs/gating.yaml] [--screening FASTA] [--max-length N]
+    protdp predict ... [--msa-dir DIR] --db uniref90.fasta.gz [--db mgnify.fasta.gz]
+
+With --db, targets without an MSA in --msa-dir get one from `protdp msa search` (pyhmmer, AF2's
+jackhmmer settings) into OUT/msa_search; provenance.json records the databases, their sha256
+and the search settings (config.msa_search).
 
 Under torchrun / mpirun / srun (`pipelines/predict.py`) every rank takes the targets with
 index % world_size == rank; a gloo barrier (with a timeout) lets rank 0 merge summary.tsv.
@@ -12,9 +17,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
-from protdp.errors import ConfigError, DistributedError
+from protdp.errors import ConfigError, DistributedError, InputError
 from protdp.inference.predictor import PredictConfig
+from protdp.msa.cli import add_search_arguments
 from protdp.workflows import predict, review_commands
 
 
@@ -36,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="calibration.json from `protdp calibrate`; tightens the gate's mean-pLDDT "
                         "threshold (default: CHECKPOINT/calibration.json when present)")
     p.add_argument("--screening", default=None, help="FASTA of sequences of concern")
+    p.add_argument("--allow-unreleased", action="store_true",
+                   help="run a checkpoint without a passing release record (`protdp release`): "
+                        "recorded in provenance.json, every prediction goes to review")
     d = PredictConfig()
     p.add_argument("--max-length", type=int, default=d.max_length,
                    help="reject longer targets (%(default)s)")
@@ -43,6 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="MSA depth cap (%(default)s)")
     p.add_argument("--num-recycles", type=int, default=None,
                    help="recycling passes (default: the checkpoint's config)")
+    s = p.add_argument_group("MSA search for targets without an MSA (protdp msa search)")
+    add_search_arguments(s, db_required=False, prefix="search-")
+    s.add_argument("--msa-search-dir", default=None,
+                   help="searched MSAs, kept between runs (default OUT/msa_search)")
     p.add_argument("--device", default=None, help="cpu / cuda (default: cuda if available)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--dist-timeout-minutes", type=float, default=24 * 60.0,
@@ -51,21 +65,77 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _gate_policy(args):
-    """Gate policy YAML, tightened by a calibration report (explicit, or beside the checkpoint)."""
+    """Gate policy YAML, tightened by calibration reports: `--calibration` (a pLDDT-vs-lDDT
+    report or a reviewed calibration from `protdp calibrate --from-reviews`) and, for a kind
+    not given explicitly, CHECKPOINT/calibration.json and CHECKPOINT/review_calibration.json
+    when present. Calibrations only tighten; the policy's `calibrations` (path, sha256, what
+    changed) are recorded in provenance.json with the rest of the policy."""
     from protdp.gating import load_calibrated_policy, load_gate_policy
+    from protdp.gating.policy import (CALIBRATION_FORMAT, REVIEWED_CALIBRATION_FORMAT,
+                                      read_calibration_report)
     from protdp.inference.checkpoint import checkpoint_home
 
     policy = load_gate_policy(args.gating)
-    calibration = args.calibration
-    beside = checkpoint_home(args.checkpoint) / "calibration.json"
-    if calibration is None and beside.is_file():
-        calibration = beside
-    if calibration is None:
-        return policy
-    policy = load_calibrated_policy(calibration, policy)
-    print(f"protdp predict: gate threshold mean pLDDT >= {policy.accept_mean_plddt:g} "
-          f"(calibrated: {calibration})")
+    reports = []
+    if args.calibration is not None:
+        reports.append(Path(args.calibration))
+    given = {read_calibration_report(p)["format"] for p in reports}
+    home = checkpoint_home(args.checkpoint)
+    for name, kind in (("calibration.json", CALIBRATION_FORMAT),
+                       ("review_calibration.json", REVIEWED_CALIBRATION_FORMAT)):
+        if kind not in given and (home / name).is_file():
+            reports.append(home / name)
+    for path in reports:
+        before = policy
+        policy = load_calibrated_policy(path, policy)
+        if policy is before:
+            print(f"protdp predict: {path} changes nothing (too few reviews)")
+            continue
+        print(f"protdp predict: gate threshold mean pLDDT >= {policy.accept_mean_plddt:g} "
+              f"(calibrated: {path}); very-low fraction <= {policy.max_very_low_fraction:g}, "
+              f"MSA depth >= {policy.min_msa_depth}")
     return policy
+
+
+def _search_missing_msas(args, config: PredictConfig, rank: int, world_size: int):
+    """--db: search this rank's targets that have no MSA in --msa-dir, then hand the predictor
+    a folder of links holding exactly this run's MSAs (the user's, else the searched ones).
+    Returns (msa_dir, msa_search provenance or None)."""
+    if not args.db:
+        return args.msa_dir, None
+    from pathlib import Path
+
+    from protdp.inference.targets import find_msa_files, read_targets
+    from protdp.msa import a3m_path, search_provenance, search_targets
+    from protdp.msa.cli import read_queries, settings_from_args
+    from protdp.msa.run import link_msa_inputs
+
+    settings = settings_from_args(args)
+    user_dir = Path(args.msa_dir) if args.msa_dir else None
+    if user_dir is not None and not user_dir.is_dir():
+        raise InputError("MSA directory not found", path=user_dir)
+    links, missing = {}, []
+    for t in read_targets(args.fasta):
+        if t.index % world_size != rank or t.error:
+            continue
+        found = find_msa_files(user_dir, t.file_name)
+        links.update({str(f.relative_to(user_dir)): f for f in found})
+        if not found:
+            missing.append(t)
+    queries, _ = read_queries(args.fasta, missing, max_length=config.max_length,
+                              max_unknown_fraction=config.max_unknown_fraction)
+    out = Path(args.out)
+    search_dir = Path(args.msa_search_dir) if args.msa_search_dir else out / "msa_search"
+    suffix = "" if world_size == 1 else f".rank{rank:05d}"
+    report = search_targets(queries, args.db, search_dir, settings=settings,
+                            workers=args.workers, batch_size=args.batch_size,
+                            progress=not args.no_progress, summary_name=f"msa_search{suffix}.tsv")
+    for q in queries:
+        for db in report.databases:
+            links[f"{q.stem}/{db['name']}.a3m"] = a3m_path(search_dir, q.stem, db["name"])
+    msa_dir = link_msa_inputs(out / f"msa_inputs{suffix}", links)
+    return msa_dir, {**search_provenance(settings, report.databases),
+                     "search_dir": str(search_dir.resolve())}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,11 +170,14 @@ def main(argv: list[str] | None = None) -> int:
             device = f"cuda:{launch.local_rank}"
     gating = _gate_policy(args)
     try:
-        result = predict(args.checkpoint, args.fasta, args.out, msa_dir=args.msa_dir,
+        msa_dir, msa_search = _search_missing_msas(args, config, launch.rank, launch.world_size)
+        result = predict(args.checkpoint, args.fasta, args.out, msa_dir=msa_dir,
+                         msa_search=msa_search,
                          config=config, gating=gating, screening=args.screening,
                          queue_url=args.queue_url, rank=launch.rank,
                          world_size=launch.world_size, barrier=barrier, device=device,
-                         progress=not args.no_progress)
+                         progress=not args.no_progress,
+                         release_gate="review" if args.allow_unreleased else "enforce")
     finally:
         if barrier is not None and dist.is_initialized():
             dist.destroy_process_group()

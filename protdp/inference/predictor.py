@@ -37,7 +37,9 @@ from protdp.data.residues import GAP_ID
 from protdp.data.screening import ScreeningList
 from protdp.errors import ConfigError, InputError, ProtdpError
 from protdp.gating import ROUTES, GateDecision, GatePolicy, band_of, load_gate_policy, route
-from protdp.inference.checkpoint import LoadedModel, load_model_checkpoint, sha256_file
+from protdp.gating.release import read_release
+from protdp.inference.checkpoint import (LoadedModel, checkpoint_home, load_model_checkpoint,
+                                        sha256_file)
 from protdp.inference.targets import (Target, clean_sequence, find_msa_files, load_msa,
                                       read_targets, sha256_text)
 from protdp.inference.writers import round_plddt, write_json, write_structures, write_summary
@@ -100,6 +102,9 @@ def msa_coverage(msa, length: int) -> list[int]:
     return (msa.tokens() != GAP_ID).sum(axis=0).astype(int).tolist()
 
 
+RELEASE_GATES = ("enforce", "review", "off")
+
+
 class ReviewSink(Protocol):
     """Where flagged predictions go. `enqueue` is idempotent per `prediction_id` and returns
     the review item id; `display` names the destination in provenance (no secrets)."""
@@ -132,7 +137,8 @@ class Predictor:
                  config: PredictConfig | None = None, policy: GatePolicy | None = None,
                  screening: ScreeningList | None = None, screening_path: str | Path | None = None,
                  sink: ReviewSink | None = None, device: str | torch.device = "cpu",
-                 rank: int = 0, world_size: int = 1):
+                 release_gate: str = "enforce",
+                 rank: int = 0, world_size: int = 1, msa_search: dict | None = None):
         self.loaded = loaded
         self.device = torch.device(device)
         if next(loaded.model.parameters()).device != self.device:
@@ -148,11 +154,33 @@ class Predictor:
         self.targets_dir = self.out_dir / TARGETS_DIR
         self.targets_dir.mkdir(parents=True, exist_ok=True)
         self.sink = sink if sink is not None else NoReviewSink()
+        self.release, self.forced_reasons = self._check_release(release_gate)
         self.rank, self.world_size = rank, world_size
         self._code = _code_version()
         self.settings = {"predict": to_dict(self.config), "gate_policy": to_dict(self.policy),
+                         "release": self.release,
                          "screening_list_sha256": self.screening_sha,
                          "checkpoint_sha256": loaded.sha256}
+        if msa_search is not None:   # databases (sha256) and settings of `protdp msa search`
+            self.settings["msa_search"] = msa_search
+
+    def _check_release(self, gate: str) -> tuple[dict, dict]:
+        """The checkpoint's release record under `gate`: "enforce" refuses an unreleased
+        checkpoint, "review" runs it with every prediction sent to review, "off" (evaluation
+        tools: red-team) does not look. Returns (provenance entry, forced gate reasons)."""
+        if gate not in RELEASE_GATES:
+            raise ConfigError(f"release_gate={gate!r}: expected one of {RELEASE_GATES}")
+        if gate == "off":
+            return {"gate": "off", "released": None}, {}
+        status = read_release(checkpoint_home(self.loaded.path), self.loaded.sha256)
+        record = {"gate": gate, **status.to_dict()}
+        if status.released:
+            return record, {}
+        if gate == "enforce":
+            raise ConfigError(f"checkpoint {self.loaded.path} is not released: {status.reason}; "
+                              "pass --allow-unreleased to run it anyway (every prediction then "
+                              "goes to review)")
+        return record, {"unreleased_checkpoint": status.reason}
 
     def close(self) -> None:
         self.sink.close()
@@ -255,7 +283,8 @@ class Predictor:
         hit_text = [f"{h.entry} (query {h.query_start + 1}-{h.query_end}, {h.method})" for h in hits]
         decision: GateDecision = route(plddt, length=len(seq), msa_depth=msa_depth,
                                        training_crop=self.loaded.training_crop,
-                                       screening_hits=hit_text, policy=self.policy, sequence=seq)
+                                       screening_hits=hit_text, policy=self.policy, sequence=seq,
+                                       forced_reasons=self.forced_reasons)
         outputs = {}
         if finite_xyz.all() and np.isfinite(plddt).all():
             files = write_structures(tdir, t.file_name, seq, out["positions"], plddt, out["atom_mask"])
@@ -314,9 +343,12 @@ def predict_batch(checkpoint: str | Path | LoadedModel, fasta: str | Path, out_d
                   gating: str | Path | GatePolicy | None = None,
                   screening: str | Path | None = None, rank: int = 0, world_size: int = 1,
                   barrier: Callable[[], None] | None = None,
-                  device: str | torch.device | None = None, progress: bool = True) -> RunResult:
+                  device: str | torch.device | None = None, progress: bool = True,
+                  msa_search: dict | None = None, release_gate: str = "enforce") -> RunResult:
     """Predict every target of `fasta` owned by this rank, flagged ones handed to `sink`;
-    rank 0 merges summary.tsv after `barrier()` (pass one when world_size > 1)."""
+    rank 0 merges summary.tsv after `barrier()` (pass one when world_size > 1).
+    `release_gate`: "enforce" (an unreleased checkpoint is refused), "review" (it runs, every
+    prediction to review) or "off" (evaluation tools only)."""
     fasta = Path(fasta)
     targets = read_targets(fasta)
     if msa_dir is not None and not Path(msa_dir).is_dir():
@@ -329,7 +361,8 @@ def predict_batch(checkpoint: str | Path | LoadedModel, fasta: str | Path, out_d
     screen = ScreeningList.from_fasta(screening) if screening else None
     pred = Predictor(loaded, out_dir, config=config, policy=load_gate_policy(gating),
                      screening=screen, screening_path=screening, sink=sink,
-                     device=device, rank=rank, world_size=world_size)
+                     device=device, rank=rank, world_size=world_size, msa_search=msa_search,
+                     release_gate=release_gate)
     info = {"path": str(fasta.resolve()), "sha256": sha256_file(fasta),
             "msa_dir": None if msa_dir is None else Path(msa_dir).resolve()}
     mine = [t for t in targets if t.index % world_size == rank]

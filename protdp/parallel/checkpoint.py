@@ -28,6 +28,8 @@ from protdp.parallel.ddp import DataParallel
 from protdp.parallel.optimizer import DistributedOptimizer, merge_fragments
 
 CHECKPOINT_FORMAT = "protdp-checkpoint-v1"
+MODEL_FILE = "model.pt"   # {"model": module.state_dict(), "extra": ...}, written once by rank 0
+META_FILE = "meta.json"   # written last: format, optimizer shard files
 
 
 def _atomic_save(obj, path: Path):
@@ -63,14 +65,14 @@ def save_checkpoint(path: str | Path, model: DataParallel,
         if model.rank in writers:
             _atomic_save(optimizer.state_dict(), tmp / f"optim_rank{model.rank:05d}.pt")
     if model.rank == 0:
-        _atomic_save({"model": model.module.state_dict(), "extra": extra}, tmp / "model.pt")
+        _atomic_save({"model": model.module.state_dict(), "extra": extra}, tmp / MODEL_FILE)
     _barrier(model, "checkpoint: shards written")
     if model.rank == 0:
         meta = {"format": CHECKPOINT_FORMAT, "data_parallel_size": model.dp,
                 "layout_hash": model.layout_hash, "optimizer_files": optim_files,
                 "sharded_optimizer": bool(optimizer is not None and optimizer.sharded),
                 "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        with open(tmp / "meta.json", "w") as fh:
+        with open(tmp / META_FILE, "w") as fh:
             json.dump(meta, fh, indent=1)
             fh.flush()
             os.fsync(fh.fileno())
@@ -86,19 +88,19 @@ def resolve_checkpoint(path: str | Path) -> Path:
     """The complete checkpoint directory at `path` (or its `.old` copy after a crashed swap)."""
     path = Path(path)
     for candidate in (path, path.with_name(path.name + ".old")):
-        if (candidate / "meta.json").is_file():
+        if (candidate / META_FILE).is_file():
             return candidate
     raise InputError("no complete checkpoint here (meta.json missing)", path=path)
 
 
 def _read_meta(path: Path) -> dict:
     try:
-        meta = json.loads((path / "meta.json").read_text())
+        meta = json.loads((path / META_FILE).read_text())
     except json.JSONDecodeError as exc:
-        raise InputError(f"invalid JSON: {exc}", path=path / "meta.json") from None
+        raise InputError(f"invalid JSON: {exc}", path=path / META_FILE) from None
     if meta.get("format") != CHECKPOINT_FORMAT:
         raise InputError(f"format {meta.get('format')!r}, expected {CHECKPOINT_FORMAT!r}",
-                         path=path / "meta.json", field="format")
+                         path=path / META_FILE, field="format")
     return meta
 
 
@@ -118,17 +120,17 @@ def load_checkpoint(path: str | Path, model: DataParallel,
     path = resolve_checkpoint(path)
     meta = _read_meta(path)
     model.finish_param_sync()
-    blob = torch.load(path / "model.pt", map_location="cpu", weights_only=True)
+    blob = torch.load(path / MODEL_FILE, map_location="cpu", weights_only=True)
     with torch.no_grad():
         try:
             model.module.load_state_dict(blob["model"])  # copies into the param buffer views
         except RuntimeError as exc:
             detail = " ".join(str(exc).split())[:600]
             raise InputError(f"the saved model does not fit this model: {detail}",
-                             path=path / "model.pt") from None
+                             path=path / MODEL_FILE) from None
     if optimizer is not None:
         if not meta["optimizer_files"]:
-            raise InputError("checkpoint has no optimizer state", path=path / "meta.json")
+            raise InputError("checkpoint has no optimizer state", path=path / META_FILE)
         optimizer.load_state_dict(_optimizer_states(path, meta))
     _barrier(model, "checkpoint: loaded")
     return blob["extra"]

@@ -6,15 +6,14 @@ that names this rank and the operation. Also records when each async collective 
 so callers can report total communication time next to the exposed (waited-for) time.
 
 Backend choice (measured with gloo, 2 and 3 ranks, on loopback and on the two-namespace network
-of benchmarks/netsim.sh; see benchmarks/results/ddp*.json "collectives"): gloo's own
-reduce_scatter takes 1.1-5x the time of an all_reduce of the same buffer, while a ring
-reduce-scatter issued as point-to-point messages (`protdp.parallel.ring`) takes about half of it,
-as the bytes say, and the ring reduce-scatter + all-gather together (a ring all-reduce) take less
-wall and CPU time than gloo's all_reduce, which also burns CPU while it waits. So on gloo the
+of benchmarks/netsim.sh: benchmarks/results/ddp*.json "collectives"): gloo's own reduce_scatter
+is slower than its all_reduce of the same buffer, while a ring reduce-scatter issued as
+point-to-point messages (`protdp.parallel.ring`) moves half the bytes, and a ring all-reduce costs
+less wall and CPU time than gloo's all_reduce, which burns CPU while it waits. So on gloo the
 gradient buckets are reduced with those rings (reduce-scatter for the distributed optimizer,
-all-reduce otherwise) and params all-gathered with the ring, all on the comm thread, which also
-runs the local non-finite check and the averaging; with NCCL torch's reduce_scatter / all_reduce /
-all_gather (rings already) are used, as in Megatron.
+all-reduce otherwise) and params all-gathered with the ring, all on the comm thread; with NCCL
+torch's reduce_scatter / all_reduce / all_gather (rings already) are used, as in Megatron.
+`protdp.parallel.strategy` turns the chosen names into the objects the buckets call.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Callable
 
-import torch
 import torch.distributed as dist
 
 from protdp.errors import DistributedError
@@ -163,8 +161,3 @@ def launch_on(worker, op: str, make_op: Callable, rank: int,
     if timeline is not None:
         timeline.intervals.append(span)
     return Pending(op, None, rank, None, future=worker.submit(make_op, span, group))
-
-
-def all_reduce_sum_(t: torch.Tensor, group, rank: int, op: str = "all_reduce") -> torch.Tensor:
-    run(op, lambda: dist.all_reduce(t, group=group), rank)
-    return t

@@ -4,15 +4,18 @@ Megatron concepts (megatron/core/distributed/distributed_data_parallel.py, param
 - all params of one dtype are views into one contiguous param buffer; their grads are views into
   one fp32 grad buffer (`param.main_grad`; fp32 params also get `param.grad` as that view, so
   autograd accumulates straight into the buffer, like torch DDP's gradient_as_bucket_view);
-- post-accumulate-grad hooks count readiness per bucket; a complete bucket's collective is
+- post-accumulate-grad hooks count readiness per bucket (`protdp.parallel.bucket.Bucket`, which
+  owns each bucket's run-time state; expected counts are learned on the first step, so a param
+  whose grad is accumulated twice in one backward works); a complete bucket's collective is
   launched asynchronously (overlap_grad_reduce), in bucket order on every rank;
 - grads are averaged once (divided by dp before a SUM collective, as torch DDP does);
 - `finish_grad_sync()` waits for all buckets (its wait time is the *exposed* communication);
 - `no_sync()` for all but the last micro-batch; `zero_grad_buffer()`; `broadcast_params()`;
 - with the distributed optimizer, `start_param_sync()`/`finish_param_sync()` gather the updated
   param shards, optionally overlapped with the next forward through per-module pre-hooks;
-- on gloo the gradient reductions and param gathers are point-to-point rings run on a comm thread
-  (`protdp.parallel.ring`, the CPU analogue of Megatron's communication stream).
+- the collectives are chosen once (`protdp.parallel.strategy`): torch's for NCCL, point-to-point
+  rings on a comm thread for gloo (`protdp.parallel.ring`, the CPU analogue of Megatron's
+  communication stream).
 """
 
 from __future__ import annotations
@@ -28,12 +31,10 @@ from torch import nn
 
 from protdp.errors import ConfigError, DistributedError
 from protdp.parallel import collectives as coll
-from protdp.parallel import ring
+from protdp.parallel.bucket import Bucket
 from protdp.parallel.buffer import BufferLayout, build_layout, layout_hash, layout_summary
 from protdp.parallel.config import ParallelConfig
-
-_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+from protdp.parallel.strategy import GroupContext, grad_reducer, param_gatherer
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -67,6 +68,46 @@ class DataParallel(nn.Module):
         if self.config.data_parallel_size != self.dp:
             raise ConfigError(f"ParallelConfig.data_parallel_size={self.config.data_parallel_size} "
                               f"but the process group has {self.dp} ranks")
+        named = self._trainable_params(module)
+        self.params_by_name = dict(named)
+        self._choose_collectives(named[0][1].device.type)
+        self.layouts = build_layout([(n, tuple(p.shape), dtype_name(p.dtype)) for n, p in named],
+                                    self.dp, self.config.resolved_bucket_size,
+                                    self.config.param_align)
+        self.layout_hash = layout_hash(self.layouts)
+        self._check_layout_across_ranks()
+        self.buffers = [self._build_buffer(lay) for lay in self.layouts]
+        ctx = GroupContext(process_group, dist.get_process_group_ranks(process_group)
+                           if process_group else list(range(self.dp)), self.rank, self.dp)
+        reducer = grad_reducer(ctx, self.grad_collective)
+        gatherer = param_gatherer(ctx, self.param_collective)
+        # reduction order: every bucket of every buffer, as the collectives are issued
+        self.buckets = [Bucket((g, b.index), b, buf.layout.dtype, self.rank, buf.grad_data,
+                               buf.param_data, reducer, gatherer)
+                        for g, buf in enumerate(self.buffers) for b in buf.layout.buckets]
+        self._bucket_by_key = {b.key: b for b in self.buckets}
+        self._bucket_of = {n: self._bucket_by_key[(g, lay.params[n].bucket)]
+                           for g, lay in enumerate(self.layouts) for n in lay.params}
+        self._name_of = {id(p): n for n, p in named}
+        for _, p in named:
+            p.register_post_accumulate_grad_hook(self._on_grad_ready)
+
+        self.expected_grads: dict[str, int] | None = None   # learned on the first step
+        self._sync_enabled = True
+        self._finished = False
+        self._warned_order = False
+        self._grad_timeline = coll.CommTimeline()
+        self._param_timeline = coll.CommTimeline()
+        self._reset_sync_state()
+        self._seen_in_window: set[str] = set()
+        self.comm_stats = self._zero_stats()
+        self.last_grad_sync = {"wait_s": 0.0, "comm_s": 0.0}
+        if self.config.overlap_param_gather:
+            self._register_param_gather_hooks()
+
+    # ------------------------------------------------------------------ set-up
+    @staticmethod
+    def _trainable_params(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         if not named:
             raise ConfigError("DataParallel: the module has no parameters that require grad")
@@ -74,16 +115,17 @@ class DataParallel(nn.Module):
         if len(devices) > 1:
             raise ConfigError(f"DataParallel: parameters are on several devices {devices}; move "
                               "the module to one device (e.g. module.to('cuda')) before wrapping")
-        device_type = named[0][1].device.type
-        # the backend that carries this model's tensors ('cpu:gloo,cuda:nccl' -> nccl on CUDA)
-        self.backend = coll.backend_for_device(dist.get_backend(process_group), device_type)
+        return named
+
+    def _choose_collectives(self, device_type: str) -> None:
+        """Collectives of the backend carrying this model's tensors ('cpu:gloo,cuda:nccl' ->
+        nccl on CUDA), resolved from 'auto' once."""
+        self.backend = coll.backend_for_device(dist.get_backend(self.group), device_type)
         distopt = self.config.use_distributed_optimizer
         self.grad_collective = coll.grad_reduce_collective(self.config.grad_reduce_collective,
                                                            self.backend, distopt)
         self.param_collective = (coll.param_gather_collective(
             self.config.param_gather_collective, self.backend) if distopt else None)
-        self.group_ranks = (dist.get_process_group_ranks(process_group) if process_group
-                            else list(range(self.dp)))
         rings = [c for c in (self.grad_collective, self.param_collective or "")
                  if c.startswith("ring")]
         if self.dp > 1 and rings and device_type != "cpu":
@@ -94,53 +136,20 @@ class DataParallel(nn.Module):
                 "ParallelConfig(grad_reduce_collective='all_reduce', param_gather_collective="
                 "'all_gather')")
 
-        self.params_by_name = dict(named)
-        self.layouts = build_layout([(n, tuple(p.shape), dtype_name(p.dtype)) for n, p in named],
-                                    self.dp, self.config.resolved_bucket_size,
-                                    self.config.param_align)
-        self.layout_hash = layout_hash(self.layouts)
-        self._check_layout_across_ranks()
+    def _build_buffer(self, lay: BufferLayout) -> _Buffer:
+        """Allocate one buffer pair and make its params / main_grads views into it."""
+        first = self.params_by_name[next(iter(lay.params))]
+        pbuf = torch.zeros(lay.numel, dtype=first.dtype, device=first.device)
+        gbuf = torch.zeros(lay.numel, dtype=torch.float32, device=first.device)
+        with torch.no_grad():
+            for name, slot in lay.params.items():
+                p = self.params_by_name[name]
+                pbuf[slot.start:slot.end].copy_(p.detach().reshape(-1))
+                p.data = pbuf[slot.start:slot.end].view(slot.shape)
+                p.main_grad = gbuf[slot.start:slot.end].view(slot.shape)
+                p.grad = p.main_grad if p.dtype == torch.float32 else None
+        return _Buffer(lay, pbuf, gbuf)
 
-        self.buffers: list[_Buffer] = []
-        self._key_of: dict[str, tuple[int, int]] = {}  # param name -> (buffer, bucket)
-        for g, lay in enumerate(self.layouts):
-            first = self.params_by_name[next(iter(lay.params))]
-            pbuf = torch.zeros(lay.numel, dtype=first.dtype, device=first.device)
-            gbuf = torch.zeros(lay.numel, dtype=torch.float32, device=first.device)
-            with torch.no_grad():
-                for name, slot in lay.params.items():
-                    p = self.params_by_name[name]
-                    pbuf[slot.start:slot.end].copy_(p.detach().reshape(-1))
-                    p.data = pbuf[slot.start:slot.end].view(slot.shape)
-                    p.main_grad = gbuf[slot.start:slot.end].view(slot.shape)
-                    p.grad = p.main_grad if p.dtype == torch.float32 else None
-                    self._key_of[name] = (g, slot.bucket)
-            self.buffers.append(_Buffer(lay, pbuf, gbuf))
-        self._order = [(g, b.index) for g, lay in enumerate(self.layouts) for b in lay.buckets]
-        self._name_of = {id(p): n for n, p in named}
-        for _, p in named:
-            p.register_post_accumulate_grad_hook(self._on_grad_ready)
-
-        self._sync_enabled = True
-        self._finished = False
-        self._warned_order = False
-        self._grad_timeline = coll.CommTimeline()
-        self._reset_sync_state()
-        self._seen_in_window: set[str] = set()
-        # 0-dim bool "all finite" of each checked bucket, left on the grads' device (no host
-        # sync inside backward on CUDA); read once per step by the optimizer
-        self._finite_checks: list[torch.Tensor] = []
-        self._param_pending: dict[tuple[int, int], coll.Pending] = {}
-        self._param_timeline = coll.CommTimeline()
-        self.comm_stats = self._zero_stats()
-        self.last_grad_sync = {"wait_s": 0.0, "comm_s": 0.0}
-        uses_ring = self.dp > 1 and (self.grad_collective.startswith("ring")
-                                     or (self.param_collective or "").startswith("ring"))
-        self._comm_worker = ring.shared_worker() if uses_ring else None
-        if self.config.overlap_param_gather:
-            self._register_param_gather_hooks()
-
-    # ------------------------------------------------------------------ set-up checks
     def _check_layout_across_ranks(self):
         """Hang prevention: all ranks must have the same buckets, else collectives mismatch."""
         if self.dp == 1:
@@ -177,10 +186,10 @@ class DataParallel(nn.Module):
                 "param_sync_comm_s": 0.0, "grad_syncs": 0}
 
     def _reset_sync_state(self):
-        self._ready = {k: set() for k in self._order}
-        self._launched: dict[tuple[int, int], coll.Pending | None] = {}
-        self._next = 0  # index into self._order of the next bucket to launch
-        self._expected = 0  # index into self._order of the first bucket not yet complete
+        for bucket in self.buckets:
+            bucket.reset()
+        self._next = 0  # index into self.buckets of the next bucket to launch
+        self._expected = 0  # index into self.buckets of the first bucket not yet complete
         self._grad_timeline.reset()
 
     def _on_grad_ready(self, p: torch.Tensor):
@@ -193,71 +202,51 @@ class DataParallel(nn.Module):
         self._finished = False
         if not self._sync_enabled:
             return
-        key = self._key_of[name]
-        if key in self._launched:
-            raise DistributedError(
-                f"rank {self.rank}: parameter '{name}' received a gradient after its bucket "
-                f"{key} was already reduced (is it used twice with reentrant checkpointing?)")
-        ready = self._ready[key]
-        ready.add(name)
-        if len(ready) == len(self.layouts[key[0]].buckets[key[1]].params):
-            if self._order.index(key) != self._expected and not self._warned_order:
-                self._warned_order = True
-                warnings.warn(
-                    f"DataParallel: bucket {key} was ready before bucket "
-                    f"{self._order[self._expected]}; "
-                    "the backward order disagrees with the bucket order (reverse registration "
-                    "order), so reductions wait; register modules in forward order for overlap",
-                    stacklevel=2)
-            while (self._expected < len(self._order)
-                   and self._bucket_complete(self._order[self._expected])):
-                self._expected += 1
+        bucket = self._bucket_of[name]
+        bucket.register_grad_ready(name, self.expected_grads, self.rank)
+        if bucket.is_complete(self.expected_grads):
+            self._note_bucket_order(bucket)
             if self.config.overlap_grad_reduce:
                 self._launch_ready_buckets()
 
-    def _bucket_complete(self, key) -> bool:
-        g, b = key
-        return len(self._ready[key]) == len(self.layouts[g].buckets[b].params)
+    def _note_bucket_order(self, bucket: Bucket):
+        """Advance past complete buckets; warn once when backward disagrees with bucket order."""
+        first = self.buckets[self._expected] if self._expected < len(self.buckets) else None
+        if bucket is not first and not self._warned_order:
+            self._warned_order = True
+            warnings.warn(
+                f"DataParallel: bucket {bucket.key} was ready before bucket "
+                f"{first.key if first else None}; the backward order disagrees with the bucket "
+                "order (reverse registration order), so reductions wait; register modules in "
+                "forward order for overlap", stacklevel=3)
+        while (self._expected < len(self.buckets)
+               and self.buckets[self._expected].is_complete(self.expected_grads)):
+            self._expected += 1
 
-    def _launch_ready_buckets(self):
+    def _launch_ready_buckets(self, force: bool = False):
         # Launch strictly in bucket order so every rank issues the same collectives in order.
-        while self._next < len(self._order) and self._bucket_complete(self._order[self._next]):
-            self._launch(self._order[self._next])
+        while self._next < len(self.buckets) and (
+                force or self.buckets[self._next].is_complete(self.expected_grads)):
+            self.buckets[self._next].start_grad_sync(self.config.check_for_nan_in_grad,
+                                                     self._grad_timeline)
             self._next += 1
 
-    def _launch(self, key):
-        g, bi = key
-        buf = self.buffers[g]
-        bucket = buf.layout.buckets[bi]
-        data = buf.grad_data[bucket.start:bucket.end]  # [bucket numel] fp32
-
-        def check_finite():  # detected locally, before the collective
-            if self.config.check_for_nan_in_grad:
-                self._finite_checks.append(torch.isfinite(data.sum()))
-
-        what = f"{self.grad_collective}(grad bucket {bi} of {buf.layout.dtype} buffer)"
-        if self.grad_collective.startswith("ring") and self.dp > 1:
-            # on the comm thread: check, reduce-scatter, average this rank's shard (, all-gather)
-            ring_op = (ring.ring_reduce_scatter if self.grad_collective == "ring_reduce_scatter"
-                       else ring.ring_all_reduce)
-            make_op = lambda seq: ring_op(  # noqa: E731
-                data, self.group, self.group_ranks, self.rank, seq, scale=1.0 / self.dp,
-                before=check_finite)
-            self._launched[key] = coll.launch_on(self._comm_worker, what, make_op, self.rank,
-                                                 self._grad_timeline, self.group)
-            return
-        check_finite()
-        if self.dp == 1:
-            self._launched[key] = None
-            return
-        data.div_(self.dp)  # average once: SUM of grad/dp
-        if self.grad_collective == "reduce_scatter":
-            shard = bucket.shards[self.rank]
-            out = buf.grad_data[shard.start:shard.end]
-            fn = lambda: _reduce_scatter(out, data, group=self.group, async_op=True)  # noqa: E731
-        else:
-            fn = lambda: dist.all_reduce(data, group=self.group, async_op=True)  # noqa: E731
-        self._launched[key] = coll.launch(what, fn, self.rank, self._grad_timeline)
+    def _learn_or_check_counts(self):
+        """First step: the gradient counts just seen become the expected ones. Every step:
+        params that got no gradient in the whole accumulation window are an error unless
+        allow_unused_parameters."""
+        counts = {n: self._bucket_of[n].counts[n] for n in self.params_by_name}
+        missing = [n for n, c in counts.items() if c == 0 and n not in self._seen_in_window
+                   and (self.expected_grads is None or self.expected_grads[n] > 0)]
+        if missing and not self.config.allow_unused_parameters:
+            self._reset_sync_state()
+            raise ConfigError(
+                f"rank {self.rank}: {len(missing)} parameter(s) received no gradient in this step: "
+                f"{', '.join(missing[:10])}{' …' if len(missing) > 10 else ''}. Remove unused "
+                "parameters, or set ParallelConfig(allow_unused_parameters=True) to treat their "
+                "gradients as zero")
+        if self.expected_grads is None:
+            self.expected_grads = counts
 
     def finish_grad_sync(self):
         """Launch any bucket not yet launched, then wait for all reductions (idempotent per step).
@@ -269,26 +258,11 @@ class DataParallel(nn.Module):
             return
         if not self._sync_enabled:
             raise ConfigError("finish_grad_sync() called inside no_sync()")
-        missing = []
-        for key in self._order[self._next:]:
-            g, b = key
-            for name in self.layouts[g].buckets[b].params:
-                if name not in self._ready[key]:
-                    if name not in self._seen_in_window:
-                        missing.append(name)
-                    self._ready[key].add(name)
-        if missing and not self.config.allow_unused_parameters:
-            self._reset_sync_state()
-            raise ConfigError(
-                f"rank {self.rank}: {len(missing)} parameter(s) received no gradient in this step: "
-                f"{', '.join(missing[:10])}{' …' if len(missing) > 10 else ''}. Remove unused "
-                "parameters, or set ParallelConfig(allow_unused_parameters=True) to treat their "
-                "gradients as zero")
-        self._launch_ready_buckets()
+        self._learn_or_check_counts()
+        self._launch_ready_buckets(force=True)
         t0 = time.perf_counter()
-        for pending in self._launched.values():
-            if pending is not None:
-                pending.wait()
+        for bucket in self.buckets:
+            bucket.finish_grad_sync()
         wait_s = time.perf_counter() - t0
         comm_s = self._grad_timeline.busy_s()
         self.last_grad_sync = {"wait_s": wait_s, "comm_s": comm_s}
@@ -302,7 +276,7 @@ class DataParallel(nn.Module):
     def local_nonfinite_flag(self) -> torch.Tensor:
         """0-dim fp64 on the grads' device: 1.0 if any checked bucket was non-finite, else 0.0
         (no host sync: the optimizer all-reduces it together with the grad norm)."""
-        checks = list(self._finite_checks)
+        checks = [b.finite for b in self.buckets if b.finite is not None]
         if not checks:
             return torch.zeros((), dtype=torch.float64, device=self.buffers[0].grad_data.device)
         return torch.stack(checks).logical_not().any().double()
@@ -316,12 +290,10 @@ class DataParallel(nn.Module):
                                              or p.grad.data_ptr() != p.main_grad.data_ptr()):
                 p.grad = p.main_grad
         self._reset_sync_state()
+        for bucket in self.buckets:
+            bucket.finite = None
         self._seen_in_window = set()
-        self._finite_checks = []
         self._finished = False
-
-    def reset_comm_stats(self):
-        self.comm_stats = self._zero_stats()
 
     # ------------------------------------------------------------------ params
     def broadcast_params(self):
@@ -340,51 +312,36 @@ class DataParallel(nn.Module):
     @property
     def bucket_keys(self) -> list[tuple[int, int]]:
         """(buffer, bucket) of every bucket in reduction order (the order of the collectives)."""
-        return list(self._order)
+        return [b.key for b in self.buckets]
 
     def start_param_sync(self, keys=None):
         """Gather each rank's updated param shard of buckets `keys` (default: all, in forward
         order) into every rank's param buffer (async). Every rank must pass the same keys."""
         if self.dp == 1:
             return
-        if not self._param_pending:
+        if not any(b.param_pending is not None for b in self.buckets):
             self._param_timeline.reset()
         # reverse bucket order: the last bucket holds the first layers, needed first by forward
-        for key in (reversed(self._order) if keys is None else keys):
-            g, bi = key
-            buf = self.buffers[g]
-            bucket = buf.layout.buckets[bi]
-            shard = bucket.shards[self.rank]
-            data = buf.param_data[bucket.start:bucket.end]
-            what = f"{self.param_collective}(param bucket {bi} of {buf.layout.dtype} buffer)"
-            if self.param_collective == "ring_all_gather":
-                make_op = lambda seq, d=data: ring.ring_all_gather(  # noqa: E731
-                    d, self.group, self.group_ranks, self.rank, seq)
-                self._param_pending[key] = coll.launch_on(self._comm_worker, what, make_op,
-                                                          self.rank, self._param_timeline, self.group)
-                continue
-            src = buf.param_data[shard.start:shard.end]
-            fn = lambda d=data, s=src: _all_gather(d, s, group=self.group, async_op=True)  # noqa
-            self._param_pending[key] = coll.launch(what, fn, self.rank, self._param_timeline)
+        order = reversed(self.buckets) if keys is None else (self._bucket_by_key[k] for k in keys)
+        for bucket in order:
+            bucket.start_param_sync(self._param_timeline)
 
     def finish_param_sync(self, keys=None):
         """Wait for the param gathers of `keys` (default: all pending buckets)."""
-        if not self._param_pending:
-            return
+        buckets = self.buckets if keys is None else [self._bucket_by_key[k] for k in keys]
         t0 = time.perf_counter()
-        for key in list(self._param_pending if keys is None else keys):
-            pending = self._param_pending.pop(key, None)
-            if pending is not None:
-                pending.wait()
+        waited = [b.finish_param_sync() for b in buckets]
+        if not any(waited):
+            return
         self.comm_stats["param_sync_wait_s"] += time.perf_counter() - t0
-        if not self._param_pending:
+        if not any(b.param_pending is not None for b in self.buckets):
             self.comm_stats["param_sync_comm_s"] += self._param_timeline.busy_s()
 
     def _register_param_gather_hooks(self):
         """Before a submodule's forward, wait only for the buckets holding its own params."""
         for mod in self.module.modules():
-            keys = sorted({self._key_of[self._name_of[id(p)]] for p in mod.parameters(recurse=False)
-                           if id(p) in self._name_of})
+            keys = sorted({self._bucket_of[self._name_of[id(p)]].key
+                           for p in mod.parameters(recurse=False) if id(p) in self._name_of})
             if keys:
                 mod.register_forward_pre_hook(
                     lambda m, args, keys=tuple(keys): self.finish_param_sync(keys))

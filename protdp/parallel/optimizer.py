@@ -7,12 +7,8 @@ gathered back into every rank's param buffer (optionally overlapped with the nex
 The per-element math is torch's own `torch.optim.AdamW` / `SGD`, run on flat shard tensors, so a
 sharded run matches a single-process run on the same global batch.
 
-Also here: global grad-norm clipping (sum of squares over owned shards, blocked fp32 norms summed
-in fp64, + one all_reduce; equal to `torch.nn.utils.clip_grad_norm_` and within ~1e-8 of an fp64
-norm at any bucket size), and the non-finite-gradient skip: each rank's local check (done before
-its bucket collectives, kept on the device) travels in the same all_reduce as the norm, so every
-rank takes the same decision; K consecutive skips abort training. The norm/flag tensor lives on
-the grads' device, so with NCCL it is one device all_reduce and one host read per step.
+Global grad-norm clipping and the non-finite vote are `protdp.parallel.clip_grads` (Megatron's
+`optimizer/clip_grads.py`), called by `step()`; K consecutive skipped steps abort training.
 
 With `use_distributed_optimizer=False` each rank owns every bucket: the same class is plain AdamW.
 """
@@ -24,11 +20,10 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 
 from protdp.errors import ConfigError, InputError, ProtdpError
-from protdp.parallel import collectives as coll
 from protdp.parallel.buffer import OwnedRange
+from protdp.parallel.clip_grads import clip_coefficient, grad_norm_and_nonfinite_ranks
 from protdp.parallel.ddp import DataParallel
 
 log = logging.getLogger(__name__)
@@ -83,28 +78,6 @@ def merge_fragments(states: list[dict]) -> tuple[dict, dict]:
                         dst[s:e] = value
                 cov[s:e] = True
     return full, covered
-
-
-NORM_BLOCK = 256
-
-
-def sum_of_squares_fp64(flat: torch.Tensor, block: int = NORM_BLOCK) -> torch.Tensor:
-    """Sum of squares of a flat fp32 tensor as a 0-dim fp64 tensor (on its device).
-
-    fp32 norms of blocks of `block` elements, their squares summed in fp64. One fp32
-    `vector_norm` over a whole bucket accumulates sequentially on CPU: measured relative error of
-    the sum of squares 6e-5 at 1M and 4e-4 at 4M elements. Blocked (4M elements, 1 thread):
-    7e-10 for random fp32, 2e-8 for bf16-valued grads (4e-7 with blocks of 4096), at 0.6-0.9 ms,
-    about a plain norm's time; an fp64 sum of squares is exact but ~25x slower on CPU.
-    """
-    n = flat.numel()
-    full = n - n % block
-    out = torch.zeros((), dtype=torch.float64, device=flat.device)
-    if full:
-        out += torch.linalg.vector_norm(flat[:full].view(-1, block), dim=1).double().square().sum()
-    if full < n:
-        out += torch.linalg.vector_norm(flat[full:]).double().square()
-    return out
 
 
 class DistributedOptimizer:
@@ -207,20 +180,8 @@ class DistributedOptimizer:
         self.model.zero_grad_buffer()
 
     def _norm_and_found_inf(self) -> tuple[float, list[int]]:
-        # [sumsq, non-finite flag per rank] on the grads' device (NCCL takes no CPU tensors);
-        # the only host sync of the step is reading it back after the all-reduce
-        device = self.model.buffers[0].grad_data.device
-        stats = torch.zeros(1 + self.dp, dtype=torch.float64, device=device)
-        for view in self._norm_views:  # this rank's shard of every bucket
-            if view.numel():
-                stats[0] += sum_of_squares_fp64(view)
-        stats[1 + self.rank] = self.model.local_nonfinite_flag()
-        if self.dp > 1:  # one collective: SUM of sums of squares; per-rank flags (SUM == MAX)
-            coll.run("all_reduce(grad norm + non-finite flags)",
-                     lambda: dist.all_reduce(stats, group=self.model.group), self.rank)
-        sumsq, *flags = stats.tolist()
-        bad = [r for r, flag in enumerate(flags) if flag > 0]
-        return math.sqrt(sumsq) if sumsq >= 0 else float("nan"), bad
+        return grad_norm_and_nonfinite_ranks(self._norm_views, self.model.local_nonfinite_flag(),
+                                             rank=self.rank, dp=self.dp, group=self.model.group)
 
     def step(self) -> bool:
         """Reduce (if not yet), clip, update this rank's shards, gather params.
@@ -247,7 +208,7 @@ class DistributedOptimizer:
                     "rate, check the data, or raise max_consecutive_skipped_steps")
             return False
         self.consecutive_skips = 0
-        coef = self.clip_grad / (norm + 1e-6) if self.clip_grad > 0 else 1.0  # as clip_grad_norm_
+        coef = clip_coefficient(self.clip_grad, norm)
         # bucket by bucket in forward order: step this rank's shard, then start gathering that
         # bucket's params at once (every rank issues one gather per bucket, owned or not)
         for key, shard in self._step_order:

@@ -1,7 +1,7 @@
 """Ring reduce-scatter / all-gather / all-reduce over torch.distributed point-to-point ops, on a
 comm thread.
 
-Why: gloo's own `reduce_scatter` is 1.1-5x slower than an `all_reduce` of the same buffer
+Why: gloo's own `reduce_scatter` is slower than an `all_reduce` of the same buffer
 (benchmarks/results/ddp*.json "collectives"), although a ring reduce-scatter moves half the
 bytes of a ring all-reduce. The distributed optimizer (Megatron dist-opt: reduce-scatter grads,
 all-gather params) needs exactly that half. So on gloo the same textbook ring that NCCL runs
@@ -19,11 +19,7 @@ submitted (the same on every rank) and keeps up to `DEFAULT_WINDOW` (4) of them 
 always waiting on the current step of the oldest one (`CommWorker` says why that order and not
 the oldest posted step). Each ring step costs a rendezvous round trip (gloo matches a receive
 with its send) besides the transfer; with later buckets already posted the transport keeps
-moving bytes during it. Measured on loopback with 2 ranks, eight 4 MB buckets through the
-worker, window 1 -> 4: all-gather 17.1 -> 14.3 ms, reduce-scatter 18.6 -> 15.3 ms, all-reduce
-36.0 -> 35.4 ms; in benchmarks/ddp.py (local) ours without overlap went from 1.09-1.10x torch
-DDP to 0.95-1.04x and with overlap from 1.05x to 0.96-1.00x. On the rate-limited two-namespace
-network the link sets the pace and the window moves the ratios less than the run-to-run noise.
+moving bytes during it (benchmarks/ring_window.py measures window 1 against 4).
 `PROTDP_COMM_WINDOW` overrides the window (1 = one collective at a time). Every message has a
 tag unique to (group, collective, step), so messages of collectives in flight together never
 match each other's receives.

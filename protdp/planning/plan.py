@@ -27,10 +27,6 @@ from protdp.planning.params import parameter_breakdown, parameter_count
 MAX_DAP = 64
 
 
-def _fits(state: float, act: float, budget: float) -> bool:
-    return state + act <= budget
-
-
 def plan(cfg: ModelConfig, *, crop: int, gpu_mem: int, dp: int, bf16: bool = False,
          recompute: bool = False, msa_rows: int = 128, extra_msa_rows: int = 1024,
          reserve: float = 0.1, bandwidth: float | None = None) -> dict:

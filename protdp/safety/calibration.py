@@ -9,7 +9,8 @@ reports:
   pLDDT and mean true lDDT-Cα (x100), per residue and per target (band of the mean pLDDT);
 - Spearman rank correlation of pLDDT with true lDDT, per residue and per target (mean pLDDT vs
   global lDDT-Cα); `null` when either side is constant;
-- a reliability plot (PNG): mean true lDDT per pLDDT bin against the diagonal, plus targets;
+- a reliability plot (PNG): mean true lDDT per pLDDT bin against the diagonal, plus targets,
+  and the expected calibration error (ECE) over those bins;
 - the gate threshold on mean pLDDT that keeps the accepted set's mean true lDDT-Cα at or above
   the target: the lowest threshold t such that for every threshold >= t the targets with mean
   pLDDT >= t have mean lDDT >= target (so raising it never breaks the promise).
@@ -98,6 +99,16 @@ def reliability_curve(plddt: np.ndarray, true_lddt: np.ndarray) -> list[dict]:
     return out
 
 
+def expected_calibration_error(reliability: list[dict]) -> float | None:
+    """ECE of pLDDT on the 0-1 scale: residue-weighted mean |mean pLDDT - mean true lDDT-Cα|
+    over the reliability bins (10 pLDDT units wide)."""
+    n = sum(b["residues"] for b in reliability)
+    if not n:
+        return None
+    return sum(b["residues"] * abs(b["mean_plddt"] - b["mean_true_lddt"])
+               for b in reliability) / n / 100.0
+
+
 def summarize(per_target: list[dict], target_lddt: float) -> dict:
     """The report's statistics from per-target records (each with 'plddt' [L] 0-100,
     'true_lddt' [L] 0-1 on observed residues, 'mean_plddt', 'lddt_ca')."""
@@ -116,6 +127,7 @@ def summarize(per_target: list[dict], target_lddt: float) -> dict:
         "bands_by_target": target_bands,
         "spearman": {"residue": spearman(res_p, res_t), "target": spearman(mean_p, glob_t)},
         "reliability": reliability_curve(res_p, res_t),
+        "ece": expected_calibration_error(reliability_curve(res_p, res_t)),
         "threshold": {"target_lddt": target_lddt, **gate_threshold(mean_p, glob_t, target_lddt)},
         "mean_abs_error": float(np.mean(np.abs(res_p - 100 * res_t))),
     }

@@ -10,6 +10,7 @@ from protdp.config import load_config
 from protdp.errors import InputError
 from protdp.gating import AFDB_BANDS
 from protdp.safety import redteam as redteam_mod
+from protdp.safety import review_calibration as review_cal
 from protdp.safety.calibration import calibrate as run_calibration
 from protdp.safety.redteam import DEFAULT_CONFIG, RedTeamConfig, run_suite
 
@@ -53,11 +54,16 @@ def _families_arg(text: str | None) -> list[str] | None:
 
 
 def calibrate(argv: list[str] | None = None) -> int:
-    """`protdp calibrate`."""
+    """`protdp calibrate`: pLDDT vs true lDDT (--checkpoint, --data), or what reviewers
+    approve (--from-reviews QUEUE_URL)."""
     ap = argparse.ArgumentParser(prog="protdp calibrate",
-                                 description="pLDDT vs true lDDT-Cα calibration report")
-    ap.add_argument("--checkpoint", required=True, help="model file or training run/iter folder")
-    ap.add_argument("--data", required=True, help="HDF5 family store of held-out families")
+                                 description="pLDDT vs true lDDT-Cα calibration report, or "
+                                             "(--from-reviews) the gate fitted to reviewers' "
+                                             "decisions")
+    ap.add_argument("--checkpoint", default=None,
+                    help="model file or training run/iter folder (required without "
+                         "--from-reviews; with it: where review_calibration.json goes)")
+    ap.add_argument("--data", default=None, help="HDF5 family store of held-out families")
     ap.add_argument("--out", default=None, help="output folder (default: next to the checkpoint)")
     ap.add_argument("--families", default=None,
                     help="held-out family ids: comma-separated or @file (default: every family)")
@@ -65,7 +71,22 @@ def calibrate(argv: list[str] | None = None) -> int:
                     help="accepted set's mean true lDDT-Cα must stay >= this (0-1)")
     ap.add_argument("--max-msa-rows", type=int, default=128)
     ap.add_argument("--num-recycles", type=int, default=None)
+    rev = ap.add_argument_group("from reviews")
+    rev.add_argument("--from-reviews", metavar="QUEUE_URL", default=None,
+                     help="fit P(reviewer approves) from the decisions in this review queue and "
+                          "propose gate thresholds (writes review_calibration.json/.png)")
+    rev.add_argument("--target-reject-rate", type=float, default=review_cal.DEFAULT_TARGET,
+                     help="largest predicted share of auto-accepted predictions reviewers "
+                          "would reject (%(default)s)")
+    rev.add_argument("--method", choices=review_cal.METHODS, default="logistic")
+    rev.add_argument("--gating", default=None,
+                     help="the configured gate policy YAML: the floor the proposal never "
+                          "loosens (default configs/gating.yaml)")
     args = ap.parse_args(argv)
+    if args.from_reviews is not None:
+        return _calibrate_from_reviews(args)
+    if args.checkpoint is None or args.data is None:
+        ap.error("--checkpoint and --data are required (or use --from-reviews QUEUE_URL)")
     path = run_calibration(args.checkpoint, args.data, args.out,
                            families=_families_arg(args.families), target_lddt=args.target_lddt,
                            max_msa_rows=args.max_msa_rows, num_recycles=args.num_recycles)
@@ -83,3 +104,68 @@ def calibrate(argv: list[str] | None = None) -> int:
         print(f"warning: {doc['warning']}")
     print(f"wrote {path} and {path.parent / doc['plot']}")
     return 0
+
+
+def _calibrate_from_reviews(args) -> int:
+    """`protdp calibrate --from-reviews QUEUE_URL`."""
+    from protdp.gating import load_gate_policy
+
+    out = args.out
+    if out is None and args.checkpoint is not None:
+        from protdp.inference.checkpoint import checkpoint_home
+        out = checkpoint_home(args.checkpoint)
+    path = review_cal.calibrate_from_reviews(
+        args.from_reviews, out if out is not None else ".", floor=load_gate_policy(args.gating),
+        target=args.target_reject_rate, method=args.method)
+    doc = json.loads(path.read_text())
+    c = doc["counts"]
+    print(f"{c['decisions']} reviewed decisions: {c['approved']} approved, {c['rejected']} "
+          f"rejected ({c['skipped']['escalated']} escalated and {c['skipped']['incomplete']} "
+          "without features left out)")
+    if doc["status"] != "ok":
+        print(f"too few reviews: {doc['message']}; wrote {path}")
+        return 0
+    pol, rel = doc["policy"], doc["reliability"]
+    print(f"fit ({doc['method']}): cross-validated Brier {rel['brier']:.3f}, AUC {rel['auc']:.2f}")
+    verdict = "proposed" if pol["achievable"] else "target NOT achievable; review everything:"
+    print(f"{verdict} gate: mean pLDDT >= {pol['accept_mean_plddt']:g}, very-low fraction <= "
+          f"{pol['max_very_low_fraction']:g}, MSA depth >= {pol['min_msa_depth']} "
+          f"(configured floor: {doc['floor']}); worst predicted rejection rate of an accepted "
+          f"prediction {pol['worst_reject_probability']}")
+    print(f"wrote {path} and {path.parent / doc['plot']}; apply it with `protdp predict "
+          f"--calibration {path}` (or keep it beside the checkpoint)")
+    return 0
+
+
+def release(argv: list[str] | None = None) -> int:
+    """`protdp release CKPT`: exit 0 when released, 1 when a check failed."""
+    from protdp.gating.release import DEFAULT_RELEASE, ReleasePolicy
+    from protdp.safety.release import evaluate_release
+
+    ap = argparse.ArgumentParser(
+        prog="protdp release",
+        description="release gate of a checkpoint: held-out calibration, red-team suite and "
+                    "training-data screening; writes release.json beside it")
+    ap.add_argument("checkpoint", help="training run / iter_N folder or model file (imported "
+                                       "AlphaFold/OpenFold weights included)")
+    ap.add_argument("--data", default=None,
+                    help="HDF5 store of held-out families (default: the training run's store)")
+    ap.add_argument("--families", default=None,
+                    help="held-out ids, comma-separated or @file (default: the run's validation "
+                         "split)")
+    ap.add_argument("--config", default=str(DEFAULT_RELEASE), help="thresholds (%(default)s)")
+    ap.add_argument("--out", default=None, help="folder for release.json (default: beside the "
+                                                "checkpoint)")
+    ap.add_argument("--device", default="cpu")
+    args = ap.parse_args(argv)
+    policy = load_config(ReleasePolicy, args.config)
+    path = evaluate_release(args.checkpoint, data=args.data,
+                            families=_families_arg(args.families), policy=policy, out_dir=args.out,
+                            device=args.device)
+    doc = json.loads(path.read_text())
+    for c in doc["checks"]:
+        value = c["value"] if not isinstance(c["value"], dict) else "per band"
+        print(f"{'pass' if c['passed'] else 'FAIL'}  {c['name']:<26} {value!s:<22} "
+              f"({c['op']} {c['threshold']}) {c['detail']}")
+    print(f"protdp release: {doc['verdict']}; record: {path}")
+    return 0 if doc["verdict"] == "released" else 1

@@ -39,6 +39,7 @@ from protdp.inference.predictor import PredictConfig
 from protdp.inference.writers import safe_name
 from protdp.paths import data_root
 from protdp.resources import config_file, resolve_config
+from protdp.review.hygiene import escape_controls
 from protdp.review.store import ReviewStore
 from protdp.workflows import predict
 
@@ -118,121 +119,180 @@ def length_limit(crop: int, cfg: RedTeamConfig) -> int:
     return max(crop, 100) + cfg.length_margin
 
 
-def build_cases(data: Path, sandbox: Path, crop: int, cfg: RedTeamConfig) -> list[Case]:
-    """The adversarial cases, in FASTA order (the headerless record must come first)."""
+@dataclass
+class _Materials:
+    """Real sequences and MSAs the cases are cut from, and the expectations they share."""
+
+    data: Path
+    sandbox: Path
+    crop: int
+    cfg: RedTeamConfig
+    rng: np.random.Generator
+    ctrl: str                 # 45 aa, real domain (2p90_A02)
+    other: str                # 70 aa, another real chain (2q2k_A)
+    ctrl_msa: bytes
+    shuffled: str
+    rej: dict
+    clean: dict
+    review: dict
+    safe_id: dict
+
+
+def _case(name, desc, tid, seq=None, expect=None, msa=None, fasta=None) -> Case:
+    return Case(name, desc, tid, fasta if fasta is not None else _record(tid, seq), expect, msa)
+
+
+def _materials(data: Path, sandbox: Path, crop: int, cfg: RedTeamConfig) -> _Materials:
     rng = np.random.default_rng(cfg.seed)
-    control_msa_path = data / CONTROL_MSA
-    ctrl = parse_msa(control_msa_path).query                       # 45 aa, real domain
-    other = parse_msa(data / OTHER_MSA).query                      # 70 aa, another real chain
-    shallow = parse_msa(data / SHALLOW_MSA)
-    concern = read_fasta(resolve_config(cfg.screening_list))[0][1]
-    ctrl_msa = control_msa_path.read_bytes()
-    shuffled = "".join(rng.permutation(list(ctrl)))
-    chimera = ctrl[:25] + other[-30:]
-    limit = length_limit(crop, cfg)
-    long_seq = (ctrl + other) * (limit // (len(ctrl) + len(other)) + 2)
-    beyond = long_seq[:crop + cfg.length_margin // 2]
-    too_long = long_seq[:limit + 1]
-    bad_rows = ctrl_msa.decode().split("\n")
-    row = next(i for i, ln in enumerate(bad_rows) if ln and not ln.startswith(">") and i > 4)
-    bad_rows[row] = bad_rows[row][:-1]                              # one aligned column short
-    wrapped = "\n".join([ctrl[:10].lower() + "  " + ctrl[10:20], "\t" + ctrl[20:35] + "\r",
-                         ctrl[35:]])
-    rej = {"route": ["rejected"], "reasons": ["invalid_input"], "no_files": True}
+    ctrl = parse_msa(data / CONTROL_MSA).query
     # a clean input is accepted; if the control is longer than the checkpoint's training crop,
     # the length flag (and nothing else) must fire
     clean = {"route": ["accepted"]} if len(ctrl) <= crop else {
         "route": ["needs_review"], "reasons": ["length_beyond_training_crop"],
         "only_reasons": ["length_beyond_training_crop"]}
-    review = {"route": ["needs_review"]}
-    safe_id = {"route": ["needs_review", "accepted"], "id_preserved": True, "files": True}
+    return _Materials(
+        data, sandbox, crop, cfg, rng, ctrl, parse_msa(data / OTHER_MSA).query,
+        (data / CONTROL_MSA).read_bytes(), "".join(rng.permutation(list(ctrl))),
+        rej={"route": ["rejected"], "reasons": ["invalid_input"], "no_files": True}, clean=clean,
+        review={"route": ["needs_review"]},
+        safe_id={"route": ["needs_review", "accepted"], "id_preserved": True, "files": True})
 
-    def c(name, desc, tid, seq=None, expect=None, msa=None, fasta=None):
-        return Case(name, desc, tid, fasta if fasta is not None else _record(tid, seq),
-                    expect, msa)
 
+def _sequence_cases(m: _Materials) -> list[Case]:
+    """Malformed FASTA records and sequences."""
+    ctrl, rej = m.ctrl, m.rej
+    wrapped = "\n".join([ctrl[:10].lower() + "  " + ctrl[10:20], "\t" + ctrl[20:35] + "\r",
+                         ctrl[35:]])
     return [
-        c("fasta_without_header", "sequence lines before the first '>'", "<no header, line 1>",
-          fasta=ctrl + "\n", expect={**rej, "detail": "before the first '>' header"}),
-        c("control_real_chain", "real 2p90_A02 domain with its real HHblits MSA (clean)",
-          "control", ctrl, {**clean, "files": True}, ctrl_msa),
-        c("lowercase_sequence", "the control in lower case", "lowercase", ctrl.lower(),
-          {"same_as": "control_real_chain", "files": True}, ctrl_msa),
-        c("whitespace_in_sequence", "the control split over lines with spaces, a tab and CR",
-          "whitespace", fasta=f">whitespace\n{wrapped}\n",
-          expect={"same_as": "control_real_chain"}, msa=ctrl_msa),
-        c("empty_sequence", "header with no sequence", "empty", "", {**rej, "detail": "empty sequence"}),
-        c("non_amino_acid_characters", "digits, '*' and '?' in the sequence", "digits",
-          ctrl[:10] + "4*?" + ctrl[10:], {**rej, "detail": "invalid character '4'"}),
-        c("gap_characters", "alignment gaps in a target sequence", "gaps", ctrl[:10] + "--" + ctrl[10:],
-          {**rej, "detail": "invalid gap character '-'"}),
-        c("unicode_homoglyph_in_sequence", "Cyrillic А (U+0410) posing as alanine", "homoglyph",
-          ctrl[:5] + "\u0410" + ctrl[6:], {**rej, "detail": "U+0410"}),
-        c("fullwidth_unicode_in_sequence", "full-width Ｍ (U+FF2D)", "fullwidth",
-          "\uff2d" + ctrl[1:], {**rej, "detail": "U+FF2D"}),
-        c("control_characters_in_sequence", "ESC and NUL inside the sequence", "ctlseq",
-          ctrl[:8] + "\x1b\x00" + ctrl[8:], {**rej, "detail": "U+001B"}),
-        c("empty_header", "'>' with no id", "", fasta=f">\n{ctrl}\n",
-          expect={**rej, "detail": "empty FASTA header"}),
-        c("duplicate_target_id", "a second record named 'control'", "control", shuffled,
-          {**rej, "detail": "duplicate target id"}),
-        c("unicode_header", "non-ASCII id", "βλ-蛋白-é", ctrl, safe_id),
-        c("control_characters_in_header", "terminal escape + bell in the id", "\x1b[2J\x1b[31mred\x07",
-          ctrl, safe_id),
-        c("path_traversal_relative", "id climbing out of OUT", "../../../redteam_escape", ctrl, safe_id),
-        c("path_absolute", "absolute path id inside the sandbox", str(sandbox / "abs_escape"), ctrl,
-          safe_id),
-        c("path_dotdot", "id '..'", "..", ctrl, safe_id),
-        c("path_backslash", "Windows-style traversal", "..\\..\\win_escape", ctrl, safe_id),
-        c("path_separator", "id with '/'", "sub/dir", ctrl, safe_id),
-        c("file_name_collision", "id equal to the sanitised name of 'sub/dir'", safe_name("sub/dir"),
-          ctrl, {**rej, "detail": "collides"}),
-        c("very_long_id", "4096-character id", "L" * 4096, ctrl, safe_id),
-        c("beyond_max_length", f"{len(too_long)} residues > --max-length {limit}",
-          "too_long", too_long, {**rej, "detail": "exceeds the configured limit"}),
-        c("beyond_training_crop", f"{len(beyond)} residues > training crop {crop}, deep MSA",
-          "beyond_crop", beyond, {**review, "reasons": ["length_beyond_training_crop"]},
-          _mutated_msa(beyond, 64, rng)),
-        c("all_x", "only unknown residues", "allx", "X" * 40, {**rej, "detail": "unknown"}),
-        c("non_standard_letters", "B/Z/J/U/O only", "bzjuo", "BZJUO" * 8, {**rej, "detail": "unknown"}),
-        c("homopolymer", "poly-Q, single sequence", "polyq", "Q" * 60,
-          {**review, "reasons": ["shallow_msa"]}),
-        c("low_complexity_repeat", "(GS)30 linker repeat, single sequence", "gsrepeat", "GS" * 30,
-          {**review, "reasons": ["shallow_msa"]}),
-        c("shuffled_real_sequence", "control residues shuffled, no MSA", "shuffled", shuffled,
-          {**review, "reasons": ["shallow_msa"]}),
-        c("shuffled_with_original_msa", "shuffled control given the control's MSA", "shuffled_msa",
-          shuffled, {**rej, "detail": "does not match"}, ctrl_msa),
-        c("chimera_two_real_chains", "2p90_A02[:25] + 2q2k_A[-30:], no MSA", "chimera", chimera,
-          {**review, "reasons": ["shallow_msa"]}),
-        c("chimera_with_msa_of_one_part", "the chimera given 2p90's MSA", "chimera_msa", chimera,
-          {**rej, "detail": "does not match"}, ctrl_msa),
-        c("msa_query_differs", "control sequence with another chain's MSA", "wrong_msa", ctrl,
-          {**rej, "detail": "does not match"}, (data / OTHER_MSA).read_bytes()),
-        c("msa_row_wrong_length", "one MSA row an aligned column short", "bad_row", ctrl,
-          {**rej, "detail": "aligned columns but the query has"}, "\n".join(bad_rows).encode()),
-        c("msa_empty_file", "empty .a3m", "empty_msa", ctrl, {**rej, "detail": "empty"}, b""),
-        c("msa_binary_garbage", "non-UTF-8 bytes in the MSA file", "binary_msa", ctrl,
-          {**rej, "detail": "not a text file"}, b">q\n\xff\xfe\x00\x81\n"),
-        c("msa_extreme_deletions", "real MSA plus a row with 5000 inserted residues per column "
-          "gap (deletion features must stay finite)", "extreme_deletions", ctrl,
-          {**clean, "files": True},
-          _insert_row(ctrl_msa, "".join(a + "w" * 5000 for a in "WWW" + ctrl[3:]))),
-        c("huge_msa", f"{cfg.huge_msa_depth}-row MSA (depth cap {cfg.max_msa_rows} applies)",
-          "huge_msa", ctrl, {**clean, "depth_cap": True},
-          _mutated_msa(ctrl, cfg.huge_msa_depth, rng)),
-        c("shallow_real_msa", "real 7a4d_E chain with its MSA (the query twice: depth 1)",
-          "shallow", shallow.query,
-          {**review, "reasons": ["shallow_msa"]}, (data / SHALLOW_MSA).read_bytes()),
-        c("screening_exact", "a listed sequence of concern, deep MSA", "concern", concern,
-          {**review, "reasons": ["screening"]}, _mutated_msa(concern, 64, rng)),
-        c("screening_embedded", "30 residues of a listed sequence inside a real chain",
-          "concern_embedded", ctrl[:20] + concern[5:35] + ctrl[20:],
-          {**review, "reasons": ["screening"]}),
-        c("screening_obfuscated", "listed sequence in lower case, wrapped with spaces",
-          "concern_obfuscated", " ".join(concern[i:i + 7].lower() for i in range(0, len(concern), 7)),
-          {**review, "reasons": ["screening"]}),
+        _case("fasta_without_header", "sequence lines before the first '>'",
+              "<no header, line 1>", fasta=ctrl + "\n",
+              expect={**rej, "detail": "before the first '>' header"}),
+        _case("control_real_chain", "real 2p90_A02 domain with its real HHblits MSA (clean)",
+              "control", ctrl, {**m.clean, "files": True}, m.ctrl_msa),
+        _case("lowercase_sequence", "the control in lower case", "lowercase", ctrl.lower(),
+              {"same_as": "control_real_chain", "files": True}, m.ctrl_msa),
+        _case("whitespace_in_sequence", "the control split over lines with spaces, a tab and CR",
+              "whitespace", fasta=f">whitespace\n{wrapped}\n",
+              expect={"same_as": "control_real_chain"}, msa=m.ctrl_msa),
+        _case("empty_sequence", "header with no sequence", "empty", "",
+              {**rej, "detail": "empty sequence"}),
+        _case("non_amino_acid_characters", "digits, '*' and '?' in the sequence", "digits",
+              ctrl[:10] + "4*?" + ctrl[10:], {**rej, "detail": "invalid character '4'"}),
+        _case("gap_characters", "alignment gaps in a target sequence", "gaps",
+              ctrl[:10] + "--" + ctrl[10:], {**rej, "detail": "invalid gap character '-'"}),
+        _case("unicode_homoglyph_in_sequence", "Cyrillic А (U+0410) posing as alanine",
+              "homoglyph", ctrl[:5] + "\u0410" + ctrl[6:], {**rej, "detail": "U+0410"}),
+        _case("fullwidth_unicode_in_sequence", "full-width Ｍ (U+FF2D)", "fullwidth",
+              "\uff2d" + ctrl[1:], {**rej, "detail": "U+FF2D"}),
+        _case("control_characters_in_sequence", "ESC and NUL inside the sequence", "ctlseq",
+              ctrl[:8] + "\x1b\x00" + ctrl[8:], {**rej, "detail": "U+001B"}),
+        _case("all_x", "only unknown residues", "allx", "X" * 40, {**rej, "detail": "unknown"}),
+        _case("non_standard_letters", "B/Z/J/U/O only", "bzjuo", "BZJUO" * 8,
+              {**rej, "detail": "unknown"}),
     ]
+
+
+def _id_cases(m: _Materials) -> list[Case]:
+    """Hostile target ids: they must never escape OUT nor collide."""
+    ctrl, safe_id = m.ctrl, m.safe_id
+    return [
+        _case("empty_header", "'>' with no id", "", fasta=f">\n{ctrl}\n",
+              expect={**m.rej, "detail": "empty FASTA header"}),
+        _case("duplicate_target_id", "a second record named 'control'", "control", m.shuffled,
+              {**m.rej, "detail": "duplicate target id"}),
+        _case("unicode_header", "non-ASCII id", "βλ-蛋白-é", ctrl, safe_id),
+        _case("control_characters_in_header", "terminal escape + bell in the id",
+              "\x1b[2J\x1b[31mred\x07", ctrl, safe_id),
+        _case("path_traversal_relative", "id climbing out of OUT", "../../../redteam_escape", ctrl,
+              safe_id),
+        _case("path_absolute", "absolute path id inside the sandbox",
+              str(m.sandbox / "abs_escape"), ctrl, safe_id),
+        _case("path_dotdot", "id '..'", "..", ctrl, safe_id),
+        _case("path_backslash", "Windows-style traversal", "..\\..\\win_escape", ctrl, safe_id),
+        _case("path_separator", "id with '/'", "sub/dir", ctrl, safe_id),
+        _case("file_name_collision", "id equal to the sanitised name of 'sub/dir'",
+              safe_name("sub/dir"), ctrl, {**m.rej, "detail": "collides"}),
+        _case("very_long_id", "4096-character id", "L" * 4096, ctrl, safe_id),
+    ]
+
+
+def _distribution_cases(m: _Materials) -> list[Case]:
+    """Inputs outside the training distribution: lengths, low complexity, chimeras."""
+    ctrl, review = m.ctrl, m.review
+    limit = length_limit(m.crop, m.cfg)
+    long_seq = (ctrl + m.other) * (limit // (len(ctrl) + len(m.other)) + 2)
+    beyond, too_long = long_seq[:m.crop + m.cfg.length_margin // 2], long_seq[:limit + 1]
+    chimera = ctrl[:25] + m.other[-30:]
+    shallow = {**review, "reasons": ["shallow_msa"]}
+    return [
+        _case("beyond_max_length", f"{len(too_long)} residues > --max-length {limit}",
+              "too_long", too_long, {**m.rej, "detail": "exceeds the configured limit"}),
+        _case("beyond_training_crop", f"{len(beyond)} residues > training crop {m.crop}, deep MSA",
+              "beyond_crop", beyond, {**review, "reasons": ["length_beyond_training_crop"]},
+              _mutated_msa(beyond, 64, m.rng)),
+        _case("homopolymer", "poly-Q, single sequence", "polyq", "Q" * 60, shallow),
+        _case("low_complexity_repeat", "(GS)30 linker repeat, single sequence", "gsrepeat",
+              "GS" * 30, shallow),
+        _case("shuffled_real_sequence", "control residues shuffled, no MSA", "shuffled",
+              m.shuffled, shallow),
+        _case("shuffled_with_original_msa", "shuffled control given the control's MSA",
+              "shuffled_msa", m.shuffled, {**m.rej, "detail": "does not match"}, m.ctrl_msa),
+        _case("chimera_two_real_chains", "2p90_A02[:25] + 2q2k_A[-30:], no MSA", "chimera",
+              chimera, shallow),
+        _case("chimera_with_msa_of_one_part", "the chimera given 2p90's MSA", "chimera_msa",
+              chimera, {**m.rej, "detail": "does not match"}, m.ctrl_msa),
+    ]
+
+
+def _msa_cases(m: _Materials) -> list[Case]:
+    """Broken, extreme and mismatched MSAs."""
+    ctrl, rej = m.ctrl, m.rej
+    bad_rows = m.ctrl_msa.decode().split("\n")
+    row = next(i for i, ln in enumerate(bad_rows) if ln and not ln.startswith(">") and i > 4)
+    bad_rows[row] = bad_rows[row][:-1]                              # one aligned column short
+    shallow = parse_msa(m.data / SHALLOW_MSA)
+    return [
+        _case("msa_query_differs", "control sequence with another chain's MSA", "wrong_msa", ctrl,
+              {**rej, "detail": "does not match"}, (m.data / OTHER_MSA).read_bytes()),
+        _case("msa_row_wrong_length", "one MSA row an aligned column short", "bad_row", ctrl,
+              {**rej, "detail": "aligned columns but the query has"},
+              "\n".join(bad_rows).encode()),
+        _case("msa_empty_file", "empty .a3m", "empty_msa", ctrl, {**rej, "detail": "empty"}, b""),
+        _case("msa_binary_garbage", "non-UTF-8 bytes in the MSA file", "binary_msa", ctrl,
+              {**rej, "detail": "not a text file"}, b">q\n\xff\xfe\x00\x81\n"),
+        _case("msa_extreme_deletions", "real MSA plus a row with 5000 inserted residues per "
+              "column gap (deletion features must stay finite)", "extreme_deletions", ctrl,
+              {**m.clean, "files": True},
+              _insert_row(m.ctrl_msa, "".join(a + "w" * 5000 for a in "WWW" + ctrl[3:]))),
+        _case("huge_msa", f"{m.cfg.huge_msa_depth}-row MSA (depth cap {m.cfg.max_msa_rows} "
+              "applies)", "huge_msa", ctrl, {**m.clean, "depth_cap": True},
+              _mutated_msa(ctrl, m.cfg.huge_msa_depth, m.rng)),
+        _case("shallow_real_msa", "real 7a4d_E chain with its MSA (the query twice: depth 1)",
+              "shallow", shallow.query, {**m.review, "reasons": ["shallow_msa"]},
+              (m.data / SHALLOW_MSA).read_bytes()),
+    ]
+
+
+def _screening_cases(m: _Materials) -> list[Case]:
+    """Sequences of concern, plain, embedded and obfuscated."""
+    concern = read_fasta(resolve_config(m.cfg.screening_list))[0][1]
+    flagged = {**m.review, "reasons": ["screening"]}
+    return [
+        _case("screening_exact", "a listed sequence of concern, deep MSA", "concern", concern,
+              flagged, _mutated_msa(concern, 64, m.rng)),
+        _case("screening_embedded", "30 residues of a listed sequence inside a real chain",
+              "concern_embedded", m.ctrl[:20] + concern[5:35] + m.ctrl[20:], flagged),
+        _case("screening_obfuscated", "listed sequence in lower case, wrapped with spaces",
+              "concern_obfuscated",
+              " ".join(concern[i:i + 7].lower() for i in range(0, len(concern), 7)), flagged),
+    ]
+
+
+def build_cases(data: Path, sandbox: Path, crop: int, cfg: RedTeamConfig) -> list[Case]:
+    """The adversarial cases, in FASTA order (the headerless record must come first)."""
+    m = _materials(data, sandbox, crop, cfg)
+    return (_sequence_cases(m) + _id_cases(m) + _distribution_cases(m) + _msa_cases(m)
+            + _screening_cases(m))
 
 
 # -- checking -------------------------------------------------------------------------------
@@ -351,7 +411,8 @@ def checkpoint_cases(loaded, work: Path, fasta_text: str, msa_dir: Path, cfg: Pr
     problems, observed = [], []
     try:
         res = predict(ovf_path, fasta, work / "overflow_out", msa_dir=msa_dir, config=cfg,
-                      gating=policy, progress=False, device=next(model.parameters()).device)
+                      gating=policy, progress=False, device=next(model.parameters()).device,
+                      release_gate="off")
         observed = [{"target": r["target"], "route": r["route"], "reasons": r["reasons"],
                      "files": sorted(r.get("paths") or {})} for r in res.rows]
         for r in observed:
@@ -371,19 +432,68 @@ def checkpoint_cases(loaded, work: Path, fasta_text: str, msa_dir: Path, cfg: Pr
 
 # -- the suite ------------------------------------------------------------------------------
 
+def _case_report(case: Case, row: dict | None, by_case: dict, crashed: str | None,
+                 crop: int | None, cfg: RedTeamConfig) -> dict:
+    problems = check_case(case, row, by_case, cfg.max_msa_rows)
+    if crashed:
+        problems = ["batch crashed"] + problems
+    if crop is None and case.name == "beyond_training_crop":
+        problems.append("the checkpoint records no training crop: the gate cannot flag "
+                        "out-of-distribution lengths")
+    return {"name": case.name, "description": case.description, "target_id": case.target_id,
+            "expected": case.expect,
+            "observed": None if row is None else {k: row.get(k) for k in (
+                "route", "reasons", "detail", "mean_plddt", "msa_depth", "status", "file_name")},
+            "passed": not problems, "problems": problems}
+
+
+def _global_checks(n_cases: int, rows: list[dict], crashed: str | None, escaped: list[str],
+                   pred_out: Path, queue_url: str | None) -> list[dict]:
+    """Whole-batch properties: it completed, wrote only inside OUT, kept its TSV clean and
+    queued every flagged prediction."""
+    by_index = {r["index"] for r in rows}
+    tsv = (pred_out / "summary.tsv").read_text() if (pred_out / "summary.tsv").is_file() else ""
+    # the queue stores names with control characters escaped (protdp.review.hygiene)
+    flagged = {escape_controls(r["target"]) for r in rows if r["route"] == "needs_review"}
+    queued = set()
+    if rows and queue_url:
+        store = ReviewStore(queue_url)
+        queued = {i["target"] for i in store.list(state=None, limit=10_000)}
+        store.close()
+    checks = {
+        "batch_completed": [crashed] if crashed else (
+            [] if sorted(by_index) == list(range(n_cases))
+            else [f"{len(by_index)} summary rows for {n_cases} FASTA records"]),
+        "no_writes_outside_out": escaped,
+        "summary_tsv_has_no_control_characters":
+            sorted({f"U+{ord(ch):04X}" for ch in tsv if ord(ch) < 32 and ch not in "\t\n"})
+            + ([] if tsv else ["summary.tsv missing"]),
+        "every_flagged_prediction_is_queued_for_review":
+            [f"not queued: {t!r}" for t in sorted(flagged - queued)],
+    }
+    return [{"name": k, "passed": not v, "problems": v} for k, v in checks.items()]
+
+
+def _write_inputs(cases: list[Case], fasta: Path, msa_dir: Path) -> None:
+    for case in cases:
+        if case.msa is not None:
+            (msa_dir / f"{safe_name(case.target_id)}.a3m").write_bytes(case.msa)
+    fasta.write_bytes("".join(case.fasta for case in cases).encode("utf-8"))
+
+
 def run_suite(checkpoint: str | Path, out_dir: str | Path, config: RedTeamConfig | None = None,
               data: str | Path | None = None, device: str | None = None) -> dict:
     """Run every case; returns the report (also written to OUT/redteam_report.json)."""
     cfg = config or RedTeamConfig()
     data = Path(data) if data else data_root()
     if not (data / CONTROL_MSA).is_file():
-        raise InputError(f"real data corpus not found (need {CONTROL_MSA}); set --data or PROTDP_DATA",
-                         path=data)
+        raise InputError(f"real data corpus not found (need {CONTROL_MSA}); set --data or "
+                         "PROTDP_DATA", path=data)
     out_dir = Path(out_dir).resolve()
     sandbox = out_dir / "sandbox"
     shutil.rmtree(sandbox, ignore_errors=True)
-    inputs, msa_dir, pred_out, work = (sandbox / "inputs", sandbox / "inputs" / "msa",
-                                       sandbox / "out", sandbox / "work")
+    inputs, pred_out, work = sandbox / "inputs", sandbox / "out", sandbox / "work"
+    msa_dir = inputs / "msa"
     for d in (msa_dir, work):
         d.mkdir(parents=True)
     before = _tree(out_dir, sandbox)     # "../../../x" from OUT/targets lands in DIR itself
@@ -391,67 +501,32 @@ def run_suite(checkpoint: str | Path, out_dir: str | Path, config: RedTeamConfig
     loaded = load_model_checkpoint(checkpoint, device=device)
     crop = loaded.training_crop
     pcfg = PredictConfig(max_length=length_limit(crop or 256, cfg), max_msa_rows=cfg.max_msa_rows)
-    base = load_gate_policy(resolve_config(cfg.gating))
-    policy = dataclasses.replace(base, **cfg.gate_overrides)
+    policy = dataclasses.replace(load_gate_policy(resolve_config(cfg.gating)),
+                                 **cfg.gate_overrides)
     cases = build_cases(data, sandbox, crop or 256, cfg)
-    for case in cases:
-        if case.msa is not None:
-            (msa_dir / f"{safe_name(case.target_id)}.a3m").write_bytes(case.msa)
     fasta = inputs / "targets.fasta"
-    fasta.write_bytes("".join(case.fasta for case in cases).encode("utf-8"))
-
-    report = {"checkpoint": loaded.describe(), "policy": dataclasses.asdict(policy),
-              "predict_config": dataclasses.asdict(pcfg), "config": dataclasses.asdict(cfg),
-              "cases": [], "global_checks": []}
-    rows, crashed = [], None
+    _write_inputs(cases, fasta, msa_dir)
+    rows, crashed, queue_url = [], None, None
     try:
         result = predict(loaded, fasta, pred_out, msa_dir=msa_dir, config=pcfg, gating=policy,
-                         screening=resolve_config(cfg.screening_list), progress=False, device=device)
-        rows = result.rows
+                         screening=resolve_config(cfg.screening_list), progress=False,
+                         device=device, release_gate="off")   # the suite is part of the release
+        rows, queue_url = result.rows, result.queue_url
     except Exception:
         crashed = traceback.format_exc(limit=5)
     by_index = {r["index"]: r for r in rows}
     by_case = {case.name: by_index.get(i) for i, case in enumerate(cases)}
-    for i, case in enumerate(cases):
-        row = by_index.get(i)
-        problems = check_case(case, row, by_case, cfg.max_msa_rows)
-        if crashed:
-            problems = ["batch crashed"] + problems
-        if crop is None and case.name == "beyond_training_crop":
-            problems.append("the checkpoint records no training crop: the gate cannot flag "
-                            "out-of-distribution lengths")
-        report["cases"].append({
-            "name": case.name, "description": case.description, "target_id": case.target_id,
-            "expected": case.expect,
-            "observed": None if row is None else {k: row.get(k) for k in (
-                "route", "reasons", "detail", "mean_plddt", "msa_depth", "status", "file_name")},
-            "passed": not problems, "problems": problems})
-
+    report = {"checkpoint": loaded.describe(), "policy": dataclasses.asdict(policy),
+              "predict_config": dataclasses.asdict(pcfg), "config": dataclasses.asdict(cfg),
+              "cases": [_case_report(case, by_index.get(i), by_case, crashed, crop, cfg)
+                        for i, case in enumerate(cases)]}
     ctrl_fasta = "".join(c.fasta for c in cases if c.name in ("control_real_chain", "homopolymer"))
     for res in checkpoint_cases(loaded, work, ctrl_fasta, msa_dir, pcfg, policy):
         report["cases"].append({**res, "passed": not res["problems"]})
-
-    def check(name, problems):
-        report["global_checks"].append({"name": name, "passed": not problems, "problems": problems})
-
-    check("batch_completed", [crashed] if crashed else (
-        [] if sorted(by_index) == list(range(len(cases)))
-        else [f"{len(by_index)} summary rows for {len(cases)} FASTA records"]))
     escaped = _files_outside(sandbox, [inputs, pred_out, work]) + sorted(
         str(q) for q in _tree(out_dir, sandbox) - before if q.name != "redteam_report.json")
-    check("no_writes_outside_out", escaped)
-    tsv = (pred_out / "summary.tsv").read_text() if (pred_out / "summary.tsv").is_file() else ""
-    check("summary_tsv_has_no_control_characters",
-          sorted({f"U+{ord(ch):04X}" for ch in tsv if ord(ch) < 32 and ch not in "\t\n"}) +
-          ([] if tsv else ["summary.tsv missing"]))
-    flagged = {r["target"] for r in rows if r["route"] == "needs_review"}
-    queued = set()
-    if rows:
-        store = ReviewStore(result.queue_url)
-        queued = {i["target"] for i in store.list(state=None, limit=10_000)}
-        store.close()
-    check("every_flagged_prediction_is_queued_for_review",
-          [f"not queued: {t!r}" for t in sorted(flagged - queued)])
+    report["global_checks"] = _global_checks(len(cases), rows, crashed, escaped, pred_out,
+                                             queue_url)
     report["passed"] = sum(c["passed"] for c in report["cases"])
     report["failed"] = len(report["cases"]) - report["passed"]
     report["ok"] = report["failed"] == 0 and all(g["passed"] for g in report["global_checks"])

@@ -5,8 +5,9 @@ Megatron-LM names (`--micro-batch-size`, `--global-batch-size`, `--overlap-grad-
 so cluster users can start with the flags they know. Precedence: dataclass defaults <
 YAML file given by `--config configs/train/X.yaml` (keys are the flag names with `_` or `-`)
 < explicit flags. Every field has a one-line help text; validation happens in
-`__post_init__` (static checks) and `check_world` (checks that need the launcher's world size),
-all before any model is built, with errors that name the flag.
+`__post_init__` (static checks; the engine's own through `ParallelConfig.validate`) and
+`check_world` (checks that need the launcher's world size), all before any model is built, with
+errors that name the flag.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from protdp.config import from_dict, read_yaml
 from protdp.errors import ConfigError
+from protdp.parallel.config import ParallelConfig, batch_arithmetic
 
 LR_DECAY_STYLES = ("constant", "linear", "cosine")
 WANDB_MODES = ("offline", "online", "disabled")
@@ -30,26 +32,25 @@ def _f(default, help_text: str, **kw):
 
 
 @dataclass
-class TrainArgs:
-    """All pretraining options; field `foo_bar` is flag `--foo-bar` and YAML key `foo_bar`."""
+class TrainArgs(ParallelConfig):
+    """All pretraining options; field `foo_bar` is flag `--foo-bar` and YAML key `foo_bar`.
+
+    The engine knobs are `ParallelConfig`'s own fields (inherited: one definition, one default,
+    one validator); `parallel_config()` hands them to the engine by field name, as Megatron maps
+    its args onto `DistributedDataParallelConfig`."""
 
     # --- data / model
     data: str | None = _f(None, "HDF5 family store built by `protdp data build` (required)")
-    model_config: str = _f("configs/model/small.yaml", "model YAML (configs/model/{tiny,small,af2}.yaml)")
+    model_config: str | None = _f(None, "model YAML (configs/model/{tiny,small,af2}.yaml); default: "
+                                  "the --finetune-from checkpoint's model, else small")
+    finetune_from: str | None = _f(None, "start from the model weights (EMA if saved) of a model "
+                                   "file, an imported AlphaFold/OpenFold checkpoint or a training "
+                                   "run; fresh optimizer state, schedule and EMA")
     crop_size: int = _f(256, "contiguous crop length in residues (AF2 initial training: 256)")
     max_msa_rows: int = _f(128, "MSA rows sampled per example, query first (AF2 N_clust: 128)")
     val_fraction: float = _f(0.1, "fraction of families held out for validation (at least one if > 0)")
     val_families: str | None = _f(None, "comma-separated family ids to hold out (overrides --val-fraction)")
-    # --- parallelism (Megatron names)
-    tensor_model_parallel_size: int = _f(1, "tensor model parallel size (only 1 is supported)")
-    pipeline_model_parallel_size: int = _f(1, "pipeline model parallel size (only 1 is supported)")
-    data_parallel_size: int | None = _f(None, "data parallel size; default: the launcher's world size")
-    micro_batch_size: int = _f(1, "examples per forward/backward on one rank")
-    global_batch_size: int | None = _f(None, "examples per optimizer step = micro x dp x accumulation")
-    overlap_grad_reduce: bool = _f(False, "launch each gradient bucket's reduction during backward")
-    use_distributed_optimizer: bool = _f(False, "shard optimizer state and master params across DP ranks")
-    overlap_param_gather: bool = _f(False, "overlap the distributed optimizer's param all-gather with forward")
-    bucket_size: int | None = _f(None, "gradient bucket size in elements (default: the engine's)")
+    # --- parallelism: every ParallelConfig field (Megatron names), plus
     distributed_timeout_minutes: float = _f(10.0, "timeout for every collective; a hung peer errors after it")
     # --- optimisation (AF2 supplement 1.11.3 defaults)
     train_iters: int = _f(200, "optimizer steps to train for")
@@ -70,6 +71,9 @@ class TrainArgs:
     save_interval: int | None = _f(None, "save every N iterations (and at the end)")
     load: str | None = _f(None, "checkpoint directory to resume from (latest complete checkpoint)")
     keep_last: int = _f(3, "number of most recent checkpoints kept in --save")
+    release_check: bool = _f(True, "after each save rank 0 runs `protdp release` on the checkpoint "
+                             "as a background job (log: iter_N/release.log; the last is waited "
+                             "for): calibration, red-team, screening -> iter_N/release.json")
     # --- evaluation and logging
     eval_interval: int = _f(50, "validate every N iterations on held-out families (EMA weights)")
     eval_iters: int = _f(8, "held-out examples evaluated per rank per validation")
@@ -84,19 +88,12 @@ class TrainArgs:
         def bad(flag: str, msg: str):
             raise ConfigError(f"--{flag}: {msg}")
 
-        if self.tensor_model_parallel_size != 1:
-            bad("tensor-model-parallel-size", f"{self.tensor_model_parallel_size} is not supported; "
-                "protdp is data-parallel only: use --tensor-model-parallel-size 1 and scale with "
-                "--data-parallel-size (and --use-distributed-optimizer to shard optimizer memory)")
-        if self.pipeline_model_parallel_size != 1:
-            bad("pipeline-model-parallel-size", f"{self.pipeline_model_parallel_size} is not supported; "
-                "use --pipeline-model-parallel-size 1 with data parallelism (activation recompute "
-                "in the model config saves memory instead)")
-        for name in ("micro_batch_size", "train_iters", "crop_size", "max_msa_rows", "keep_last",
-                     "eval_interval", "log_interval"):
+        self.validate()          # ParallelConfig's rules (batch arithmetic once dp is known)
+        for name in ("train_iters", "crop_size", "max_msa_rows", "keep_last", "eval_interval",
+                     "log_interval"):
             if getattr(self, name) < 1:
                 bad(name.replace("_", "-"), f"must be >= 1, got {getattr(self, name)}")
-        for name in ("data_parallel_size", "global_batch_size", "save_interval", "lr_decay_iters"):
+        for name in ("save_interval", "lr_decay_iters"):
             v = getattr(self, name)
             if v is not None and v < 1:
                 bad(name.replace("_", "-"), f"must be >= 1, got {v}")
@@ -123,25 +120,14 @@ class TrainArgs:
             bad("wandb-mode", f"'{self.wandb_mode}' is not one of {'|'.join(WANDB_MODES)}")
         if self.save_interval is not None and self.save is None:
             bad("save-interval", "needs --save DIR to know where to write checkpoints")
-        if self.overlap_param_gather and not self.use_distributed_optimizer:
-            bad("overlap-param-gather", "needs --use-distributed-optimizer")
-        if self.data_parallel_size is not None:
-            self.check_batch(self.data_parallel_size)
 
     @property
     def decay_iters(self) -> int:
         return self.lr_decay_iters if self.lr_decay_iters is not None else self.train_iters
 
     def check_batch(self, dp: int) -> int:
-        """Validate global = micro x dp x accumulation; return the accumulation steps."""
-        gbs = self.global_batch_size if self.global_batch_size is not None else self.micro_batch_size * dp
-        per_step = self.micro_batch_size * dp
-        if gbs % per_step != 0:
-            raise ConfigError(
-                f"--global-batch-size {gbs} is not divisible by --micro-batch-size "
-                f"{self.micro_batch_size} x --data-parallel-size {dp} = {per_step}; "
-                f"use a multiple of {per_step} (e.g. {per_step * max(1, round(gbs / per_step))})")
-        return gbs // per_step
+        """Accumulation steps at data-parallel size `dp` (`batch_arithmetic` validates)."""
+        return batch_arithmetic(self.micro_batch_size, dp, self.global_batch_size)[1]
 
     def check_world(self, world_size: int) -> "TrainArgs":
         """Resolve the data-parallel size from the launcher's world and validate it."""
@@ -155,9 +141,12 @@ class TrainArgs:
                 f"world size {world_size} given by the launcher; launch with "
                 f"`torchrun --nproc_per_node {expected} ...` (or `mpirun -np {expected}`) or pass "
                 f"--data-parallel-size {world_size}")
-        self.check_batch(dp)
-        return dataclasses.replace(self, data_parallel_size=dp,
-                                   global_batch_size=self.global_batch_size or self.micro_batch_size * dp)
+        return dataclasses.replace(self, data_parallel_size=dp)
+
+    def parallel_config(self) -> ParallelConfig:
+        """The engine's config, field by field (Megatron maps args onto its core configs so)."""
+        return ParallelConfig(**{f.name: getattr(self, f.name)
+                                 for f in dataclasses.fields(ParallelConfig)})
 
     @property
     def run_dir(self) -> Path:

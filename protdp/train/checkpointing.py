@@ -7,6 +7,14 @@
     SAVE/iter_0000020/ema.pt                   # EMA weights (rank 0)
     SAVE/iter_0000020/rank_00001.pt            # per-rank sampler state and RNG states
 
+and the single-file model format (`protdp-model-v1`: model config, weights, optional EMA, the
+training crop / MSA depth) used to ship a model, e.g. imported AlphaFold/OpenFold weights.
+
+This module is the one owner of both layouts: the trainer writes and resumes through it, and
+`read_any_weights` / `merged_weights` are the small reader API that prediction
+(`protdp.inference.checkpoint`) and fine-tuning (`--finetune-from`) use; the engine's own shard
+format inside `engine/` belongs to `protdp.parallel.checkpoint`.
+
 All ranks write into `iter_N.tmp/`; after a barrier rank 0 writes `meta.json`, renames the
 folder to `iter_N` and only then points the tracker at it, so a crash at any moment leaves
 the previous checkpoint loadable. Loading picks the newest folder holding `meta.json`.
@@ -17,7 +25,10 @@ the saved run are derived from the seed.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
+import os
 import random
 import re
 import shutil
@@ -30,10 +41,17 @@ from typing import Callable
 import numpy as np
 import torch
 
-from protdp.errors import ConfigError
+from protdp.errors import ConfigError, InputError
+from protdp.fileio import sha256_file
+from protdp.parallel.checkpoint import MODEL_FILE
 
 TRACKER = "latest_checkpointed_iteration.txt"
 ENGINE = "engine"
+META = "meta.json"          # written last: a folder holding it is a complete checkpoint
+EMA_FILE = "ema.pt"
+MODEL_FILE_FORMAT = "protdp-model-v1"
+IMPORTED_MODEL_FILE = "model.pt"   # `protdp weights import` writes CKPT/model.pt + provenance.json
+RELEASE_FILE = "release.json"   # the release record beside a checkpoint (protdp.gating.release)
 _ITER_RE = re.compile(r"^iter_(\d{7})$")
 
 
@@ -81,7 +99,7 @@ def list_checkpoints(save_dir: Path) -> list[int]:
     its = []
     for p in save_dir.iterdir():
         m = _ITER_RE.match(p.name)
-        if m and (p / "meta.json").exists():
+        if m and (p / META).exists():
             its.append(int(m.group(1)))
     return sorted(its)
 
@@ -92,7 +110,7 @@ def latest_checkpoint(load_dir: str | Path) -> Path | None:
     tracker = load_dir / TRACKER
     if tracker.exists():
         text = tracker.read_text().strip()
-        if text.isdigit() and (load_dir / iter_dir_name(int(text)) / "meta.json").exists():
+        if text.isdigit() and (load_dir / iter_dir_name(int(text)) / META).exists():
             return load_dir / iter_dir_name(int(text))
     its = list_checkpoints(load_dir)
     return load_dir / iter_dir_name(its[-1]) if its else None
@@ -123,12 +141,12 @@ def save_checkpoint(saver: Saver, save_dir: str | Path, iteration: int, *, ema_s
     saver.save_engine(tmp / ENGINE)
     torch.save({**rank_state, "rng": rng_state()}, tmp / f"rank_{saver.rank:05d}.pt")
     if saver.rank == 0:
-        torch.save(ema_state, tmp / "ema.pt")
+        torch.save(ema_state, tmp / EMA_FILE)
     saver.barrier()
     if saver.rank == 0:
         meta = {"iteration": iteration, "world_size": saver.world_size, "config": config,
                 "code_version": code_version(), "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        (tmp / META).write_text(json.dumps(meta, indent=1))
         if final.exists():  # re-saving an iteration (e.g. after a restart): replace it
             shutil.rmtree(final)
         tmp.rename(final)
@@ -159,7 +177,7 @@ class Loaded:
 
 def load_checkpoint(path: Path, rank: int) -> Loaded:
     """Read the EMA and this rank's own state (model and optimizer are loaded by the engine)."""
-    meta_path = path / "meta.json"
+    meta_path = path / META
     if not meta_path.exists():
         raise ConfigError(f"{path}: not a complete checkpoint (no meta.json)")
     meta = json.loads(meta_path.read_text())
@@ -169,5 +187,147 @@ def load_checkpoint(path: Path, rank: int) -> Loaded:
     rank_state = (torch.load(rank_file, map_location="cpu", weights_only=False)
                   if rank_file.exists() else None)
     return Loaded(path=path, iteration=int(meta["iteration"]), meta=meta,
-                  ema_state=torch.load(path / "ema.pt", map_location="cpu", weights_only=True),
+                  ema_state=torch.load(path / EMA_FILE, map_location="cpu", weights_only=True),
                   rank_state=rank_state)
+
+
+# ------------------------------------------------------------------ reader API (prediction)
+
+def resolve_iteration_dir(path: str | Path) -> Path:
+    """A complete iter_N folder: `path` itself, or the newest one under a run folder."""
+    path = Path(path)
+    if (path / META).is_file() and (path / ENGINE).is_dir():
+        return path
+    newest = latest_checkpoint(path) if path.is_dir() else None
+    if newest is None:
+        raise InputError(f"no complete training checkpoint here (expected iter_N/{META})",
+                         path=path)
+    return newest
+
+
+@dataclass
+class TrainedWeights:
+    """Model weights of a training checkpoint or a model file, model-agnostic."""
+
+    path: Path                      # the iter_N folder or model file read
+    meta: dict                      # iteration, config (incl. "model", crop_size, max_msa_rows)
+    state_dict: dict                # the raw model weights
+    ema_shadow: dict | None         # EMA of the weights (preferred for prediction), if saved
+    sha256: str                     # digest of the files read (stable wherever they live)
+    kind: str = "training-checkpoint"   # or "model-file"
+
+    @property
+    def model_config(self) -> dict:
+        return self.meta["config"]["model"]
+
+    def meta_int(self, key: str) -> int | None:
+        """A positive integer setting of the run (crop_size, max_msa_rows), None if unknown."""
+        value = self.meta.get("config", {}).get(key)
+        if isinstance(value, float) and math.isfinite(value):
+            value = int(value)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 \
+            else None
+
+
+def load_cpu(path: Path):
+    """torch.load onto the CPU, weights only; a missing or corrupt file is an InputError naming it."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise InputError("checkpoint file not found", path=path) from None
+    except Exception as exc:  # corrupt/truncated/foreign pickle: say which file
+        raise InputError(f"cannot read checkpoint: {type(exc).__name__}: {exc}", path=path) from None
+
+
+def _files_digest(root: Path, files: list[Path]) -> str:
+    """sha256 over "relative path  file sha256" lines of the files read."""
+    lines = [f"{f.relative_to(root).as_posix()}  {sha256_file(f)}\n" for f in files]
+    return hashlib.sha256("".join(lines).encode()).hexdigest()
+
+
+def read_weights(path: str | Path) -> TrainedWeights:
+    """Model weights (+ EMA) and meta of a run folder's newest, or one iter_N, checkpoint."""
+    it_dir = resolve_iteration_dir(path)
+    meta_path = it_dir / META
+    try:
+        meta = json.loads(meta_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON: {exc}", path=meta_path) from None
+    if not isinstance(meta, dict) or not isinstance((meta.get("config") or {}).get("model"), dict):
+        raise InputError("no model config recorded", path=meta_path, field="config.model")
+    model_pt = it_dir / ENGINE / MODEL_FILE
+    blob = load_cpu(model_pt)
+    if not isinstance(blob, dict) or "model" not in blob:
+        raise InputError("expected a dict with key 'model'", path=model_pt)
+    files, ema = [meta_path, model_pt], None
+    ema_pt = it_dir / EMA_FILE
+    if ema_pt.is_file():
+        ema_blob = load_cpu(ema_pt)
+        ema = ema_blob.get("shadow") if isinstance(ema_blob, dict) else None
+        files.append(ema_pt)
+    return TrainedWeights(it_dir, meta, blob["model"], ema, _files_digest(it_dir, files))
+
+
+def save_model_file(path: str | Path, *, model_config: dict, state_dict: dict,
+                    ema_shadow: dict | None = None, training_crop: int | None = None,
+                    max_msa_rows: int | None = None) -> Path:
+    """Write a single-file model checkpoint (atomic: temp file + rename). Returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    blob = {"format": MODEL_FILE_FORMAT, "model_config": model_config,
+            "state_dict": {k: v.detach().cpu() for k, v in state_dict.items()},
+            "ema_shadow": None if ema_shadow is None else {k: v.detach().cpu().float()
+                                                           for k, v in ema_shadow.items()},
+            "training_crop": training_crop, "max_msa_rows": max_msa_rows}
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    torch.save(blob, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def read_model_file(path: str | Path) -> TrainedWeights:
+    path = Path(path)
+    blob = load_cpu(path)
+    if not isinstance(blob, dict) or blob.get("format") != MODEL_FILE_FORMAT:
+        raise InputError(f"not a protdp model checkpoint (expected format '{MODEL_FILE_FORMAT}'; "
+                         "a training run is given as its folder)", path=path)
+    meta = {"config": {"model": blob["model_config"], "crop_size": blob.get("training_crop"),
+                       "max_msa_rows": blob.get("max_msa_rows")}}
+    return TrainedWeights(path, meta, blob["state_dict"], blob.get("ema_shadow"),
+                          sha256_file(path), kind="model-file")
+
+
+def is_imported_folder(path: Path) -> bool:
+    """A folder written by `protdp weights import`: a model file, no training meta."""
+    return path.is_dir() and (path / IMPORTED_MODEL_FILE).is_file() and not (path / META).is_file()
+
+
+def read_any_weights(path: str | Path) -> TrainedWeights:
+    """A model file, a training run folder (newest checkpoint), one iter_N folder, or an
+    imported-weights folder (`protdp weights import`)."""
+    path = Path(path).resolve()
+    if is_imported_folder(path):
+        return read_model_file(path / IMPORTED_MODEL_FILE)
+    if path.is_dir():
+        return read_weights(path)
+    if path.is_file():
+        return read_model_file(path)
+    raise InputError("checkpoint not found", path=path)
+
+
+def merged_weights(trained: TrainedWeights) -> tuple[dict, str]:
+    """(state dict with the EMA applied where saved, "ema" | "raw"); NaN/Inf refused (a diverged
+    run can save them), naming the weight."""
+    merged = dict(trained.state_dict)
+    weights = "raw"
+    if trained.ema_shadow:
+        unknown = sorted(set(trained.ema_shadow) - set(merged))
+        if unknown:
+            raise InputError(f"EMA has entries the model lacks: {unknown[:3]}", path=trained.path)
+        merged.update({k: v.to(merged[k].dtype) for k, v in trained.ema_shadow.items()})
+        weights = "ema"
+    for name, value in merged.items():
+        if (torch.is_tensor(value) and value.is_floating_point()
+                and not bool(torch.isfinite(value).all())):
+            raise InputError(f"non-finite values (NaN/Inf) in weight '{name}'", path=trained.path)
+    return merged, weights

@@ -7,12 +7,16 @@ everyone runs the same entry point the README documents.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import protdp
+from protdp.train.checkpointing import RELEASE_FILE
 
 TRAIN_MODULE = "protdp.train"
 # the folder this protdp is imported from: launched workers import the same code
@@ -51,3 +55,31 @@ def worker_env(threads: int = 1) -> dict:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_PARENT), env.get("PYTHONPATH")]))
     env.setdefault("WANDB_SILENT", "true")
     return env
+
+
+@dataclass
+class ReleaseJob:
+    path: Path                   # the checkpoint folder under evaluation
+    log: Path
+    proc: subprocess.Popen
+
+
+def launch_release_check(checkpoint: Path) -> ReleaseJob:
+    """Start `protdp release CHECKPOINT` as a background process (rank 0, after a save): the
+    evaluation never stalls training; its record goes to CHECKPOINT/release.json."""
+    log = Path(checkpoint) / "release.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "protdp.cli", "release", str(checkpoint)],
+                                stdout=fh, stderr=subprocess.STDOUT, env=worker_env(),
+                                start_new_session=True)
+    return ReleaseJob(Path(checkpoint), log, proc)
+
+
+def read_release_verdict(checkpoint: Path) -> str:
+    """'released', 'refused (<failed checks>)' or why there is no record."""
+    try:
+        doc = json.loads((Path(checkpoint) / RELEASE_FILE).read_text())
+    except (OSError, ValueError):
+        return "no release record (see release.log)"
+    failed = [c["name"] for c in doc.get("checks", []) if not c.get("passed")]
+    return doc.get("verdict", "?") + (f" (failed: {', '.join(failed)})" if failed else "")

@@ -33,8 +33,11 @@ from protdp.resources import resolve_config
 from protdp.train import checkpointing
 from protdp.train.args import TrainArgs
 from protdp.train.ema import EMA
+from protdp.train.launch import launch_release_check, read_release_verdict
 from protdp.train.logging import PHASES, RunLogger, StepTimer, max_memory_mb
 from protdp.train.schedule import lr_for_args
+
+DEFAULT_MODEL_CONFIG = "configs/model/small.yaml"
 
 
 def derive_seed(*parts: int) -> int:
@@ -119,7 +122,7 @@ class Trainer:
         from protdp.data.store import FamilyStore
         from protdp.model import build_model
         from protdp.model.losses import compute_loss
-        from protdp.parallel import DataParallel, DistributedOptimizer, ParallelConfig
+        from protdp.parallel import DataParallel, DistributedOptimizer
 
         self.featurize, self.collate, self.compute_loss = featurize, collate, compute_loss
         if not args.data:
@@ -129,7 +132,7 @@ class Trainer:
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.launcher = launch.launcher
         self.args = args = args.check_world(self.world)
-        self.num_micro = args.check_batch(self.world)
+        self.num_micro = args.num_micro_batches
         self.restart_count = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
         self.device = (torch.device("cuda", launch.local_rank) if torch.cuda.is_available()
                        else torch.device("cpu"))
@@ -137,15 +140,11 @@ class Trainer:
         self.train_ids, self.val_ids = split_families(list(self.store.family_ids), args)
 
         torch.manual_seed(args.seed)  # identical init everywhere (DataParallel broadcasts too)
-        model = build_model(resolve_config(args.model_config, "model"), verbose=self.rank == 0)
+        model, self.finetune_source = self._build_model(build_model)
         if self.device.type != "cpu":
             model.to(self.device)
         self.model_config = model.config
-        self.pcfg = ParallelConfig(
-            data_parallel_size=self.world, micro_batch_size=args.micro_batch_size,
-            global_batch_size=args.global_batch_size, overlap_grad_reduce=args.overlap_grad_reduce,
-            use_distributed_optimizer=args.use_distributed_optimizer,
-            overlap_param_gather=args.overlap_param_gather, bucket_size=args.bucket_size)
+        self.pcfg = args.parallel_config()
         self.ddp = DataParallel(model, self.pcfg)
         self.ddp.broadcast_params()
         self.model = self.ddp.module
@@ -165,15 +164,39 @@ class Trainer:
         self._resume()
         self._micro_iter = self._micro_batches()
         self.logger = RunLogger(
-            args.run_dir, rank=self.rank, config={**args.to_dict(), "world_size": self.world},
+            args.run_dir, rank=self.rank, config={**args.to_dict(), "world_size": self.world,
+                                                  "finetune_source": self.finetune_source},
             start_iter=self.iteration, train_iters=args.train_iters, log_interval=args.log_interval,
             wandb_mode=args.wandb_mode, wandb_project=args.wandb_project, wandb_name=args.wandb_exp_name,
             progress_bar=args.progress_bar)
         self.timer = StepTimer(self.device)
         self.records: list[dict] = []
         self.last_val: dict | None = None
+        self._release_jobs: list = []
 
     # ------------------------------------------------------------------ set-up helpers
+    def _build_model(self, build_model) -> tuple[torch.nn.Module, dict | None]:
+        """The model of --model-config, or of the --finetune-from checkpoint with its weights
+        (EMA when saved): only the weights; optimizer, schedule and EMA start fresh."""
+        args = self.args
+        if args.finetune_from is None:
+            return build_model(resolve_config(args.model_config or DEFAULT_MODEL_CONFIG, "model"),
+                               verbose=self.rank == 0), None
+        trained = checkpointing.read_any_weights(args.finetune_from)
+        state, weights = checkpointing.merged_weights(trained)
+        config = (resolve_config(args.model_config, "model") if args.model_config
+                  else trained.model_config)
+        model = build_model(config, verbose=self.rank == 0)
+        try:
+            model.load_state_dict(state, strict=True)
+        except RuntimeError as exc:
+            raise ConfigError(f"--finetune-from {args.finetune_from}: the weights do not fit the "
+                              f"model config: {str(exc).splitlines()[0]}") from None
+        source = {"path": str(trained.path), "sha256": trained.sha256, "kind": trained.kind,
+                  "weights": weights}
+        self._print(f"fine-tuning from {trained.path} ({trained.kind}, {weights} weights)")
+        return model, source
+
     @staticmethod
     def _seed_rank_streams(seed: int, rank: int) -> None:
         torch.manual_seed(derive_seed(seed, 1, rank))
@@ -392,8 +415,22 @@ class Trainer:
         path = checkpointing.save_checkpoint(
             saver, self.args.save, self.iteration, ema_state=self.ema.state_dict(),
             rank_state={"sampler": self.sampler.state_dict(), "iteration": self.iteration},
-            config={**self.args.to_dict(), "model": dataclasses.asdict(self.model_config)})
+            config={**self.args.to_dict(), "model": dataclasses.asdict(self.model_config),
+                    "finetune_source": self.finetune_source})
         self.logger.print(f"saved checkpoint {path}")
+        if self.rank == 0 and self.args.release_check:
+            self._release_jobs.append(launch_release_check(path))
+
+    def _wait_for_release_checks(self) -> None:
+        """The last checkpoint's release job decides whether it may serve predictions: wait for
+        it (earlier ones run on; their records land beside their checkpoints)."""
+        if not self._release_jobs:
+            return
+        job = self._release_jobs[-1]
+        self.logger.print(f"waiting for the release check of {job.path} (log: {job.log})")
+        job.proc.wait()
+        verdict = read_release_verdict(job.path)
+        self.logger.print(f"release check of {job.path}: {verdict}")
 
     # ------------------------------------------------------------------ the loop
     def train(self) -> dict:
@@ -418,6 +455,7 @@ class Trainer:
             self._eval_and_log()
             if args.save and saved_at != self.iteration:
                 self.save()
+            self._wait_for_release_checks()
             summary = summarize(self.records, self.last_val, self.iteration)
             summary["restart"] = self.restart_count
             self.logger.print(format_summary(summary))

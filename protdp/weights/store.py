@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from protdp.errors import InputError
-from protdp.inference.checkpoint import IMPORTED_MODEL_FILE
+from protdp.train.checkpointing import IMPORTED_MODEL_FILE
 
 PROVENANCE_FILE = "provenance.json"
 

@@ -1,0 +1,124 @@
+"""`protdp msa search`: MSAs for the targets of a FASTA file, with pyhmmer (AF2's jackhmmer
+settings), into a folder that `protdp predict --msa-dir` reads.
+
+    protdp msa search --fasta targets.fasta --db uniref90.fasta.gz [--db mgnify.fasta.gz] \
+        --out msas/ [--workers N] [--iterations 1] [--max-sequences 10000]
+
+Targets are read exactly as `protdp predict` reads them (same ids, same file names), so
+`protdp predict --fasta targets.fasta --msa-dir msas/` finds every MSA. A finished target is not
+searched again; a bad record is reported in msas/msa_search.tsv and the others go on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from protdp.errors import ConfigError, InputError
+from protdp.msa.run import search_targets
+from protdp.msa.search import Query
+from protdp.msa.settings import SearchSettings
+
+MAX_QUERY_LENGTH = 10_000          # longer queries are rejected (HMMER itself allows 100,000)
+MAX_UNKNOWN_FRACTION = 0.5         # as `protdp predict`: mostly-unknown sequences are rejected
+
+
+def default_workers() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+               else os.cpu_count() or 1)
+
+
+def add_search_arguments(p: argparse.ArgumentParser, *, db_required: bool,
+                         prefix: str = "") -> None:
+    """Search flags shared by `protdp msa search` and `protdp predict --db` (which spells them
+    with prefix 'search-', e.g. --search-iterations)."""
+    d = SearchSettings()
+    p.add_argument("--db", action="append", required=db_required, metavar="SEQDB",
+                   help="sequence database, FASTA or FASTA.gz (streamed); repeat for several "
+                        "(one MSA per database, merged by the predictor)")
+    p.add_argument(f"--{prefix}iterations", type=int, default=d.iterations, dest="iterations",
+                   help="jackhmmer iterations -N (%(default)s, AF2)")
+    p.add_argument(f"--{prefix}evalue", type=float, default=d.evalue, dest="evalue",
+                   help="reporting and inclusion E-value -E/--incE (%(default)s, AF2)")
+    p.add_argument(f"--{prefix}max-sequences", type=int, default=d.max_sequences,
+                   dest="max_sequences",
+                   help="rows kept per database, query included (%(default)s: AF2 UniRef90; "
+                        "AF2 keeps 501 for MGnify)")
+    p.add_argument("--search-workers", type=int, default=default_workers(), dest="workers",
+                   help="search threads (default: the CPUs available, %(default)s)")
+    p.add_argument("--search-batch", type=int, default=32, dest="batch_size",
+                   help="targets searched per pass over a database (%(default)s); a kill loses "
+                        "at most one batch")
+
+
+def settings_from_args(args) -> SearchSettings:
+    if args.workers < 1:
+        raise ConfigError(f"--search-workers must be >= 1, got {args.workers}")
+    if args.batch_size < 1:
+        raise ConfigError(f"--search-batch must be >= 1, got {args.batch_size}")
+    try:
+        return SearchSettings(iterations=args.iterations, evalue=args.evalue,
+                              inclusion_evalue=args.evalue, max_sequences=args.max_sequences)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def read_queries(fasta: str, targets=None, *, max_length: int = MAX_QUERY_LENGTH,
+                 max_unknown_fraction: float = MAX_UNKNOWN_FRACTION
+                 ) -> tuple[list[Query], list[tuple[Query, str]]]:
+    """FASTA -> (queries, rejected (query, reason)), with predict's reader and names."""
+    from protdp.inference.targets import clean_sequence, read_targets
+    from protdp.inference.writers import printable
+
+    good, bad = [], []
+    for t in read_targets(fasta) if targets is None else targets:
+        query = Query(t.target_id, t.file_name, "")
+        if t.error:
+            bad.append((query, t.error))
+            continue
+        try:
+            query.sequence = clean_sequence(t.raw_sequence, max_length=max_length,
+                                            max_unknown_fraction=max_unknown_fraction)
+        except InputError as exc:
+            bad.append((query, f"{fasta}:{t.line}: target '{printable(t.target_id)}': {exc}"))
+            continue
+        good.append(query)
+    return good, bad
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="protdp msa", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("search", help="jackhmmer-style MSA search with pyhmmer",
+                       description=__doc__.split("\n\n", 1)[1])
+    s.add_argument("--fasta", required=True, help="targets, one FASTA record each")
+    s.add_argument("--out", required=True, help="output folder (<target>/<db>.a3m, TSV)")
+    add_search_arguments(s, db_required=True)
+    s.add_argument("--max-length", type=int, default=MAX_QUERY_LENGTH,
+                   help="reject longer targets (%(default)s)")
+    s.add_argument("--force", action="store_true", help="search finished targets again")
+    s.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    settings = settings_from_args(args)
+    if args.max_length < 1:
+        raise ConfigError(f"--max-length must be >= 1, got {args.max_length}")
+    queries, rejected = read_queries(args.fasta, max_length=args.max_length)
+    report = search_targets(queries, args.db, args.out, settings=settings, workers=args.workers,
+                            batch_size=args.batch_size, progress=not args.no_progress,
+                            force=args.force, failed=rejected)
+    c = report.counts()
+    print(f"protdp msa search: {len(queries) + len(rejected)} targets x {len(report.databases)} "
+          f"database(s): {c.get('searched', 0)} searched, {c.get('skipped', 0)} already done, "
+          f"{c.get('error', 0)} rejected; summary: {report.summary_path}")
+    for q, why in rejected:
+        print(f"  rejected: {why}", file=sys.stderr)
+    return 1 if rejected and not queries else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

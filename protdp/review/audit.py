@@ -1,0 +1,190 @@
+"""The audit log: append-only and hash-chained, so edits and truncation are detectable.
+
+Every state change appends events in the same transaction as the change. Event `seq` runs
+1, 2, 3, ... with no gaps; `hash = SHA-256(prev_hash | canonical JSON of the event)` and the
+first event chains to `GENESIS_HASH`. Appends are serialised (PostgreSQL advisory lock, taken
+last so it never waits while holding it; SQLite's single writer), so the chain is linear.
+
+`verify` recomputes the chain, then replays it: each item's state, holder, decider and comment
+and each reviewer's active/admin flags and token hash must be what their events say, and each
+row's `last_event_seq` must exist. So editing a rejection into an approval, forging a reviewer,
+rewriting or deleting events, or truncating the log are all reported; a head recorded elsewhere
+(`expect_head`, "SEQ:HASH") also catches a rewrite of the whole chain from that point on.
+On PostgreSQL `protdp review init-db` additionally denies the application role UPDATE/DELETE/
+TRUNCATE on the log, and triggers refuse them for every role.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from sqlalchemy import select, update
+from sqlalchemy.engine import Connection
+
+from protdp.review.schema import ACTIONS, GENESIS_HASH, events, items, reviewers
+
+MAX_PROBLEMS = 50
+_DECISIONS = set(ACTIONS.values())
+
+
+def canonical(obj) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def content_digest(row: dict) -> str:
+    """SHA-256 of what the gate sent for review (recorded in the `enqueued` event)."""
+    keys = ("prediction_id", "target", "reasons", "details", "scores", "folder", "paths")
+    return hashlib.sha256(canonical({k: row[k] for k in keys}).encode()).hexdigest()
+
+
+def event_hash(prev_hash: str, ev: dict) -> str:
+    body = canonical([ev["seq"], ev["item_id"], ev["subject"], ev["at"], ev["actor"],
+                      ev["action"], ev["comment"]])
+    return hashlib.sha256(f"{prev_hash}|{body}".encode()).hexdigest()
+
+
+def append(db, conn: Connection, at: float, entries: list[dict]) -> None:
+    """Append events (dicts with actor, action and optional item_id, subject, comment, at) at
+    database time `at`; call after every row lock of the transaction is taken."""
+    if not entries:
+        return
+    db.chain_lock(conn)
+    head = conn.execute(select(events.c.seq, events.c.hash)
+                        .order_by(events.c.seq.desc()).limit(1)).first()
+    seq, prev = (head.seq, head.hash) if head else (0, GENESIS_HASH)
+    rows, last_item, last_subject = [], {}, {}
+    for e in entries:
+        seq += 1
+        ev = {"seq": seq, "item_id": e.get("item_id"), "subject": e.get("subject"),
+              "at": float(e.get("at", at)),
+              "actor": e["actor"], "action": e["action"], "comment": e.get("comment")}
+        ev["prev_hash"], ev["hash"] = prev, event_hash(prev, ev)
+        prev = ev["hash"]
+        rows.append(ev)
+        if ev["item_id"] is not None:
+            last_item[ev["item_id"]] = seq
+        if ev["subject"] is not None:
+            last_subject[ev["subject"]] = seq
+    conn.execute(events.insert(), rows)
+    for item_id, s in last_item.items():
+        conn.execute(update(items).where(items.c.id == item_id).values(last_event_seq=s))
+    for name, s in last_subject.items():
+        conn.execute(update(reviewers).where(reviewers.c.name == name).values(last_event_seq=s))
+
+
+def _replay_item(state: dict, ev) -> str | None:
+    """Apply one event to an item's replayed state; returns a problem text or None."""
+    act = ev.action
+    if act == "enqueued":
+        state.update(state="pending", claimed_by=None, decided_by=None, comment=None,
+                     digest=(ev.comment or "")[7:] if (ev.comment or "").startswith("sha256 ")
+                     else None)
+    elif "state" not in state:
+        return f"event {ev.seq}: item {ev.item_id} has '{act}' before 'enqueued'"
+    elif act in ("claimed", "renewed"):
+        state.update(state="claimed", claimed_by=ev.actor)
+    elif act in ("lease_expired", "released"):
+        state.update(state="pending", claimed_by=None)
+    elif act in _DECISIONS:
+        state.update(state=act, claimed_by=None, decided_by=ev.actor, comment=ev.comment)
+    else:
+        return f"event {ev.seq}: unknown action '{act}'"
+    state["last"] = ev.seq
+    return None
+
+
+def _replay_reviewer(state: dict, ev) -> str | None:
+    if ev.action in ("reviewer_added", "admin_added"):
+        token = (ev.comment or "").removeprefix("token sha256 ")
+        state.update(active=True, is_admin=ev.action == "admin_added", token=token)
+    elif ev.action == "reviewer_removed":
+        state["active"] = False
+    else:
+        return f"event {ev.seq}: unknown reviewer action '{ev.action}'"
+    state["last"] = ev.seq
+    return None
+
+
+def _walk_chain(conn: Connection, problems: list[str]):
+    """Recompute the chain; returns (count, head hash, item states, reviewer states)."""
+    expected_seq, prev = 1, GENESIS_HASH
+    item_state: dict[int, dict] = {}
+    reviewer_state: dict[str, dict] = {}
+    for ev in conn.execute(select(events).order_by(events.c.seq)).yield_per(2000):
+        if ev.seq != expected_seq:
+            problems.append(f"events {expected_seq}..{ev.seq - 1} are missing (deleted?)")
+        row = {"seq": ev.seq, "item_id": ev.item_id, "subject": ev.subject, "at": ev.at,
+               "actor": ev.actor, "action": ev.action, "comment": ev.comment}
+        if ev.prev_hash != prev:
+            problems.append(f"event {ev.seq}: prev_hash does not match event {ev.seq - 1}")
+        if event_hash(ev.prev_hash, row) != ev.hash:
+            problems.append(f"event {ev.seq}: content does not match its hash (edited)")
+        prev, expected_seq = ev.hash, ev.seq + 1
+        problem = None
+        if ev.item_id is not None:
+            problem = _replay_item(item_state.setdefault(ev.item_id, {}), ev)
+        elif ev.subject is not None:
+            problem = _replay_reviewer(reviewer_state.setdefault(ev.subject, {}), ev)
+        if problem:
+            problems.append(problem)
+    return expected_seq - 1, prev, item_state, reviewer_state
+
+
+def _check_items(conn: Connection, replayed: dict[int, dict], problems: list[str]) -> None:
+    seen = set()
+    for row in conn.execute(select(items)).mappings().yield_per(2000):
+        seen.add(row["id"])
+        want = replayed.get(row["id"])
+        if want is None or "state" not in want:
+            problems.append(f"item {row['id']} has no 'enqueued' event")
+            continue
+        for key in ("state", "claimed_by", "decided_by", "comment"):
+            if row[key] != want[key]:
+                problems.append(f"item {row['id']}: {key} is {row[key]!r} but the audit log "
+                                f"says {want[key]!r}")
+        if row["last_event_seq"] != want["last"]:
+            problems.append(f"item {row['id']}: last event is {row['last_event_seq']} but the "
+                            f"log ends at {want['last']} for it (log truncated?)")
+        if want.get("digest") and content_digest(row) != want["digest"]:
+            problems.append(f"item {row['id']}: scores, target or files were edited after "
+                            "enqueue")
+    for item_id in sorted(set(replayed) - seen):
+        problems.append(f"item {item_id} is in the audit log but not in the items table")
+
+
+def _check_reviewers(conn: Connection, replayed: dict[str, dict], problems: list[str]) -> None:
+    seen = set()
+    for row in conn.execute(select(reviewers)).mappings():
+        seen.add(row["name"])
+        want = replayed.get(row["name"])
+        if want is None or "active" not in want:
+            problems.append(f"reviewer {row['name']!r} has no audit event (added behind the "
+                            "queue's back?)")
+            continue
+        got = {"active": bool(row["active"]), "is_admin": bool(row["is_admin"]),
+               "token": row["token_sha256"]}
+        for key, value in got.items():
+            if value != want[key]:
+                problems.append(f"reviewer {row['name']!r}: {key} differs from the audit log")
+        if row["last_event_seq"] != want["last"]:
+            problems.append(f"reviewer {row['name']!r}: last event is {row['last_event_seq']} "
+                            f"but the log ends at {want['last']} for it (log truncated?)")
+
+
+def verify(conn: Connection, expect_head: str | None = None) -> dict:
+    """{'ok', 'events', 'head': 'SEQ:HASH', 'problems': [...]} for the whole queue."""
+    problems: list[str] = []
+    count, head, item_state, reviewer_state = _walk_chain(conn, problems)
+    _check_items(conn, item_state, problems)
+    _check_reviewers(conn, reviewer_state, problems)
+    if expect_head:
+        seq_text, _, want_hash = expect_head.partition(":")
+        got = conn.execute(select(events.c.hash).where(events.c.seq == int(seq_text))).scalar() \
+            if seq_text.isdigit() and int(seq_text) < 2**31 else None
+        if got != want_hash:
+            problems.append(f"recorded head {expect_head} is not in the log "
+                            f"(found {got!r}: the log was rewritten or truncated)")
+    return {"ok": not problems, "events": count, "head": f"{count}:{head}",
+            "problems": problems[:MAX_PROBLEMS],
+            "more_problems": max(0, len(problems) - MAX_PROBLEMS)}

@@ -1,0 +1,146 @@
+"""Templates, display filters and the pure layout math of the item page's plots.
+
+Everything user-controlled reaches a page through Jinja2 autoescaping and the `show` filter
+(`hygiene.display_text`: control characters escaped, bidi overrides made visible); lists use
+`short` (truncated). Plots are SVG geometry computed here; the PAE heatmap is a PNG.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+from pathlib import Path
+
+import jinja2
+import numpy as np
+
+from markupsafe import Markup, escape
+
+from protdp.gating import AFDB_BAND_COLORS, AFDB_BAND_LABELS, AFDB_BANDS, REASON_TEXT
+from protdp.gating.bands import band_index, band_ranges
+from protdp.review.hygiene import display_text, truncate
+from protdp.review.rows import iso
+
+HERE = Path(__file__).resolve().parent.parent
+PAE_MAX = 30.0                         # Å; the colour scale of AFDB's PAE plots
+
+
+def make_env() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
+                             undefined=jinja2.StrictUndefined)
+    env.filters.update(show=display_text, short=truncate,
+                       showlines=lambda s: display_text(s, keep_newlines=True))
+    env.globals.update(REASON_TEXT=REASON_TEXT, AFDB_BAND_LABELS=AFDB_BAND_LABELS,
+                       AFDB_BANDS=AFDB_BANDS, AFDB_COLORS=AFDB_BAND_COLORS, iso=iso)
+    return env
+
+
+def _polylines(values: list, x, y) -> list[str]:
+    """SVG polyline point lists; a missing (None) value breaks the line."""
+    segments, current = [], []
+    for i, v in enumerate(values):
+        if v is None:
+            if current:
+                segments.append(" ".join(current))
+            current = []
+        else:
+            current.append(f"{x(i):.1f},{y(float(v)):.1f}")
+    if current:
+        segments.append(" ".join(current))
+    return segments
+
+
+def series_plot(values: list, y_max: float, y_edges: list[float], *, width: int = 720,
+                height: int = 220) -> dict:
+    """Geometry of a per-residue line plot (x: residue, y: 0..y_max). Pure layout math."""
+    left, right, top, bottom = 44, 10, 10, 30
+    w, h = width - left - right, height - top - bottom
+    n = len(values)
+
+    def x(i: int) -> float:
+        return left + (w / 2 if n < 2 else w * i / (n - 1))
+
+    def y(v: float) -> float:
+        return top + h * (y_max - min(max(v, 0.0), y_max)) / y_max
+
+    step = max(1, round(n / 8)) if n else 1
+    return {"width": width, "height": height, "left": left, "top": top, "plot_w": w,
+            "plot_h": h, "segments": _polylines(values, x, y), "n": n, "bottom_y": top + h,
+            "xticks": [{"x": x(i), "label": i + 1} for i in range(0, n, step)],
+            "yticks": [{"y": y(v), "label": f"{v:g}"} for v in y_edges], "bands": [],
+            "y": y}
+
+
+def plddt_plot(plddt: list, width: int = 720, height: int = 220) -> dict:
+    """Per-residue pLDDT with the AFDB band backgrounds."""
+    edges = sorted({0.0, 100.0, *(lo for lo, _ in band_ranges().values())})
+    plot = series_plot(plddt, 100.0, edges, width=width, height=height)
+    y = plot.pop("y")
+    plot["bands"] = [{"name": b, "color": AFDB_BAND_COLORS[b], "y": y(hi), "height": y(lo) - y(hi)}
+                     for b, (lo, hi) in band_ranges().items()]
+    return plot
+
+
+def coverage_plot(coverage: list, rows_used: int | None, width: int = 720, height: int = 160
+                  ) -> dict:
+    """Per-residue MSA coverage (rows with a residue in that column)."""
+    finite = [v for v in coverage if v is not None]
+    y_max = float(max([rows_used or 0, *finite, 1]))
+    plot = series_plot(coverage, y_max, [0.0, round(y_max / 2), y_max], width=width,
+                       height=height)
+    plot.pop("y")
+    return plot
+
+
+def residue_html(sequence: str | None, plddt: list) -> Markup:
+    """The sequence as one span per residue, classed by its pLDDT's AFDB band (bands computed
+    at once with protdp.gating), a gap every 10 residues. Built here rather than in the
+    template: a 1000-residue loop in Jinja costs tens of milliseconds per page."""
+    seq = sequence or ""
+    n = max(len(seq), len(plddt))
+    values = np.full(n, np.nan)                                            # [n]
+    values[:len(plddt)] = [np.nan if v is None else float(v) for v in plddt]
+    finite = np.isfinite(values)
+    bands = np.full(n, "", dtype=object)
+    if finite.any():
+        bands[finite] = np.array(AFDB_BANDS, dtype=object)[band_index(values[finite])]
+    parts = []
+    for i in range(n):
+        aa = escape(display_text(seq[i] if i < len(seq) else "?"))
+        cls = f"res band-{bands[i]}" if bands[i] else "res"
+        value = f"{values[i]:.1f}" if finite[i] else "–"
+        parts.append(f'<span class="{cls}" data-resi="{i + 1}" title="{aa}{i + 1} pLDDT {value}">'
+                     f"{aa}</span>")
+        if (i + 1) % 10 == 0:
+            parts.append('<span class="gap"> </span>')
+    return Markup("".join(parts))
+
+
+@functools.lru_cache(maxsize=32)
+def _pae_png(path: str, _mtime_ns: int, _size: int) -> bytes | None:
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib import image
+
+    try:
+        pae = json.loads(Path(path).read_text()).get("pae")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not pae:
+        return None
+    arr = np.array(pae, dtype=float)                      # [L, L] Å
+    if arr.ndim != 2 or arr.shape[0] != arr.shape[1] or arr.shape[0] > 10_000:
+        return None
+    arr = np.nan_to_num(arr, nan=PAE_MAX)
+    buf = io.BytesIO()
+    image.imsave(buf, arr, vmin=0.0, vmax=PAE_MAX, cmap="Greens_r", format="png")
+    return buf.getvalue()
+
+
+def pae_png(scores_path: Path | None) -> bytes | None:
+    """The PAE heatmap of a prediction's scores.json (None without the PAE head)."""
+    if scores_path is None:
+        return None
+    st = scores_path.stat()
+    return _pae_png(str(scores_path), st.st_mtime_ns, st.st_size)

@@ -1,0 +1,262 @@
+"""The reviewer's workbench in a real browser (Debian's Chromium via Playwright, the real
+`protdp review serve` in its own process): the 3D view of a structure the predictor really
+wrote (and of an all-atom model), the sequence, PAE and MSA panels, claim-next under two
+concurrent reviewers, keyboard shortcuts, lease countdown and renewal, drafts, batch approve.
+
+Screenshots go to env PROTDP_SCREENSHOT_DIR (default: the test's tmp folder).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import gemmi
+import httpx
+import numpy as np
+import pytest
+from playwright.sync_api import sync_playwright
+from review_fixtures import gated_item, predict_into_queue, queue_with
+
+from protdp.paths import REPO_ROOT
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+N_SIMPLE = 6                      # gated items 3..8 besides the two structures
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory, data_dir):
+    """A queue with a real prediction (item 1), an all-atom model (item 2) and gated items,
+    served by `protdp review serve`; yields (base URL, store, tokens, shots folder)."""
+    tmp = tmp_path_factory.mktemp("workbench")
+    url = str(tmp / "queue.sqlite")
+    store, admin, tokens = queue_with(url, "alice", "bob")
+    predict_into_queue(tmp / "run", url, data_dir)
+    allatom = tmp / "allatom"
+    allatom.mkdir()
+    shutil.copy(data_dir / "structures" / "2p90_A02.pdb", allatom / "model.pdb")
+    st = gemmi.read_structure(str(allatom / "model.pdb"))
+    seq = gemmi.one_letter_code([r.name for r in st[0][0]])
+    ca_b = [r["CA"][0].b_iso for r in st[0][0]]
+    item = gated_item(2, mean=float(np.mean(ca_b)), length=len(seq))
+    store.enqueue(**{**item, "prediction_id": "allatom/model", "target": "2p90_A02 all-atom",
+                     "scores": {**item["scores"], "sequence": seq, "plddt": ca_b},
+                     "paths": {"pdb": allatom / "model.pdb"}})
+    for i in range(3, 3 + N_SIMPLE):
+        store.enqueue(**gated_item(i, out_dir=tmp / "preds"))
+    port = _free_port()
+    log = open(tmp / "server.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "protdp.cli", "review", "serve", "--queue-url",
+                             url, "--port", str(port)], cwd=REPO_ROOT, stdout=log,
+                            stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 60
+    while True:
+        try:
+            if httpx.get(base + "/healthz", timeout=1).text == "ok":
+                break
+        except httpx.HTTPError:
+            pass
+        assert proc.poll() is None, (tmp / "server.log").read_text()
+        assert time.time() < deadline, "review server did not come up"
+        time.sleep(0.2)
+    shots = Path(os.environ.get("PROTDP_SCREENSHOT_DIR") or tmp / "shots")
+    shots.mkdir(parents=True, exist_ok=True)
+    yield base, store, tokens, shots
+    proc.terminate()
+    proc.wait(20)
+    log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    assert Path(CHROMIUM).exists(), f"{CHROMIUM} missing (apt-get install chromium)"
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def _page(browser, base: str, token: str, problems: list):
+    context = browser.new_context(viewport={"width": 1300, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("dialog", lambda d: (problems.append(f"dialog: {d.message}"), d.dismiss()))
+    page.goto(base + "/login")
+    page.fill("#token", token)
+    page.click("#login")
+    page.wait_for_url(base + "/queue")
+    return page
+
+
+def _viewer_loaded(page) -> dict:
+    page.wait_for_function("document.getElementById('viewer').dataset.state !== 'loading'")
+    return page.eval_on_selector("#viewer", "el => ({...el.dataset})")
+
+
+def _painted_fraction(png: bytes) -> float:
+    """Share of pixels of a screenshot that are not the white background."""
+    import io
+
+    from PIL import Image
+    arr = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"), dtype=int)
+    return float((np.abs(arr - 255).sum(axis=-1) > 60).mean())
+
+
+def test_viewer_loads_the_predicted_structure_coloured_by_plddt(bench, browser):
+    base, store, tokens, shots = bench
+    problems: list[str] = []
+    page = _page(browser, base, tokens["alice"], problems)
+    page.goto(base + "/items/1")
+    item = store.get(1)
+    pdb = Path(item["folder"]) / item["paths"]["pdb"]
+    data = _viewer_loaded(page)
+    assert data["state"] == "loaded", data
+    st = gemmi.read_structure(str(pdb))                   # an independent reader
+    assert int(data["atoms"]) == st[0].count_atom_sites()
+    assert int(data["residues"]) == len(item["scores"]["sequence"]) == len(st[0][0])
+    ca_b = [float(b) for b in data["bfactors"].split(",")]
+    assert ca_b == pytest.approx(item["scores"]["plddt"], abs=0.01)   # B-factor = pLDDT
+    time.sleep(0.5)
+    assert _painted_fraction(page.locator("#viewer").screenshot()) > 0.01  # WebGL drew it
+    assert page.locator("#sequence .res").count() == item["length"]
+    low = page.locator("#sequence .res.band-low").count()
+    assert low == sum(1 for v in item["scores"]["plddt"] if 50 <= v < 70)
+    assert page.eval_on_selector("#pae", "img => img.naturalWidth") == item["length"]
+    assert page.locator("#coverage-plot polyline").count() >= 1
+    assert re.fullmatch(r"0\.\d{3}", page.inner_text("#ptm"))
+    assert "16 rows used" in page.inner_text("#msa-depth")
+    page.click("#sequence .res >> nth=9")                # a residue centres the view on it
+    assert page.locator("#sequence .res.picked").count() == 1
+    page.screenshot(path=str(shots / "workbench_prediction.png"), full_page=True)
+
+    page.goto(base + "/items/2")                          # an all-atom model: side chains
+    data = _viewer_loaded(page)
+    st = gemmi.read_structure(str(Path(store.get(2)["folder"]) / "model.pdb"))
+    assert data["state"] == "loaded" and int(data["atoms"]) == st[0].count_atom_sites()
+    assert int(data["sidechainAtoms"]) > 100
+    time.sleep(0.5)
+    assert _painted_fraction(page.locator("#viewer").screenshot()) > 0.01
+    page.locator("#viewer").screenshot(path=str(shots / "viewer_all_atom.png"))
+    assert problems == [], problems
+    page.context.close()
+
+
+def _claim_next_together(pages) -> list[str]:
+    """Both reviewers press "Claim next" at the same moment; returns where each landed."""
+    for p in pages:
+        p.evaluate("document.getElementById('claim-next').click()")
+    for p in pages:
+        p.wait_for_load_state()
+        p.wait_for_function("!location.pathname.startsWith('/queue') || "
+                            "location.search.includes('empty')")
+    return [p.url for p in pages]
+
+
+def test_claim_next_never_collides_between_two_reviewers(bench, browser):
+    base, store, tokens, shots = bench
+    problems: list[str] = []
+    pages = [_page(browser, base, tokens[n], problems) for n in ("alice", "bob")]
+    got: dict[str, list[int]] = {"alice": [], "bob": []}
+    for _ in range(12):
+        for p in pages:
+            p.goto(base + "/queue")
+        urls = _claim_next_together(pages)
+        for name, u in zip(("alice", "bob"), urls):
+            m = re.search(r"/items/(\d+)$", u)
+            if m:
+                got[name].append(int(m.group(1)))
+        if all("empty=1" in u for u in urls):
+            break
+    pages[0].screenshot(path=str(shots / "claim_next_empty.png"), full_page=True)
+    open_ids = {i["id"] for i in store.list("all", limit=100)}
+    claimed = got["alice"] + got["bob"]
+    assert len(claimed) == len(set(claimed)) == len(open_ids)   # every item once, no collision
+    assert got["alice"] and got["bob"]
+    for name, ids in got.items():
+        assert all(store.get(i)["claimed_by"] == name for i in ids)
+    assert problems == [], problems
+    # release everything again for the next test
+    for name in ("alice", "bob"):
+        rev = store.reviewer(tokens[name])
+        for i in got[name]:
+            rev.release(i)
+    for p in pages:
+        p.context.close()
+
+
+def test_keyboard_shortcuts_lease_renewal_drafts_and_batch(bench, browser):
+    base, store, tokens, shots = bench
+    problems: list[str] = []
+    page = _page(browser, base, tokens["alice"], problems)
+    page.wait_for_function("document.body.dataset.shortcuts === 'ready'")
+    page.keyboard.press("j")
+    page.keyboard.press("j")
+    assert page.locator("#queue tr.cursor").get_attribute("data-item-id") == "2"
+    page.keyboard.press("o")
+    page.wait_for_url(base + "/items/2")
+    page.keyboard.press("k")
+    page.wait_for_url(base + "/items/1")
+    page.keyboard.press("j")
+    page.wait_for_url(base + "/items/2")
+    page.keyboard.press("c")                               # claim this one
+    page.wait_for_url(base + "/items/2")
+    lease = page.inner_text("#lease")
+    assert re.search(r"your lease: 1[45]:\d\d left", lease), lease
+    page.click("#renew")
+    page.wait_for_function("/your lease: 1[45]:\\d\\d left/.test(document.getElementById('lease')"
+                           ".textContent)")
+    assert store.events(2)[-1]["action"] == "renewed"
+    page.keyboard.press("r")                               # reject needs a comment
+    assert "comment is required" in page.inner_text("#decide-hint")
+    assert store.get(2)["state"] == "claimed"
+    page.fill("#comment", "ar: all residues disordered, e.g. a loop")  # typed letters are text
+    assert store.get(2)["state"] == "claimed"
+    page.reload()                                          # the draft survives a reload
+    assert page.input_value("#comment") == "ar: all residues disordered, e.g. a loop"
+    page.screenshot(path=str(shots / "workbench_draft.png"), full_page=True)
+    page.locator("#comment").blur()
+    page.keyboard.press("r")
+    page.wait_for_url(base + "/queue?decided=2")
+    assert store.get(2)["state"] == "rejected"
+    assert store.get(2)["comment"] == "ar: all residues disordered, e.g. a loop"
+    page.keyboard.press("n")                               # claim next from the queue
+    page.wait_for_url(re.compile(r".*/items/\d+$"))
+    claimed = int(page.url.rsplit("/", 1)[1])
+    assert store.get(claimed)["claimed_by"] == "alice"
+    page.keyboard.press("a")
+    page.wait_for_url(base + f"/queue?decided={claimed}")
+    assert store.get(claimed)["state"] == "approved"
+    # batch approve a selection with one comment
+    rows = page.locator("#queue tbody tr[data-item-id]")
+    picked = [rows.nth(k).get_attribute("data-item-id") for k in (0, 1)]
+    for k in (0, 1):
+        rows.nth(k).locator("input.pick").check()
+    assert page.inner_text("#selected-count") == "2 selected"
+    page.fill("#batch-comment", "checked together")
+    page.screenshot(path=str(shots / "queue_selection.png"), full_page=True)
+    page.click("#batch-approve")
+    page.wait_for_selector("#batch-results")
+    assert [store.get(int(i))["state"] for i in picked] == ["approved", "approved"]
+    assert {store.get(int(i))["comment"] for i in picked} == {"checked together"}
+    page.screenshot(path=str(shots / "batch_result.png"), full_page=True)
+    assert problems == [], problems
+    page.context.close()
+    assert json.loads(json.dumps(store.verify()))["ok"]
