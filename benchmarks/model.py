@@ -4,9 +4,15 @@ attention/transitions (AF2 supplement §1.11.8). Each case runs in its own subpr
 peak RSS (ru_maxrss) belongs to that case alone; memory is reported as the peak minus the RSS
 just before the measured call (model and inputs already resident).
 
+`--issue16` measures only the AlphaFold-compatibility additions and merges them into the
+results file, keeping the other entries (benchmarks/model_af2.py):
+all-atom vs backbone-only structure module (forward + backward with its losses, AF2 sizes),
+`protdp weights import` of a random full-size model_1_ptm npz (wall time, peak RSS vs file
+size), and the imported parameter count vs AlphaFold's.
+
 Absolute times on a shared CPU are noise; compare the ratios within one run.
 
-    python benchmarks/model.py [--quick] [--out benchmarks/results/model.json]
+    python benchmarks/model.py [--quick] [--issue16] [--out benchmarks/results/model.json]
 """
 
 from __future__ import annotations
@@ -102,8 +108,11 @@ def param_counts() -> dict:
 
     from protdp.config import load_config
     from protdp.model import AlphaFoldModel, ModelConfig
+    from protdp.config import read_yaml
     counts = {}
     for path in sorted((ROOT / "configs" / "model").glob("*.yaml")):
+        if set(read_yaml(path)) <= {"loss"}:     # loss weights only (af2_finetune_loss.yaml)
+            continue
         with torch.device("meta"):
             counts[path.stem] = AlphaFoldModel(load_config(ModelConfig, path)).num_parameters()
     return counts
@@ -124,11 +133,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--case", help=argparse.SUPPRESS)
     ap.add_argument("--quick", action="store_true", help="L = 64 only and L = 256 for inference")
+    ap.add_argument("--issue16", action="store_true",
+                    help="only the AF2-compatibility measurements, merged into --out")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "model.json"))
     args = ap.parse_args(argv)
     if args.case:
         print(json.dumps(run_case(json.loads(args.case))))
         return 0
+    if args.issue16:
+        from benchmarks.model_af2 import run_all
+        return run_all(Path(args.out), quick=args.quick)
 
     lengths = (64,) if args.quick else (64, 128, 256)
     infer_L = 256 if args.quick else 512

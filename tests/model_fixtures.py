@@ -3,6 +3,8 @@ padding, the tiny config and a single-thread fixture."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -85,3 +87,21 @@ def pad_batch(batch: dict, L_pad: int, N_pad: int) -> dict:
         value = torch.cat([batch[key], batch[key].new_zeros(N_pad - N, L)])
         out[key] = torch.cat([value, value.new_zeros(N_pad, L_pad - L)], dim=1)
     return out
+
+
+AF2_CASES = ("2p90_A02", "2jp1_A", "synthetic_L40")
+
+
+@pytest.fixture(scope="session")
+def af2_reference():
+    """DeepMind's JAX AlphaFold fixture (params, processed features, outputs; its README):
+    $PROTDP_AF2_REFERENCE or af2_reference/ beside the data corpus."""
+    import os
+
+    from protdp.paths import data_root
+
+    env = os.environ.get("PROTDP_AF2_REFERENCE")
+    root = Path(env) if env else data_root().parent / "af2_reference"
+    assert (root / "params" / "params_model_3_ptm_small.npz").is_file(), (
+        f"AlphaFold reference fixture not found at {root}; set PROTDP_AF2_REFERENCE")
+    return root

@@ -1,5 +1,7 @@
-"""Losses (Alg. 27-29, §1.9): FAPE invariances and clamp, masking, AF2 weights, known
-cross-entropies, pLDDT targets, non-finite inputs."""
+"""Losses (Alg. 26-29, §1.9): FAPE invariances and clamp, masking, AF2 weights, known
+cross-entropies, pLDDT targets, non-finite inputs; all-atom terms on constructed structures:
+a perfect all-atom prediction scores ~0, the symmetric-atom renaming (Alg. 26), pi-periodic chis
+(Alg. 27), structural violations (§1.9.11) and the experimentally-resolved loss (§1.9.10)."""
 
 import math
 
@@ -148,3 +150,126 @@ def test_non_finite_inputs_raise():
     # unknown resolution (NaN) is allowed
     total, _ = compute_loss(out, dict(batch, resolution=torch.tensor([float("nan")] * 2)), model.config)
     assert torch.isfinite(total)
+
+
+# ---------------------------------------------------------------- all-atom terms on ideal residues
+def _ideal_structure(aatype, seed=0, spacing=25.0):
+    """Residues of ideal geometry under random rotations, `spacing` Å apart, random torsions:
+    (group frames [L, 8], atom14 [L, 14, 3], atom37 [L, 37, 3], torsions [L, 7, 2])."""
+    from protdp.model.all_atom import atom14_to_atom37, frames_to_atom14, torsion_angles_to_frames
+    g = torch.Generator().manual_seed(seed)
+    L = aatype.shape[0]
+    trans = torch.zeros(L, 3, dtype=torch.float64)
+    trans[:, 0] = spacing * torch.arange(L, dtype=torch.float64)
+    frames = Rigid(quat_to_rot(torch.randn(L, 4, generator=g, dtype=torch.float64)), trans)
+    angles = torch.nn.functional.normalize(torch.randn(L, 7, 2, generator=g, dtype=torch.float64), dim=-1)
+    groups = torsion_angles_to_frames(aatype, frames, angles)
+    x14 = frames_to_atom14(aatype, groups)
+    return groups, x14, atom14_to_atom37(x14, aatype), angles
+
+
+def _outputs_for(aatype, groups, x14, x37, angles, layers=2):
+    """A structure-module output dict that predicts exactly this structure."""
+    bb = groups.index((..., 0)).to_tensor_4x4()
+    return {"sm": {"frames": bb.expand((layers,) + bb.shape), "angles": angles.expand((layers,) + angles.shape),
+                   "sidechain_frames": groups.to_tensor_4x4(), "atom14_positions": x14},
+            "final_atom_positions": x37}
+
+
+def _truth_batch(aatype, x37, residue_gap=2):
+    from protdp.model.all_atom import atom37_exists
+    L = aatype.shape[0]
+    return {"aatype": aatype, "seq_mask": torch.ones(L, dtype=torch.float64),
+            "residue_index": torch.arange(L) * residue_gap,        # gaps: no peptide bonds
+            "all_atom_positions": x37, "all_atom_mask": atom37_exists(aatype, torch.float64),
+            "resolution": torch.tensor(2.0)}
+
+
+def test_perfect_all_atom_prediction_scores_zero_and_renaming_finds_the_swap():
+    from protdp.model.losses import alt_naming_is_better, structure_losses
+    from protdp.model.ground_truth import structure_truth
+    from protdp.model.all_atom import atom14_to_atom37, alt_atom14, atom14_exists
+    aatype = torch.arange(20)
+    groups, x14, x37, angles = _ideal_structure(aatype)
+    lc = tiny_config().loss
+    out = _outputs_for(aatype, groups, x14, x37, angles)
+    terms = structure_losses(out, _truth_batch(aatype, x37), lc)
+    floor = math.sqrt(lc.fape_eps) / lc.fape_length_scale                # sqrt(eps) / Z
+    assert terms["fape"] < floor * 1.01 and terms["backbone_fape"] < floor * 1.01
+    assert terms["torsion"] < 1e-7                                      # sqrt(1 + eps) - 1
+    # truth with the symmetric atoms named the other way round: renaming restores a perfect fit
+    swapped14, _ = alt_atom14(aatype, x14, atom14_exists(aatype, torch.float64))
+    batch = _truth_batch(aatype, atom14_to_atom37(swapped14, aatype))
+    alt = alt_naming_is_better(structure_truth(batch), x14)
+    assert set(torch.nonzero(alt)[:, 0].tolist()) == {3, 6, 13, 18}      # D, E, F, Y
+    renamed = structure_losses(out, batch, lc)
+    # (the alternative frame is the 180-degree turn; the literature O positions are symmetric
+    # only to ~0.02 Å, which is all that remains)
+    assert renamed["fape"] < 3 * floor
+    # a real error is seen: one side chain moved by 3 Å raises the all-atom FAPE only
+    moved = x14.clone()
+    moved[11, 5:] += 3.0                                                 # LYS CG..NZ
+    bad = structure_losses(dict(out, sm=dict(out["sm"], atom14_positions=moved)), batch, lc)
+    assert bad["fape"] > 10 * floor and bad["backbone_fape"] < floor * 1.01
+
+
+def test_torsion_loss_is_pi_periodic_only_where_the_chemistry_is():
+    from protdp.model.losses import structure_losses
+    aatype = torch.tensor([3, 11])                                       # ASP (chi2 periodic), LYS
+    groups, x14, x37, angles = _ideal_structure(aatype, seed=1)
+    lc = tiny_config(loss={"angle_norm_weight": 0.0}).loss
+    batch = _truth_batch(aatype, x37)
+    flipped = angles.clone()
+    flipped[0, 4] = -flipped[0, 4]                                       # ASP chi2 + pi
+    out = _outputs_for(aatype, groups, x14, x37, flipped)
+    assert structure_losses(out, batch, lc)["torsion"] < 1e-7     # sqrt(1 + eps) - 1 norm term
+    flipped[1, 3] = -flipped[1, 3]                                       # LYS chi1 + pi: error 4
+    out = _outputs_for(aatype, groups, x14, x37, flipped)
+    n_chis = 2 + 4
+    assert structure_losses(out, batch, lc)["torsion"] == pytest.approx(4.0 / n_chis, rel=1e-6)
+    # the angle-norm penalty acts on the raw (unnormalised) torsions
+    lc_norm = tiny_config(loss={"angle_norm_weight": 0.02}).loss
+    out = _outputs_for(aatype, groups, x14, x37, angles * 2.0)
+    assert structure_losses(out, batch, lc_norm)["torsion"] == pytest.approx(0.02 * 1.0, rel=1e-4)
+
+
+def test_violation_loss_zero_for_ideal_residues_and_grows_with_errors():
+    """Ideal residues (all types but proline, whose ring closes only at its own chi1/chi2, not
+    at random ones) far apart and not chained violate nothing."""
+    from protdp.model.violations import violation_loss
+    aatype = torch.tensor([r for r in range(20) if r != 14] + [0])
+    _, x14, _, _ = _ideal_structure(aatype, seed=2)
+    index, mask = torch.arange(20) * 2, torch.ones(20, dtype=torch.float64)
+    assert violation_loss(x14, aatype, index, mask) == pytest.approx(0.0, abs=1e-9)
+    stretched = x14.clone()
+    stretched[0, 4] += torch.tensor([2.0, 0.0, 0.0], dtype=torch.float64)    # ALA CB pulled 2 Å
+    assert violation_loss(stretched, aatype, index, mask) > 0.01
+    close = x14.clone()                                                  # residue 1 onto residue 0
+    close[1] = x14[1] - x14[1, 1] + x14[0, 1] + torch.tensor([0.5, 0.0, 0.0], dtype=torch.float64)
+    assert violation_loss(close, aatype, index, mask) > 0.05           # clashes / all atoms
+    # consecutive residue numbers switch on the peptide-bond terms: far apart, they are violated
+    assert violation_loss(x14, aatype, torch.arange(20), mask) > 1.0
+    padded = torch.ones(20, dtype=torch.float64)
+    padded[0] = 0.0                                                      # padding is ignored
+    assert violation_loss(stretched, aatype, index, padded) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_experimentally_resolved_loss_is_the_masked_sigmoid_cross_entropy():
+    from protdp.model.ground_truth import structure_truth
+    from protdp.model.losses import experimentally_resolved_loss
+    from protdp.model.all_atom import atom37_exists
+    aatype = torch.tensor([0, 7, 18])
+    _, _, x37, _ = _ideal_structure(aatype, seed=3)
+    batch = _truth_batch(aatype, x37)
+    batch["all_atom_mask"] = batch["all_atom_mask"].clone()
+    batch["all_atom_mask"][2, 5:] = 0.0                                  # TYR ring unobserved
+    logits = torch.randn(3, 37, generator=torch.Generator().manual_seed(0))
+    lc = tiny_config().loss
+    got = experimentally_resolved_loss(logits, structure_truth(batch), batch, lc)
+    exists = atom37_exists(aatype).bool()
+    label = batch["all_atom_mask"][exists].float()
+    p = torch.sigmoid(logits[exists])
+    ref = -(label * torch.log(p) + (1 - label) * torch.log(1 - p)).mean()
+    assert got == pytest.approx(float(ref), rel=1e-5)
+    batch["resolution"] = torch.tensor(4.5)                              # outside [0.1, 3] Å
+    assert experimentally_resolved_loss(logits, structure_truth(batch), batch, lc) == 0

@@ -57,7 +57,11 @@ def test_output_contract_batched_and_unbatched():
         lead = () if B is None else (B,)
         with torch.no_grad():
             out = model(batch)
-        assert out["final_atom_positions"].shape == lead + (22, 5, 3)
+        assert out["final_atom_positions"].shape == lead + (22, 37, 3)
+        assert out["final_atom_mask"].shape == lead + (22, 37)
+        assert torch.all(out["final_atom_positions"][out["final_atom_mask"] == 0] == 0)
+        assert out["experimentally_resolved_logits"].shape == lead + (22, 37)
+        assert out["single"].shape == lead + (22, model.config.c_s)
         assert out["plddt"].shape == lead + (22,)
         assert torch.all((out["plddt"] >= 0) & (out["plddt"] <= 100))
         assert out["plddt_logits"].shape == lead + (22, 50)
@@ -70,7 +74,8 @@ def test_output_contract_batched_and_unbatched():
 
 
 def test_every_parameter_receives_a_gradient():
-    cfg = tiny_config(extra_msa=True, max_msa_clusters=4, pae_head=True)
+    cfg = tiny_config(extra_msa=True, max_msa_clusters=4, pae_head=True,
+                      loss={"experimentally_resolved_weight": 0.01, "violation_weight": 1.0})
     torch.manual_seed(0)
     model = build_model(cfg, verbose=False).train()
     _randomize(model, scale=0.2)              # zero-initialised final layers would block gradients
@@ -164,3 +169,46 @@ def test_bf16_autocast_path_runs_on_cpu():
     bf16.train()
     out = bf16(batch, num_recycles=0)
     compute_loss(out, batch, bf16.config)[0].backward()
+
+
+def test_each_recycling_pass_reads_its_own_msa_sample():
+    """MSA keys with a pass axis [*, P, N, L]: pass i reads sample min(i, P-1) (AF2
+    resample_msa_in_recycling); the losses read the last pass's sample."""
+    from protdp.model.embedders import pseudo_beta
+    from protdp.model.inputs import select_pass
+
+    torch.manual_seed(0)
+    model = build_model(tiny_config(), verbose=False).eval()
+    _randomize(model)
+    a, other = random_batch(L=12, N=5, B=1, seed=1), random_batch(L=12, N=5, B=1, seed=2)
+    keys = ("msa", "msa_mask", "has_deletion", "deletion_value", "true_msa", "bert_mask")
+    b = dict(a, **{k: other[k] for k in keys})                               # a second MSA sample
+    batch = dict(a, **{k: torch.stack([a[k], b[k]], dim=1) for k in keys})   # [B, P=2, N, L]
+    with torch.no_grad():
+        out = model(batch, num_recycles=2)
+        assert out["msa_sample"] == 1
+        prev = None
+        for sample in (a, b, b):                                             # passes 0, 1, 2
+            o = model.iteration(sample, prev)
+            prev = {"m0": o["msa_first_row"], "z": o["pair"],
+                    "x": pseudo_beta(sample["aatype"], o["final_atom_positions"])}
+        assert torch.equal(out["final_atom_positions"], o["final_atom_positions"])
+        assert not torch.allclose(model(a, num_recycles=2)["final_atom_positions"], o["final_atom_positions"])
+        assert torch.equal(select_pass(batch, 5)["true_msa"], b["true_msa"])
+    loss_passes, _ = compute_loss(out, batch, model.config)
+    loss_b, _ = compute_loss(out, b, model.config)
+    assert torch.allclose(loss_passes, loss_b)
+
+
+def test_bad_token_ids_and_shapes_name_the_key():
+    model = build_model(tiny_config(), verbose=False).eval()
+    batch = random_batch(L=6, N=3, B=1)
+    for key, value in (("msa", 23), ("aatype", -1), ("true_msa", 99)):
+        bad = dict(batch, **{key: batch[key].clone()})
+        bad[key][0, 0] = value
+        with pytest.raises(InputError, match=f"field '{key}': token ids"):
+            model(bad)
+    with pytest.raises(InputError, match="field 'msa_feat': expected 49 channels"):
+        model(dict(batch, msa_feat=torch.zeros(1, 3, 6, 48)))
+    with pytest.raises(InputError, match="field 'has_deletion'"):
+        model(dict(batch, has_deletion=torch.zeros(1, 3, 7)))

@@ -1,13 +1,14 @@
-"""Structure module (Alg. 20-23): rigid algebra, IPA invariance, ideal backbone geometry."""
+"""Structure module (Alg. 20-24): rigid algebra, IPA invariance and AF2 layout, quaternion
+backbone updates, all-atom outputs with ideal geometry."""
 
 import math
 
 import torch
 
 from model_fixtures import tiny_config, one_thread  # noqa: F401
-from protdp.model.rigid import Rigid, quat_to_rot
-from protdp.model.structure import (InvariantPointAttention, StructureModule, backbone_atoms,
-                                    psi_from_atoms)
+from protdp.data import residue_constants as rc
+from protdp.model.rigid import Rigid, quat_multiply, quat_to_rot
+from protdp.model.structure import BackboneUpdate, InvariantPointAttention, StructureModule
 
 
 def random_rigid(shape, seed=0, dtype=torch.float32) -> Rigid:
@@ -67,57 +68,74 @@ def test_ipa_invariant_to_global_rigid_transform():
     assert not torch.allclose(ipa(s, z, random_rigid((2, L), 6, f64), mask), out, atol=1e-3)
 
 
-def test_ideal_backbone_reconstruction_and_psi_roundtrip():
+def test_quaternion_product_composes_rotations():
     g = torch.Generator().manual_seed(0)
-    # idealised residues: place the ideal atoms under random frames with random psi
-    frames = random_rigid((6,), 7)
-    psi = torch.nn.functional.normalize(torch.randn(6, 2, generator=g), dim=-1)
-    atoms = backbone_atoms(frames, psi)                                      # [6, 5, 3]
-    assert atoms.shape == (6, 5, 3)
-    d = lambda i, j: (atoms[:, i] - atoms[:, j]).norm(dim=-1)               # noqa: E731
-    assert torch.allclose(d(0, 1), torch.full((6,), 1.46), atol=2e-3)        # N-CA
-    assert torch.allclose(d(1, 2), torch.full((6,), 1.526), atol=2e-3)       # CA-C
-    assert torch.allclose(d(2, 3), torch.full((6,), 1.23), atol=1e-2)        # C=O
-    assert torch.allclose(d(1, 4), torch.full((6,), 1.53), atol=1e-2)        # CA-CB
-    assert torch.allclose(psi_from_atoms(atoms), psi, atol=1e-4)
-    again = Rigid.from_3_points(atoms[:, 0], atoms[:, 1], atoms[:, 2])
-    assert torch.allclose(again.rot, frames.rot, atol=1e-4)
+    q1, q2 = torch.randn(5, 4, generator=g, dtype=torch.float64), torch.randn(5, 4, generator=g, dtype=torch.float64)
+    assert torch.allclose(quat_to_rot(quat_multiply(q1, q2)), quat_to_rot(q1) @ quat_to_rot(q2), atol=1e-12)
 
 
-def test_structure_module_outputs_and_stop_gradient():
+def test_backbone_update_is_applied_before_the_current_frame():
+    """Alg. 23 / AF2 QuatAffine.pre_compose: T_new = T o T_update, kept as a unit quaternion."""
+    torch.manual_seed(0)
+    upd = BackboneUpdate(6).double()
+    torch.nn.init.normal_(upd.linear.weight)
+    s = torch.randn(4, 6, dtype=torch.float64)
+    q = torch.nn.functional.normalize(torch.randn(4, 4, dtype=torch.float64), dim=-1)
+    frames = Rigid(quat_to_rot(q), torch.randn(4, 3, dtype=torch.float64))
+    q_new, new = upd(s, q, frames)
+    bcd, t = upd.linear(s).split(3, dim=-1)
+    step = Rigid(quat_to_rot(torch.cat([torch.ones(4, 1, dtype=torch.float64), bcd], -1)), t)
+    ref = frames.compose(step)
+    assert torch.allclose(new.rot, ref.rot, atol=1e-12) and torch.allclose(new.trans, ref.trans, atol=1e-12)
+    assert torch.allclose(q_new.norm(dim=-1), torch.ones(4, dtype=torch.float64))
+
+
+def test_structure_module_all_atom_outputs():
     torch.manual_seed(0)
     cfg = tiny_config(sm_dropout=0.0)
-    sm = StructureModule(cfg)
+    sm = StructureModule(cfg).double()
     for p in sm.parameters():
         torch.nn.init.normal_(p, std=0.3)
-    L = 7
-    s = torch.randn(L, cfg.c_s, requires_grad=True)
-    out = sm(s, torch.randn(L, L, cfg.c_z), torch.ones(L))
+    L = 20
+    aatype = torch.arange(L)
+    s = torch.randn(L, cfg.c_s, dtype=torch.float64, requires_grad=True)
+    out = sm(s, torch.randn(L, L, cfg.c_z, dtype=torch.float64), torch.ones(L, dtype=torch.float64), aatype)
     assert out["frames"].shape == (cfg.sm_layers, L, 4, 4)
-    assert out["atom_positions"].shape == (L, 5, 3)
+    assert out["atom_positions"].shape == (L, 37, 3) and out["atom14_positions"].shape == (L, 14, 3)
+    assert out["angles"].shape == (cfg.sm_layers, L, 7, 2) and out["sidechain_frames"].shape == (L, 8, 4, 4)
     rot = out["frames"][..., :3, :3]
-    assert torch.allclose(rot @ rot.transpose(-1, -2), torch.eye(3).expand_as(rot), atol=1e-4)
-    # CA is the frame origin (in Å)
-    assert torch.allclose(out["atom_positions"][:, 1], out["frames"][-1, :, :3, 3], atol=1e-5)
-    assert torch.isfinite(out["atom_positions"]).all()
+    assert torch.allclose(rot @ rot.transpose(-1, -2), torch.eye(3, dtype=rot.dtype).expand_as(rot), atol=1e-12)
+    # CA is the frame origin (in Å); N and C sit at the residue type's ideal distances
+    pos = out["atom_positions"]
+    assert torch.allclose(pos[:, 1], out["frames"][-1, :, :3, 3], atol=1e-12)
+    ideal = torch.as_tensor(rc.RESTYPE_ATOM14_RIGID_GROUP_POSITIONS, dtype=torch.float64)[:L]
+    assert torch.allclose((pos[:, 0] - pos[:, 1]).norm(dim=-1), ideal[:, 0].norm(dim=-1), atol=1e-9)
+    assert torch.allclose((pos[:, 2] - pos[:, 1]).norm(dim=-1), ideal[:, 2].norm(dim=-1), atol=1e-9)
+    exists = torch.as_tensor(rc.RESTYPE_ATOM37_MASK)[aatype].bool()
+    assert torch.all(pos[~exists] == 0) and torch.isfinite(pos).all()
+    out["atom_positions"].sum().backward()
+    assert s.grad is not None and torch.isfinite(s.grad).all() and s.grad.abs().sum() > 0
 
 
 def test_ipa_matches_algorithm_22_written_out():
-    """Per-pair evaluation of Alg. 22 lines 1-10 with the module's weights."""
+    """Per-pair evaluation of Alg. 22 lines 1-10 with the module's weights, reading the weights
+    in AF2's layout: point projections (xyz, head, point), per-head [k | v] scalar projection,
+    output features [scalar, x, y, z, |point|, pair]; masks subtract 1e5 from the logits."""
     torch.manual_seed(0)
-    L, Cs, Cz, c, H, Pq, Pv = 4, 6, 5, 3, 2, 2, 3
-    ipa = InvariantPointAttention(Cs, Cz, c, H, Pq, Pv)
+    L, Cs, Cz, c, cv, H, Pq, Pv = 4, 6, 5, 3, 2, 2, 2, 3
+    ipa = InvariantPointAttention(Cs, Cz, c, H, Pq, Pv, c_hidden_v=cv).double()
     for p in ipa.parameters():
         torch.nn.init.normal_(p, std=0.5)
-    s, z = torch.randn(L, Cs), torch.randn(L, L, Cz)
-    T = random_rigid((L,), 8)
-    mask = torch.tensor([1.0, 1.0, 0.0, 1.0])
+    f64 = torch.float64
+    s, z = torch.randn(L, Cs, dtype=f64), torch.randn(L, L, Cz, dtype=f64)
+    T = random_rigid((L,), 8, f64)
+    mask = torch.tensor([1.0, 1.0, 0.0, 1.0], dtype=f64)
     out = ipa(s, z, T, mask)
 
     q = ipa.linear_q(s).view(L, H, c)
-    k, v = ipa.linear_kv(s).view(L, H, 2 * c).split(c, dim=-1)
-    qp = ipa.linear_q_pts(s).view(L, H, Pq, 3)
-    kvp = ipa.linear_kv_pts(s).view(L, H, Pq + Pv, 3)
+    k, v = ipa.linear_kv(s).view(L, H, c + cv).split([c, cv], dim=-1)
+    qp = ipa.linear_q_pts(s).view(L, 3, H, Pq).permute(0, 2, 3, 1)          # [L, H, Pq, xyz]
+    kvp = ipa.linear_kv_pts(s).view(L, 3, H, Pq + Pv).permute(0, 2, 3, 1)
     kp, vp = kvp[:, :, :Pq], kvp[:, :, Pq:]
     b = ipa.linear_b(z)
     gamma = torch.nn.functional.softplus(ipa.head_weights)
@@ -125,19 +143,21 @@ def test_ipa_matches_algorithm_22_written_out():
     for i in range(L):
         feats_o, feats_pt, feats_norm, feats_pair = [], [], [], []
         for h in range(H):
-            logits = torch.zeros(L)
+            logits = torch.zeros(L, dtype=f64)
             for j in range(L):
                 dist = sum(((T.rot[i] @ qp[i, h, p] + T.trans[i]) - (T.rot[j] @ kp[j, h, p] + T.trans[j])).pow(2).sum()
                            for p in range(Pq))
                 logits[j] = w_l * (q[i, h] @ k[j, h] / c ** 0.5 + b[i, j, h] - gamma[h] * w_c / 2 * dist)
-            logits = logits.masked_fill(mask == 0, -1e9) if mask[i] else torch.full((L,), -1e9)
+                logits[j] -= 1e5 * (1 - mask[i] * mask[j])
             a = torch.softmax(logits, 0)
             feats_o.append((a[:, None] * v[:, h]).sum(0))
             glob = sum(a[j] * (T.rot[j] @ vp[j, h].T + T.trans[j][:, None]).T for j in range(L))   # [Pv, 3]
             local = (T.rot[i].T @ (glob - T.trans[i]).T).T
-            feats_pt.append(local.flatten())
+            feats_pt.append(local)
             feats_norm.append(torch.sqrt(local.pow(2).sum(-1) + 1e-8))
             feats_pair.append((a[:, None] * z[i]).sum(0))
-        ref = ipa.linear_out(torch.cat([torch.cat(feats_o), torch.cat(feats_pt), torch.cat(feats_norm),
+        pts = torch.stack(feats_pt)                                            # [H, Pv, 3]
+        ref = ipa.linear_out(torch.cat([torch.cat(feats_o), pts[..., 0].flatten(), pts[..., 1].flatten(),
+                                        pts[..., 2].flatten(), torch.cat(feats_norm),
                                         torch.cat(feats_pair)]))
-        assert torch.allclose(out[i], ref, atol=1e-4), i
+        assert torch.allclose(out[i], ref, atol=1e-10), i

@@ -317,7 +317,11 @@ def test_finetune_from_model_file_loads_weights_only_and_resumes_exactly(referen
         "finetune-from": src, "train-iters": 2, "save-interval": 2, "lr": "1e-30",
         "lr-warmup-iters": 0}), nproc=2))
     assert "fine-tuning from" in out and "model-file, raw weights" in out
-    assert_same_params(model_params(frozen / "iter_0000002"), want)
+    # (bitwise except weights that are exactly 0 in the source, e.g. behind a dead ReLU unit:
+    # an Adam step of 1e-30 is representable there)
+    got = model_params(frozen / "iter_0000002")
+    assert got.keys() == want.keys()
+    assert all(torch.allclose(got[k], want[k], rtol=0, atol=1e-25) for k in want)
     meta = json.loads((frozen / "iter_0000002" / "meta.json").read_text())
     assert meta["config"]["finetune_source"]["kind"] == "model-file"
     assert meta["config"]["finetune_source"]["path"] == str(src.resolve())

@@ -1,33 +1,55 @@
-"""Family -> model features (docs/batch_format.md), AF2 Supplement 1.2.6-1.2.9.
+"""Family -> model features (docs/batch_format.md), AlphaFold's input pipeline (supplement
+§1.2.6-1.2.9, Table 1; AF2 `data_transforms.py`, in the order of AF2's `ensembled_map_fns`):
 
-Per example: contiguous crop to `crop_size` (1.2.8 "fixed-size cropping"), MSA subsampling
-with the query kept first (Algorithm "sample_msa"), BERT-style masked-MSA targets (1.2.7:
-15 % of positions; replaced 10 % by a uniform amino acid, 10 % by a profile sample, 10 %
-unchanged, 70 % by the mask token), deletion features has_deletion and 2/π·arctan(d/3)
-(Table 1). Everything random comes from one numpy Generator seeded by `seed`, so an example
-is a pure function of (family, seed, sizes, training).
+1. cluster centres: the query first, then a random order of the other rows (`sample_msa`); the
+   first `max_msa_rows` are the centres, the rest the extra MSA;
+2. masked-MSA (BERT) corruption of the centres (`make_masked_msa`: 15 % of positions in
+   training, of which 10 % uniform amino acid, 10 % sampled from the MSA profile, 10 %
+   unchanged, 70 % the mask token), before clustering, as AF2 does;
+3. every extra row joins the centre it agrees with most (`nearest_neighbor_clusters`: identical
+   residues or X count, gaps and the mask token do not; ties go to the first centre), computed
+   over the full length;
+4. the residue crop (training: a random contiguous window), then per centre the profile and
+   mean deletion count over its members and itself (`summarize_clusters`);
+5. the extra MSA cut to `max_extra_msa_rows` random rows (`crop_extra_msa`).
+
+With `msa_samples` = P > 1 steps 1-5 run P times with independent randomness and the MSA keys
+gain a leading pass axis (pass i of the model reads sample i: AF2 `resample_msa_in_recycling`);
+the crop is shared. Everything random comes from numpy Generators seeded by (`seed`, step,
+sample), so an example is a pure function of (family, seed, sizes, training) and every
+data-parallel rank that featurizes the same family with the same seed gets the same features.
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 
+from protdp.data.residue_constants import NUM_ATOM37, atom37_from_backbone, backbone_from_atom37
 from protdp.data.residues import GAP_ID, MASK_ID, NUM_AA, NUM_MSA_TOKENS, UNK_ID, sequence_to_ids
 from protdp.errors import InputError
 
 BERT_MASK_PROB = 0.15
 BERT_UNIFORM, BERT_PROFILE, BERT_SAME = 0.1, 0.1, 0.1     # remaining 0.7 -> mask token
+DEFAULT_MAX_EXTRA_MSA = 1024                               # AF2 training value (inference: 5120)
+AGREEMENT_CLASSES = UNK_ID + 1                             # 20 amino acids + X count; gap, mask do not
 
-# keys with an MSA-row axis / a residue axis (for padding in `collate`)
-_ROW_KEYS = ("msa", "msa_mask", "has_deletion", "deletion_value", "true_msa", "bert_mask")
-_RES_KEYS = ("aatype", "residue_index", "seq_mask", "backbone_positions", "backbone_mask")
+# keys by layout, for collate's padding: residue axis first / MSA rows then residues
+RESIDUE_KEYS = ("aatype", "residue_index", "seq_mask", "between_segment_residues",
+                "all_atom_positions", "all_atom_mask", "backbone_positions", "backbone_mask")
+CLUSTER_KEYS = ("msa", "msa_mask", "has_deletion", "deletion_value", "cluster_profile",
+                "deletion_mean_value", "true_msa", "bert_mask")
+EXTRA_KEYS = ("extra_msa", "extra_msa_mask", "extra_has_deletion", "extra_deletion_value")
+MSA_KEYS = CLUSTER_KEYS + EXTRA_KEYS
 
 
-def _rng(seed: int) -> np.random.Generator:
-    return np.random.default_rng(int(seed) % (1 << 64))
+def _rng(seed: int, *parts: int) -> np.random.Generator:
+    return np.random.default_rng([int(seed) % (1 << 63), *parts])
+
+
+def deletion_value(deletions: np.ndarray) -> np.ndarray:
+    """AF2's deletion feature 2/pi * arctan(d / 3) (Table 1)."""
+    return (2.0 / np.pi * np.arctan(np.asarray(deletions, np.float64) / 3.0)).astype(np.float32)
 
 
 def crop_start(length: int, crop_size: int | None, rng: np.random.Generator,
@@ -36,16 +58,6 @@ def crop_start(length: int, crop_size: int | None, rng: np.random.Generator,
     if crop_size is None or length <= crop_size or not training:
         return 0
     return int(rng.integers(0, length - crop_size + 1))
-
-
-def sample_rows(num_rows: int, max_rows: int, rng: np.random.Generator, training: bool
-                ) -> np.ndarray:
-    """Row indices: query (0) first, then a random subset of the others (first rows at eval)."""
-    if num_rows <= max_rows:
-        return np.arange(num_rows)
-    if not training:
-        return np.arange(max_rows)
-    return np.concatenate([[0], 1 + rng.permutation(num_rows - 1)[:max_rows - 1]])
 
 
 def msa_profile(msa: np.ndarray) -> np.ndarray:
@@ -73,72 +85,160 @@ def bert_mask(msa: np.ndarray, profile: np.ndarray, rng: np.random.Generator,
     return np.where(selected, replacement, msa), selected
 
 
-def featurize(family: dict, *, crop_size: int | None, max_msa_rows: int, seed: int,
-              training: bool = True) -> dict:
-    """One example (unbatched, docs/batch_format.md) from a store family dict
-    (`FamilyStore.read`). Deterministic given `seed`."""
-    if max_msa_rows < 1:
-        raise ValueError("max_msa_rows must be >= 1")
-    rng = _rng(seed)
-    msa_all = np.asarray(family["msa"])                              # uint8 [N_all, L_full]
-    L_full = msa_all.shape[1]
-    start = crop_start(L_full, crop_size, rng, training)
-    end = L_full if crop_size is None else min(L_full, start + crop_size)
-    msa_all = msa_all[:, start:end]                                  # [N_all, L]
-    rows = sample_rows(msa_all.shape[0], max_msa_rows, rng, training)
-    true_msa = msa_all[rows].astype(np.int64)                        # [N, L]
-    dels = np.asarray(family["deletion_matrix"])[rows, start:end].astype(np.float32)  # [N, L]
-    if training:
-        masked, selected = bert_mask(true_msa, msa_profile(msa_all), rng)
+def _agreement_one_hot(msa: np.ndarray) -> np.ndarray:
+    """[N, L] tokens -> float32 [N, L * 21]: one-hot of residues and X; gaps and mask are 0."""
+    n, L = msa.shape
+    out = np.zeros((n, L, AGREEMENT_CLASSES), np.float32)
+    keep = msa < AGREEMENT_CLASSES
+    rows, cols = np.nonzero(keep)
+    out[rows, cols, msa[keep]] = 1.0
+    return out.reshape(n, L * AGREEMENT_CLASSES)
+
+
+def cluster_assignment(centres: np.ndarray, extra: np.ndarray, chunk: int = 1024) -> np.ndarray:
+    """AF2 `nearest_neighbor_clusters`: index of the centre [N, L] each extra row [E, L] agrees
+    with most (exact integer counts in float32; ties go to the first centre) -> int64 [E].
+    Extra rows are one-hot encoded `chunk` at a time to bound memory."""
+    if extra.shape[0] == 0:
+        return np.zeros(0, np.int64)
+    centres_t = _agreement_one_hot(centres).T                                   # [L*21, N]
+    return np.concatenate([np.argmax(_agreement_one_hot(extra[i:i + chunk]) @ centres_t, axis=1)
+                           for i in range(0, extra.shape[0], chunk)])
+
+
+def summarize_clusters(centres: np.ndarray, centre_del: np.ndarray, extra: np.ndarray,
+                       extra_del: np.ndarray, assignment: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """AF2 `summarize_clusters`: per centre the 23-class profile [N, L, 23] and the mean
+    deletion count [N, L] over its assigned extra rows and itself (float32)."""
+    n, L = centres.shape
+    cell = (assignment[:, None] * L + np.arange(L)[None, :]).ravel()           # (centre, column)
+    members = 1.0 + np.bincount(cell, minlength=n * L).reshape(n, L)
+    counts = np.bincount(cell * NUM_MSA_TOKENS + extra.ravel(), minlength=n * L * NUM_MSA_TOKENS)
+    profile = counts.reshape(n, L, NUM_MSA_TOKENS).astype(np.float64)
+    profile[np.arange(n)[:, None], np.arange(L)[None, :], centres] += 1.0     # the centre itself
+    deletions = centre_del + np.bincount(cell, weights=extra_del.ravel().astype(np.float64),
+                                         minlength=n * L).reshape(n, L)
+    denominator = 1e-6 + members
+    return ((profile / denominator[..., None]).astype(np.float32),
+            (deletions / denominator).astype(np.float32))
+
+
+def msa_sample(msa: np.ndarray, dels: np.ndarray, window: slice, rng: np.random.Generator, *,
+               max_rows: int, max_extra: int, mask_fraction: float, profile: np.ndarray | None
+               ) -> dict[str, np.ndarray]:
+    """One MSA sample (steps 1-5 of the module docstring). msa/dels [N_all, L_full] -> the
+    cluster and extra keys over the cropped `window` (numpy)."""
+    order = np.concatenate([[0], 1 + rng.permutation(msa.shape[0] - 1)])
+    centre_rows, extra_rows = order[:max_rows], order[max_rows:]
+    true_msa = msa[centre_rows].astype(np.int64)                    # [N, L_full]
+    if mask_fraction > 0:
+        centres, selected = bert_mask(true_msa, profile, rng, mask_fraction)
     else:
-        masked, selected = true_msa, np.zeros(true_msa.shape, bool)
-    aatype = true_msa[0].copy()
-    aatype[aatype > UNK_ID] = UNK_ID                                 # gap/mask in query -> X
-    n, L = true_msa.shape
-    res = family.get("resolution", float("nan"))
+        centres, selected = true_msa, np.zeros(true_msa.shape, bool)
+    extra_all = msa[extra_rows].astype(np.int64)
+    assignment = cluster_assignment(centres, extra_all)
+    centres, true_msa, selected = centres[:, window], true_msa[:, window], selected[:, window]
+    centre_del = dels[centre_rows][:, window]
+    extra_all, extra_del = extra_all[:, window], dels[extra_rows][:, window]
+    cluster_profile, mean_del = summarize_clusters(centres, centre_del, extra_all, extra_del, assignment)
+    keep = rng.permutation(len(extra_rows))[:max_extra]
+    extra, extra_del = extra_all[keep], extra_del[keep]
+    extra_mask = np.ones(extra.shape, np.float32)
+    if extra.shape[0] == 0:      # one padding row, as AF2 runs its stack on a padded extra MSA
+        extra = np.zeros((1, centres.shape[1]), np.int64)
+        extra_del, extra_mask = np.zeros(extra.shape), np.zeros(extra.shape, np.float32)
     return {
-        "aatype": torch.from_numpy(aatype),                                          # [L]
-        "residue_index": torch.from_numpy(
-            np.asarray(family["residue_index"])[start:end].astype(np.int64)),        # [L]
-        "seq_mask": torch.ones(L, dtype=torch.float32),                              # [L]
-        "msa": torch.from_numpy(masked.astype(np.int64)),                            # [N, L]
-        "msa_mask": torch.ones(n, L, dtype=torch.float32),                           # [N, L]
-        "has_deletion": torch.from_numpy((dels > 0).astype(np.float32)),             # [N, L]
-        "deletion_value": torch.from_numpy(
-            (2.0 / math.pi * np.arctan(dels / 3.0)).astype(np.float32)),             # [N, L]
-        "true_msa": torch.from_numpy(true_msa),                                      # [N, L]
-        "bert_mask": torch.from_numpy(selected.astype(np.float32)),                  # [N, L]
-        "backbone_positions": torch.from_numpy(
-            np.asarray(family["backbone_positions"], np.float32)[start:end].copy()),  # [L, 5, 3]
-        "backbone_mask": torch.from_numpy(
-            np.asarray(family["backbone_mask"])[start:end].astype(np.float32)),      # [L, 5]
-        "resolution": torch.tensor(float(res), dtype=torch.float32),                 # []
-        "num_residues": torch.tensor(L, dtype=torch.int64),                          # []
-        "family_id": str(family.get("family_id", "")),
+        "msa": centres, "msa_mask": np.ones(centres.shape, np.float32),
+        "has_deletion": (centre_del > 0).astype(np.float32), "deletion_value": deletion_value(centre_del),
+        "cluster_profile": cluster_profile, "deletion_mean_value": deletion_value(mean_del),
+        "true_msa": true_msa, "bert_mask": selected.astype(np.float32),
+        "extra_msa": extra, "extra_msa_mask": extra_mask,
+        "extra_has_deletion": (extra_del > 0).astype(np.float32),
+        "extra_deletion_value": deletion_value(extra_del),
     }
 
 
+def structure_arrays(family: dict, aatype: np.ndarray) -> dict[str, np.ndarray]:
+    """atom37 truth and the derived backbone: store v2 (`all_atom_positions`), or a v1 dict
+    with only `backbone_positions` / `backbone_mask` (converted to atom37)."""
+    if "all_atom_positions" in family:
+        pos = np.asarray(family["all_atom_positions"], np.float32)
+        mask = np.asarray(family["all_atom_mask"], np.float32)
+    else:
+        pos, mask = atom37_from_backbone(aatype, np.asarray(family["backbone_positions"], np.float32),
+                                         np.asarray(family["backbone_mask"], np.float32))
+    if "backbone_positions" in family:
+        bb, bb_mask = family["backbone_positions"], family["backbone_mask"]
+    else:
+        bb, bb_mask = backbone_from_atom37(pos, mask)
+    return {"all_atom_positions": pos, "all_atom_mask": mask,
+            "backbone_positions": np.asarray(bb, np.float32),
+            "backbone_mask": np.asarray(bb_mask, np.float32)}
+
+
+def _query_aatype(family: dict, msa: np.ndarray) -> np.ndarray:
+    if "sequence" in family and len(str(family["sequence"])) == msa.shape[1]:
+        aatype = sequence_to_ids(str(family["sequence"])).astype(np.int64)
+    else:
+        aatype = msa[0].astype(np.int64)
+    aatype[aatype > UNK_ID] = UNK_ID                                 # gap/mask in query -> X
+    return aatype
+
+
+def featurize(family: dict, *, crop_size: int | None, max_msa_rows: int, seed: int,
+              training: bool = True, max_extra_msa_rows: int = DEFAULT_MAX_EXTRA_MSA,
+              msa_samples: int = 1, masked_msa_fraction: float | None = None) -> dict:
+    """One example (unbatched, docs/batch_format.md) from a store family dict
+    (`FamilyStore.read`). Deterministic given `seed`. `masked_msa_fraction` defaults to 0.15
+    in training and 0 otherwise (AF2's own inference masks 0.15; pass it to reproduce that)."""
+    if max_msa_rows < 1 or max_extra_msa_rows < 0 or msa_samples < 1:
+        raise ValueError("max_msa_rows and msa_samples must be >= 1, max_extra_msa_rows >= 0")
+    fraction = (BERT_MASK_PROB if training else 0.0) if masked_msa_fraction is None else masked_msa_fraction
+    msa = np.asarray(family["msa"])                                  # uint8 [N_all, L_full]
+    dels = np.asarray(family["deletion_matrix"])
+    L_full = msa.shape[1]
+    aatype = _query_aatype(family, msa)
+    start = crop_start(L_full, crop_size, _rng(seed, 0), training)
+    window = slice(start, L_full if crop_size is None else min(L_full, start + crop_size))
+    profile = msa_profile(msa) if fraction > 0 else None
+    samples = [msa_sample(msa, dels, window, _rng(seed, 1, p), max_rows=max_msa_rows,
+                          max_extra=max_extra_msa_rows, mask_fraction=fraction, profile=profile)
+               for p in range(msa_samples)]
+    msa_keys = {k: (samples[0][k] if msa_samples == 1 else np.stack([s[k] for s in samples]))
+                for k in MSA_KEYS}
+    structure = {k: v[window] for k, v in structure_arrays(family, aatype).items()}
+    L = window.stop - window.start
+    brk = np.asarray(family.get("between_segment_residues", np.zeros(L_full)), np.float32)[window]
+    out = {
+        "aatype": torch.from_numpy(aatype[window].copy()),                            # [L]
+        "residue_index": torch.from_numpy(np.asarray(family["residue_index"])[window].astype(np.int64)),
+        "seq_mask": torch.ones(L, dtype=torch.float32),                               # [L]
+        "between_segment_residues": torch.from_numpy(brk.copy()),                     # [L]
+        **{k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in structure.items()},
+        **{k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in msa_keys.items()},
+        "resolution": torch.tensor(float(family.get("resolution", float("nan"))), dtype=torch.float32),
+        "num_residues": torch.tensor(L, dtype=torch.int64),
+        "family_id": str(family.get("family_id", "")),
+    }
+    return out
+
+
 def collate(examples: list[dict]) -> dict:
-    """Stack examples into a batch, zero-padding L and N; masks are 0 on padding."""
+    """Stack examples into a batch, zero-padding L and the MSA rows; masks are 0 on padding."""
     if not examples:
         raise ValueError("collate needs at least one example")
     B = len(examples)
-    L = max(int(e["aatype"].shape[0]) for e in examples)
-    N = max(int(e["msa"].shape[0]) for e in examples)
     batch: dict = {"family_id": [e["family_id"] for e in examples]}
-    for key in _RES_KEYS + _ROW_KEYS:
-        first = examples[0][key]
-        if key in _ROW_KEYS:
-            shape = (B, N, L) + tuple(first.shape[2:])
-        else:
-            shape = (B, L) + tuple(first.shape[1:])
-        out = torch.zeros(shape, dtype=first.dtype)
-        for b, e in enumerate(examples):
-            t = e[key]
-            if key in _ROW_KEYS:
-                out[b, :t.shape[0], :t.shape[1]] = t
-            else:
-                out[b, :t.shape[0]] = t
+    for key in RESIDUE_KEYS + MSA_KEYS:
+        if key not in examples[0]:
+            continue
+        shapes = [tuple(e[key].shape) for e in examples]
+        if any(len(s) != len(shapes[0]) for s in shapes):
+            raise ValueError(f"collate: examples disagree on the rank of '{key}' (MSA samples?)")
+        shape = tuple(max(s[i] for s in shapes) for i in range(len(shapes[0])))
+        out = torch.zeros((B,) + shape, dtype=examples[0][key].dtype)
+        for b, e in enumerate(examples):      # at the origin; the rest stays zero padding
+            out[(b,) + tuple(slice(0, n) for n in e[key].shape)] = e[key]
         batch[key] = out
     batch["resolution"] = torch.stack([e["resolution"] for e in examples])          # [B]
     batch["num_residues"] = torch.stack([e["num_residues"] for e in examples])      # [B]
@@ -146,7 +246,8 @@ def collate(examples: list[dict]) -> dict:
 
 
 def featurize_query(sequence: str, msa=None, *, max_msa_rows: int = 512, seed: int = 0,
-                    family_id: str = "query") -> dict:
+                    family_id: str = "query", max_extra_msa_rows: int = DEFAULT_MAX_EXTRA_MSA,
+                    msa_samples: int = 1) -> dict:
     """Inference features for a target without structure: structure keys are zero with zero
     mask, resolution NaN, no BERT masking, no crop. `msa` is a `protdp.data.parse.Msa` whose
     query must equal `sequence` (X matches anything)."""
@@ -175,12 +276,10 @@ def featurize_query(sequence: str, msa=None, *, max_msa_rows: int = 512, seed: i
     if np.any(tokens[0] == GAP_ID):
         raise InputError("sequence contains gap characters", field="sequence")
     family = {
-        "family_id": family_id,
-        "msa": tokens, "deletion_matrix": dels,
-        "backbone_positions": np.zeros((L, 5, 3), np.float32),
-        "backbone_mask": np.zeros((L, 5), np.uint8),
-        "residue_index": np.arange(L, dtype=np.int32),
-        "sequence": seq, "resolution": float("nan"),
+        "family_id": family_id, "msa": tokens, "deletion_matrix": dels,
+        "all_atom_positions": np.zeros((L, NUM_ATOM37, 3), np.float32),
+        "all_atom_mask": np.zeros((L, NUM_ATOM37), np.float32),
+        "residue_index": np.arange(L, dtype=np.int32), "sequence": seq, "resolution": float("nan"),
     }
-    return featurize(family, crop_size=None, max_msa_rows=max_msa_rows, seed=seed,
-                     training=False)
+    return featurize(family, crop_size=None, max_msa_rows=max_msa_rows, seed=seed, training=False,
+                     max_extra_msa_rows=max_extra_msa_rows, msa_samples=msa_samples)

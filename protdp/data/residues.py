@@ -53,8 +53,27 @@ for _ch, _i in _LETTER_TO_ID.items():
 
 
 def sequence_to_ids(seq: str) -> np.ndarray:
-    """One-letter (aligned) sequence -> uint8 token ids [L]; '-'/'.' -> gap, others -> X."""
+    """One-letter (aligned) sequence -> uint8 token ids [L]; '-'/'.' -> gap, others -> X
+    (AF2's aatype: `sequence_to_onehot(..., map_unknown_to_x=True)`)."""
     return _LUT[np.frombuffer(seq.encode("ascii", "replace"), dtype=np.uint8)]
+
+
+# MSA rows read the ambiguity codes as HHblits does (AF2 `HHBLITS_AA_TO_ID` followed by
+# `correct_msa_restypes`): B -> D, Z -> E, U -> C; J, O and anything unknown -> X.
+HHBLITS_AMBIGUOUS = {"B": "D", "Z": "E", "U": "C"}
+_MSA_LUT = _LUT.copy()
+for _ch, _to in HHBLITS_AMBIGUOUS.items():
+    _MSA_LUT[ord(_ch)] = _MSA_LUT[ord(_ch.lower())] = _LETTER_TO_ID[_to]
+
+# HHblits integer order (AF2 `HHBLITS_AA_TO_ID`: A C D E F G H I K L M N P Q R S T V W Y X -)
+# -> protdp / AF2 ids, for MSAs stored as HHblits integers (AF2's raw `msa` feature)
+HHBLITS_ORDER = "ACDEFGHIKLMNPQRSTVWYX-"
+HHBLITS_TO_ID = np.array([_LETTER_TO_ID.get(ch, UNK_ID) for ch in HHBLITS_ORDER], dtype=np.uint8)
+
+
+def msa_row_to_ids(row: str) -> np.ndarray:
+    """Aligned MSA row -> uint8 token ids [L] with HHblits' reading of B/Z/U (see above)."""
+    return _MSA_LUT[np.frombuffer(row.encode("ascii", "replace"), dtype=np.uint8)]
 
 
 def ids_to_sequence(ids) -> str:

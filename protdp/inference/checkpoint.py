@@ -9,7 +9,7 @@ preferred whenever a checkpoint carries one):
    the raw weights and the EMA shadow, which overrides them).
 2. A plain model file written by `save_model_checkpoint` (format `protdp-model-v1`, defined by
    the same module): model config, state dict, optional EMA shadow and the training crop / MSA
-   depth it was trained on.
+   depth it was trained on; or a folder holding one as `model.pt` (`protdp weights import`).
 
 `sha256` identifies the weights for provenance: the file's SHA-256, or for a training folder the
 digest `read_weights` computes over the files it read, so the same checkpoint always gets the
@@ -29,8 +29,8 @@ from protdp.fileio import sha256_file  # noqa: F401  (re-exported)
 from protdp.model.config import ModelConfig
 from protdp.model.model import AlphaFoldModel
 from protdp.train.checkpointing import (MODEL_FILE_FORMAT, TrainedWeights,  # noqa: F401
-                                        merged_weights, read_any_weights, resolve_iteration_dir,
-                                        save_model_file)
+                                        is_imported_folder, merged_weights, read_any_weights,
+                                        resolve_iteration_dir, save_model_file)
 
 
 @dataclass
@@ -83,6 +83,8 @@ def checkpoint_home(path: str | Path) -> Path:
     there, `protdp predict` reads it): the resolved iter_N folder of a training run, or the
     folder holding a model file."""
     path = Path(path).resolve()
+    if is_imported_folder(path):                    # `protdp weights import` output
+        return path
     return resolve_iteration_dir(path) if path.is_dir() else path.parent
 
 

@@ -211,7 +211,8 @@ class Predictor:
         batch = {k: (v.to(self.device) if torch.is_tensor(v) else v)
                  for k, v in collate([features]).items()}
         out = self.model(batch, num_recycles=self.config.num_recycles)
-        res = {"positions": out["final_atom_positions"][0].float().cpu().numpy(),   # [L, 5, 3]
+        res = {"positions": out["final_atom_positions"][0].float().cpu().numpy(),   # [L, 37, 3]
+               "atom_mask": out["final_atom_mask"][0].float().cpu().numpy(),         # [L, 37]
                "plddt": out["plddt"][0].float().cpu().numpy(),                       # [L]
                "num_recycles": int(out["num_recycles"])}
         if "pae" in out:
@@ -286,7 +287,7 @@ class Predictor:
                                        forced_reasons=self.forced_reasons)
         outputs = {}
         if finite_xyz.all() and np.isfinite(plddt).all():
-            files = write_structures(tdir, t.file_name, seq, out["positions"], plddt)
+            files = write_structures(tdir, t.file_name, seq, out["positions"], plddt, out["atom_mask"])
             outputs = {k: p.name for k, p in files.items()}
         mean = decision.mean_plddt
         scores = {

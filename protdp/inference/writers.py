@@ -1,10 +1,10 @@
 """Prediction outputs: PDB / mmCIF with pLDDT in the B-factor column, JSON files, summary.tsv.
 
-AlphaFold convention (AF2 `protein.to_pdb`, AFDB files): every atom of a residue carries that
-residue's pLDDT (0-100) as its B-factor. The model predicts the backbone atoms N, CA, C, O and
-CB (`protdp.data.residues.BACKBONE_ATOMS`; glycine's CB is virtual and is not written).
-Biopython's `PDBIO` / `MMCIFIO` do the formatting; pLDDT is rounded to 2 decimals first (the
-PDB B-factor field is %6.2f) so that every file and scores.json carry identical values.
+AlphaFold convention (AF2 `protein.to_pdb`, AFDB files): all heavy atoms of every residue, in
+atom37 order (`protdp.data.residue_constants.ATOM_TYPES`), each carrying its residue's pLDDT
+(0-100) as its B-factor; atoms outside the atom mask (the residue type lacks them) are not
+written. Biopython's `PDBIO` / `MMCIFIO` do the formatting; pLDDT is rounded to 2 decimals first
+(the PDB B-factor field is %6.2f) so that every file and scores.json carry identical values.
 
 Target ids are user input: `safe_name` turns one into a file name that can only ever name an
 entry inside the output folder; the original id is kept in the JSON files.
@@ -26,13 +26,13 @@ import numpy as np
 from Bio.PDB import MMCIFIO, PDBIO
 from Bio.PDB.StructureBuilder import StructureBuilder
 
-from protdp.data.residues import BACKBONE_ATOMS
+from protdp.data.residue_constants import ATOM_TYPES, NUM_ATOM37, RESTYPE_ATOM37_MASK
+from protdp.data.residues import sequence_to_ids
 
 ONE_TO_THREE = {"A": "ALA", "R": "ARG", "N": "ASN", "D": "ASP", "C": "CYS", "Q": "GLN",
                 "E": "GLU", "G": "GLY", "H": "HIS", "I": "ILE", "L": "LEU", "K": "LYS",
                 "M": "MET", "F": "PHE", "P": "PRO", "S": "SER", "T": "THR", "W": "TRP",
                 "Y": "TYR", "V": "VAL", "X": "UNK"}
-_ELEMENT = {"N": "N", "CA": "C", "C": "C", "O": "O", "CB": "C"}
 _SAFE_RE = re.compile(r"[^A-Za-z0-9_.-]+")
 MAX_NAME = 64
 SUMMARY_COLUMNS = ("index", "target", "file_name", "length", "route", "reasons", "mean_plddt",
@@ -58,21 +58,19 @@ def printable(text: str) -> str:
     return text.encode("unicode_escape").decode("ascii")
 
 
-def _structure(name: str, sequence: str, positions: np.ndarray, plddt: np.ndarray):
-    """Biopython Structure of one chain A. positions [L, 5, 3] Å, plddt [L] (B-factors)."""
+def _structure(name: str, sequence: str, positions: np.ndarray, mask: np.ndarray, plddt: np.ndarray):
+    """Biopython Structure of one chain A. positions [L, 37, 3] Å, mask [L, 37], plddt [L]."""
     sb = StructureBuilder()
     sb.init_structure(name)
     sb.init_model(0)
     sb.init_chain("A")
+    sb.init_seg("    ")
     for i, aa in enumerate(sequence):
-        resname = ONE_TO_THREE.get(aa, "UNK")
-        sb.init_seg("    ")
-        sb.init_residue(resname, " ", i + 1, " ")
-        for a, atom in enumerate(BACKBONE_ATOMS):
-            if atom == "CB" and aa == "G":
-                continue
-            sb.init_atom(atom, positions[i, a].astype(np.float64), float(plddt[i]), 1.0, " ",
-                         atom.ljust(3).rjust(4) if len(atom) < 4 else atom, element=_ELEMENT[atom])
+        sb.init_residue(ONE_TO_THREE.get(aa, "UNK"), " ", i + 1, " ")
+        for a in np.nonzero(mask[i] > 0)[0]:
+            atom = ATOM_TYPES[a]
+            sb.init_atom(atom, positions[i, a], float(plddt[i]), 1.0, " ",
+                         atom.ljust(3).rjust(4) if len(atom) < 4 else atom, element=atom[0])
     return sb.get_structure()
 
 
@@ -82,14 +80,21 @@ def round_plddt(plddt: np.ndarray) -> np.ndarray:
 
 
 def write_structures(directory: Path, name: str, sequence: str, positions: np.ndarray,
-                     plddt: np.ndarray) -> dict[str, Path]:
-    """Write `<name>.pdb` and `<name>.cif` (pLDDT as B-factor); returns {'pdb': p, 'cif': p}."""
-    positions = np.asarray(positions, dtype=np.float64)           # [L, 5, 3]
-    if positions.shape != (len(sequence), len(BACKBONE_ATOMS), 3):
-        raise ValueError(f"positions shape {positions.shape} != ({len(sequence)}, 5, 3)")
-    if not np.all(np.isfinite(positions)):
+                     plddt: np.ndarray, mask: np.ndarray | None = None) -> dict[str, Path]:
+    """Write `<name>.pdb` and `<name>.cif` (all atoms, pLDDT as B-factor) from atom37 positions
+    [L, 37, 3] and mask [L, 37] (default: every atom the residue type has); returns
+    {'pdb': p, 'cif': p}."""
+    positions = np.asarray(positions, dtype=np.float64)           # [L, 37, 3]
+    if positions.shape != (len(sequence), NUM_ATOM37, 3):
+        raise ValueError(f"positions shape {positions.shape} != ({len(sequence)}, {NUM_ATOM37}, 3)")
+    if mask is None:
+        mask = RESTYPE_ATOM37_MASK[sequence_to_ids(sequence)]
+    mask = np.asarray(mask)
+    if mask.shape != positions.shape[:2]:
+        raise ValueError(f"mask shape {mask.shape} != {positions.shape[:2]}")
+    if not np.all(np.isfinite(positions[mask > 0])):
         raise ValueError("cannot write non-finite coordinates")
-    structure = _structure(name, sequence, positions, round_plddt(plddt))
+    structure = _structure(name, sequence, positions, mask, round_plddt(plddt))
     out = {}
     for kind, io_cls in (("pdb", PDBIO), ("cif", MMCIFIO)):
         path = directory / f"{name}.{kind}"

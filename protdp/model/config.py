@@ -16,9 +16,9 @@ class LossConfig:
     """Loss weights and settings (AF2 supplement §1.9, Eq. 7 weights)."""
 
     fape_weight: float = 0.5
-    """Weight of the final-layer FAPE over all backbone atoms (AF2 L_FAPE weight 0.5)."""
+    """Weight of the final-layer all-atom FAPE (AF2 L_FAPE weight 0.5)."""
     aux_weight: float = 0.5
-    """Weight of the auxiliary loss: backbone FAPE averaged over layers + torsion (AF2 0.5)."""
+    """Weight of the auxiliary loss: backbone FAPE averaged over layers + chi torsion (AF2 0.5)."""
     distogram_weight: float = 0.3
     """Weight of the distogram cross-entropy (AF2 0.3)."""
     masked_msa_weight: float = 2.0
@@ -34,15 +34,25 @@ class LossConfig:
     fape_eps: float = 1e-4
     """Epsilon (Å²) under the square root of the FAPE distance."""
     angle_norm_weight: float = 0.02
-    """Weight of the torsion angle-norm penalty inside the auxiliary loss (Alg. 27)."""
+    """Weight of the torsion angle-norm penalty inside the torsion loss (Alg. 27)."""
     plddt_min_resolution: float = 0.1
-    """pLDDT loss only for structures with resolution >= this (Å; NaN resolution always counts)."""
+    """pLDDT, PAE and experimentally-resolved losses only for structures with resolution >= this
+    (Å; NaN resolution always counts)."""
     plddt_max_resolution: float = 3.0
-    """pLDDT loss only for structures with resolution <= this (Å)."""
+    """... and resolution <= this (Å)."""
+    experimentally_resolved_weight: float = 0.0
+    """Weight of the experimentally-resolved loss (AF2: 0 in initial training, 0.01 fine-tuning)."""
+    violation_weight: float = 0.0
+    """Weight of the structural violation loss (AF2: 0 in initial training, 1.0 fine-tuning)."""
+    violation_tolerance_factor: float = 12.0
+    """Bond lengths/angles violate beyond this many literature standard deviations."""
+    clash_overlap_tolerance: float = 1.5
+    """Atoms clash when closer than the sum of their van der Waals radii minus this (Å)."""
 
     def __post_init__(self):
         for name in ("fape_weight", "aux_weight", "distogram_weight", "masked_msa_weight",
-                     "plddt_weight", "pae_weight", "angle_norm_weight"):
+                     "plddt_weight", "pae_weight", "angle_norm_weight",
+                     "experimentally_resolved_weight", "violation_weight"):
             if getattr(self, name) < 0:
                 raise ValueError(f"loss.{name} must be >= 0, got {getattr(self, name)}")
         if self.fape_clamp is not None and self.fape_clamp <= 0:
@@ -103,7 +113,9 @@ class ModelConfig:
     ipa_heads: int = 12
     """Invariant point attention heads."""
     c_ipa: int = 16
-    """Per-head scalar channels of IPA."""
+    """Per-head scalar query/key channels of IPA (AF2 num_scalar_qk)."""
+    c_ipa_v: int | None = None
+    """Per-head scalar value channels of IPA (AF2 num_scalar_v); null = c_ipa."""
     ipa_qk_points: int = 4
     """Query/key points per head in IPA."""
     ipa_v_points: int = 8
@@ -113,7 +125,9 @@ class ModelConfig:
     sm_dropout: float = 0.1
     """Dropout in the structure module."""
     c_resnet: int = 128
-    """Hidden channels of the torsion-angle resnet (psi only: places the O atom)."""
+    """Hidden channels of the torsion-angle resnet (Alg. 20 lines 11-14: 7 torsions)."""
+    n_resnet_blocks: int = 2
+    """Residual blocks of the torsion-angle resnet."""
     position_scale: float = 10.0
     """Backbone translations are predicted in nm and scaled to Å by this factor."""
 
@@ -165,6 +179,7 @@ class ModelConfig:
                     "c_hidden_tri_att", "c_hidden_tri_mul", "c_hidden_opm", "transition_n",
                     "relpos_k", "max_msa_clusters", "c_e", "sm_layers", "ipa_heads", "c_ipa",
                     "ipa_qk_points", "ipa_v_points", "sm_transition_layers", "c_resnet",
+                    "n_resnet_blocks",
                     "distogram_bins", "plddt_bins", "c_plddt", "pae_bins", "recycle_bins",
                     "c_hidden_extra_att")
         for name in positive:
@@ -179,6 +194,9 @@ class ModelConfig:
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {value}")
+        if self.c_ipa_v is not None and (not isinstance(self.c_ipa_v, int)
+                                         or isinstance(self.c_ipa_v, bool) or self.c_ipa_v <= 0):
+            raise ValueError(f"c_ipa_v must be a positive integer or null, got {self.c_ipa_v!r}")
         if self.chunk_size is not None and (not isinstance(self.chunk_size, int)
                                             or self.chunk_size <= 0):
             raise ValueError(f"chunk_size must be a positive integer or null, got {self.chunk_size!r}")

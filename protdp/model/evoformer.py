@@ -3,7 +3,9 @@
 Every residual branch ends in a zero-initialised ("final") linear layer, so each block is the
 identity at initialisation. Masks: `msa_mask` [*, N_seq, N_res] masks attention keys and the
 outer-product-mean rows; `pair_mask` [*, N_res, N_res] masks triangle updates and attention keys,
-so padded rows/residues never change the outputs at real positions.
+so padded rows/residues never change the outputs at real positions. As in AlphaFold, transitions
+do not mask, and the outer product mean divides by (1e-3 + shared rows) without a special case,
+so padded rows and residues carry exactly AlphaFold's values too.
 """
 
 from __future__ import annotations
@@ -102,10 +104,10 @@ class OuterProductMean(nn.Module):
         def rows(a_t, count_rows):
             # a_t [*, I, S, c] (a chunk of residues i), count_rows [*, I, L] -> [*, I, L, C_z]
             outer = torch.einsum("...isc,...sjd->...ijcd", a_t, b)
-            out = self.linear_out(rearrange(outer, "... c d -> ... (c d)")) / (count_rows[..., None] + 1e-3)
-            # pairs without any shared row (padding, all-masked MSAs) get no update rather than
-            # the AF2 code's bias / 1e-3
-            return out * (count_rows[..., None] > 0).to(out.dtype)
+            # AF2: (outer . W + b) / (1e-3 + shared rows); pairs without a shared row (padding,
+            # an all-padding extra MSA) get b / 1e-3, exactly as AlphaFold computes them
+            out = self.linear_out(rearrange(outer, "... c d -> ... (c d)"))
+            return out / (count_rows[..., None] + 1e-3)
 
         return chunk_rows(rows, a.transpose(-2, -3), count, chunk_size)
 

@@ -1,5 +1,6 @@
 """Output heads (AF2 supplement §1.9): distogram (§1.9.8), masked MSA (§1.9.9),
-pLDDT (Alg. 29), predicted aligned error and pTM (§1.9.7). Final layers are zero-initialised.
+pLDDT (Alg. 29), predicted aligned error and pTM (§1.9.7), experimentally resolved (§1.9.10).
+Final layers are zero-initialised. Confidence read-outs follow AF2's `confidence.py`.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from protdp.data.residue_constants import NUM_ATOM37
 from protdp.data.residues import NUM_MSA_TOKENS
 from protdp.model.config import ModelConfig
 from protdp.model.primitives import LayerNorm, Linear
@@ -33,20 +35,22 @@ def pae_bin_centres(cfg: ModelConfig) -> torch.Tensor:
 def plddt_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """Alg. 29 readout: 100 * sum_b p_b * centre_b with centres (b + 0.5) / n_bins -> [*, L]."""
     n = logits.shape[-1]
-    centres = (torch.arange(n, device=logits.device, dtype=torch.float32) + 0.5) / n
-    return 100.0 * (torch.softmax(logits.float(), dim=-1) * centres).sum(-1)
+    dtype = torch.promote_types(logits.dtype, torch.float32)
+    centres = (torch.arange(n, device=logits.device, dtype=dtype) + 0.5) / n
+    return 100.0 * (torch.softmax(logits.to(dtype), dim=-1) * centres).sum(-1)
 
 
 def ptm_from_logits(logits: torch.Tensor, centres: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """pTM (supplement Eq. 40): max over alignment frames i of the expected TM term over j.
 
     logits [*, L, L, bins], centres [bins], mask [*, L] -> [*]."""
-    probs = torch.softmax(logits.float(), dim=-1)
+    probs = torch.softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
+    mask = mask.to(probs.dtype)
     n = mask.sum(-1).clamp(min=19.0)                                          # [*]
     d0 = 1.24 * (n - 15.0).clamp(min=1.0) ** (1.0 / 3.0) - 1.8
     tm = 1.0 / (1.0 + (centres.to(probs) / d0[..., None]) ** 2)              # [*, bins]
     expected = (probs * tm[..., None, None, :]).sum(-1)                      # [*, L, L]
-    per_frame = (expected * mask[..., None, :]).sum(-1) / mask.sum(-1, keepdim=True).clamp(min=1.0)
+    per_frame = (expected * mask[..., None, :]).sum(-1) / (mask.sum(-1, keepdim=True) + 1e-8)
     per_frame = per_frame.masked_fill(mask == 0, 0.0)
     return per_frame.max(dim=-1).values
 
@@ -97,3 +101,15 @@ class PAEHead(nn.Module):
 
     def forward(self, z):
         return self.linear(z)                                                 # [*, L, L, bins]
+
+
+class ExperimentallyResolvedHead(nn.Module):
+    """§1.9.10: per-atom (atom37) logits that the atom is resolved in an experiment, from the
+    Evoformer's single representation."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.linear = Linear(cfg.c_s, NUM_ATOM37, init="final")
+
+    def forward(self, s):
+        return self.linear(s)                                                 # [*, L, 37]

@@ -2,10 +2,12 @@
 heads, with recycling (AF2 supplement Algorithm 2 and §1.10).
 
 Recycling: the first `num_recycles` passes run without gradients and feed their detached
-outputs (first MSA row, pair representation, pseudo-beta positions) to the next pass through
-the recycling embedder (Alg. 32); only the last pass builds a graph. In training the number
-of recycles is drawn by `sample_num_recycles` from a generator that the caller seeds
-identically on every data-parallel rank for the step, so all ranks run the same graph.
+outputs (first MSA row, pair representation, pseudo-beta of the all-atom prediction) to the
+next pass through the recycling embedder (Alg. 32); only the last pass builds a graph. Pass i
+reads MSA sample min(i, P-1) when the batch carries P samples (`protdp.model.inputs`), as AF2
+resamples the MSA per recycling pass. In training the number of recycles is drawn by
+`sample_num_recycles` from a generator that the caller seeds identically on every data-parallel
+rank for the step, so all ranks run the same graph.
 """
 
 from __future__ import annotations
@@ -18,38 +20,22 @@ import torch
 import torch.nn as nn
 
 from protdp.config import load_config
-from protdp.errors import InputError
+from protdp.model.all_atom import atom37_exists, pseudo_beta
 from protdp.model.config import ModelConfig
-from protdp.model.embedders import (MSA_FEAT_DIM, InputEmbedder, RecyclingEmbedder, make_msa_feat,
-                                    pseudo_beta)
+from protdp.model.embedders import InputEmbedder, RecyclingEmbedder
 from protdp.model.evoformer import EvoformerStack, ExtraMSAStack
-from protdp.model.heads import (DistogramHead, MaskedMSAHead, PAEHead, PLDDTHead, pae_bin_centres,
-                                plddt_from_logits, ptm_from_logits)
+from protdp.model.heads import (DistogramHead, ExperimentallyResolvedHead, MaskedMSAHead, PAEHead,
+                                PLDDTHead, pae_bin_centres, plddt_from_logits, ptm_from_logits)
+from protdp.model.inputs import (EXTRA_MSA_FEAT_DIM, check_batch, extra_msa_feat, msa_feat,
+                                 num_passes, select_pass, target_feat)
 from protdp.model.primitives import Linear
 from protdp.model.structure import StructureModule
-
-REQUIRED_KEYS = ("aatype", "residue_index", "seq_mask", "msa", "msa_mask", "has_deletion",
-                 "deletion_value")
 
 
 def sample_num_recycles(generator: torch.Generator, max_recycles: int) -> int:
     """Uniform number of recycles in [0, max_recycles] from `generator` (seed it identically on
     every data-parallel rank for the step so all ranks run the same number of passes)."""
     return int(torch.randint(0, max_recycles + 1, (1,), generator=generator).item())
-
-
-def _check_batch(batch: Mapping) -> None:
-    missing = [k for k in REQUIRED_KEYS if k not in batch]
-    if missing:
-        raise InputError(f"batch is missing key(s) {missing} (see docs/batch_format.md)", field=missing[0])
-    L = batch["aatype"].shape[-1]
-    for key in ("residue_index", "seq_mask"):
-        if batch[key].shape != batch["aatype"].shape:
-            raise InputError(f"shape {tuple(batch[key].shape)} != aatype shape "
-                             f"{tuple(batch['aatype'].shape)}", field=key)
-    for key in ("msa", "msa_mask", "has_deletion", "deletion_value"):
-        if batch[key].shape[-1] != L or batch[key].dim() != batch["aatype"].dim() + 1:
-            raise InputError(f"expected [*, N, {L}], got {tuple(batch[key].shape)}", field=key)
 
 
 class AlphaFoldModel(nn.Module):
@@ -61,47 +47,74 @@ class AlphaFoldModel(nn.Module):
         self.input_embedder = InputEmbedder(cfg)
         self.recycling_embedder = RecyclingEmbedder(cfg)
         if cfg.extra_msa:
-            self.extra_msa_embedder = Linear(MSA_FEAT_DIM, cfg.c_e)
+            self.extra_msa_embedder = Linear(EXTRA_MSA_FEAT_DIM, cfg.c_e)
             self.extra_msa_stack = ExtraMSAStack(cfg)
         self.evoformer = EvoformerStack(cfg)
         self.structure_module = StructureModule(cfg)
         self.distogram_head = DistogramHead(cfg)
         self.masked_msa_head = MaskedMSAHead(cfg)
         self.plddt_head = PLDDTHead(cfg)
+        self.experimentally_resolved_head = ExperimentallyResolvedHead(cfg)
         if cfg.pae_head:
             self.pae_head = PAEHead(cfg)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.input_embedder.linear_tf_m.weight.dtype
+
     def _autocast(self, device: torch.device):
         if not self.config.bf16:
             return contextlib.nullcontext()
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
-    def _split_msa(self, batch: Mapping):
-        """Main-stack MSA features and (if the extra-MSA stack is on) the extra rows."""
-        feat = make_msa_feat(batch["msa"], batch["has_deletion"].float(), batch["deletion_value"].float())
-        mask = batch["msa_mask"].float()
-        if not self.config.extra_msa:
-            return feat, mask, None, None
+    def _extra_msa(self, batch: Mapping, dtype: torch.dtype):
+        """Extra-MSA features [*, E, L, 25] and mask [*, E, L]: the batch's `extra_*` keys; else
+        (hand-built batches) the rows beyond `max_msa_clusters`, or one fully masked row, as AF2
+        runs the stack on its zero-padded extra MSA, so every rank builds the same graph."""
         if "extra_msa" in batch:
-            extra_feat = make_msa_feat(batch["extra_msa"], batch["extra_has_deletion"].float(),
-                                       batch["extra_deletion_value"].float())
-            return feat, mask, extra_feat, batch["extra_msa_mask"].float()
+            return (extra_msa_feat(batch["extra_msa"], batch["extra_has_deletion"],
+                                   batch["extra_deletion_value"], dtype),
+                    batch["extra_msa_mask"].to(dtype))
         n = self.config.max_msa_clusters
-        if feat.shape[-3] <= n:
-            # No extra rows: run the stack on one fully masked row (as AF2 does with its padded
-            # extra MSA) so every rank builds the same graph and every parameter gets a gradient.
-            return feat, mask, feat[..., :1, :, :] * 0.0, mask[..., :1, :] * 0.0
-        return feat[..., :n, :, :], mask[..., :n, :], feat[..., n:, :, :], mask[..., n:, :]
+        if "msa_feat" not in batch and batch["msa"].shape[-2] > n:
+            rows = slice(n, None)
+            return (extra_msa_feat(batch["msa"][..., rows, :], batch["has_deletion"][..., rows, :],
+                                   batch["deletion_value"][..., rows, :], dtype),
+                    batch["msa_mask"][..., rows, :].to(dtype))
+        mask = batch["msa_mask"][..., :1, :].to(dtype) * 0.0
+        return torch.zeros(mask.shape + (EXTRA_MSA_FEAT_DIM,), dtype=dtype, device=mask.device), mask
+
+    def _cluster_msa(self, batch: Mapping, dtype: torch.dtype):
+        """Main-stack MSA features [*, N, L, 49] and mask [*, N, L] (hand-built batches without
+        `extra_msa` keep their first `max_msa_clusters` rows when the extra stack is on)."""
+        feat, mask = msa_feat(batch, dtype), batch["msa_mask"].to(dtype)
+        if self.config.extra_msa and "extra_msa" not in batch and "msa_feat" not in batch:
+            n = self.config.max_msa_clusters
+            feat, mask = feat[..., :n, :, :], mask[..., :n, :]
+        return feat, mask
+
+    def _trunk(self, batch: Mapping, prev: dict, pair_mask: torch.Tensor):
+        """Embeddings, recycling, extra-MSA stack and Evoformer -> m, z, s (Alg. 2 lines 5-18)."""
+        dtype = self.dtype
+        m_feat, msa_mask = self._cluster_msa(batch, dtype)
+        m, z = self.input_embedder(target_feat(batch, dtype), batch["residue_index"], m_feat)
+        m0_r, z_r = self.recycling_embedder(prev["m0"], prev["z"], prev["x"])
+        m = torch.cat([m[..., :1, :, :] + m0_r[..., None, :, :], m[..., 1:, :, :]], dim=-3)
+        z = z + z_r
+        if self.config.extra_msa:
+            extra_feat, extra_mask = self._extra_msa(batch, dtype)
+            z = self.extra_msa_stack(self.extra_msa_embedder(extra_feat), z, extra_mask, pair_mask)
+        return self.evoformer(m, z, msa_mask, pair_mask)
 
     def iteration(self, batch: Mapping, prev: dict | None) -> dict:
-        """One pass of Algorithm 2's loop body."""
-        cfg = self.config
-        aatype, seq_mask = batch["aatype"], batch["seq_mask"].float()
+        """One pass of Algorithm 2's loop body on a single-sample batch (`select_pass`)."""
+        cfg, dtype = self.config, self.dtype
+        aatype = batch["aatype"]
+        seq_mask = batch["seq_mask"].to(dtype)
         pair_mask = seq_mask[..., :, None] * seq_mask[..., None, :]               # [*, L, L]
-        msa_feat, msa_mask, extra_feat, extra_mask = self._split_msa(batch)
         L = aatype.shape[-1]
         if prev is None:
             lead = aatype.shape[:-1]
@@ -109,30 +122,26 @@ class AlphaFoldModel(nn.Module):
                     "z": seq_mask.new_zeros(lead + (L, L, cfg.c_z)),
                     "x": seq_mask.new_zeros(lead + (L, 3))}
         with self._autocast(aatype.device):
-            m, z = self.input_embedder(aatype, batch["residue_index"], msa_feat)
-            m0_r, z_r = self.recycling_embedder(prev["m0"], prev["z"], prev["x"])
-            m = torch.cat([m[..., :1, :, :] + m0_r[..., None, :, :], m[..., 1:, :, :]], dim=-3)
-            z = z + z_r
-            if extra_feat is not None:
-                z = self.extra_msa_stack(self.extra_msa_embedder(extra_feat), z, extra_mask, pair_mask)
-            m, z, s = self.evoformer(m, z, msa_mask, pair_mask)
-        m, z, s = m.float(), z.float(), s.float()
+            m, z, s = self._trunk(batch, prev, pair_mask)
+        m, z, s = m.to(dtype), z.to(dtype), s.to(dtype)
 
-        sm = self.structure_module(s, z, seq_mask)
+        sm = self.structure_module(s, z, seq_mask, aatype)
         out = {
-            "msa": m, "pair": z, "single": sm["single"], "sm": sm,
+            "msa": m, "pair": z, "single": s, "msa_first_row": m[..., 0, :, :], "sm": sm,
             "frames": sm["frames"][-1],                                          # [*, L, 4, 4] Å
-            "final_atom_positions": sm["atom_positions"],                        # [*, L, 5, 3]
-            "final_atom_mask": seq_mask[..., None].expand(seq_mask.shape + (5,)),
+            "final_atom_positions": sm["atom_positions"],                        # [*, L, 37, 3]
+            "final_atom_mask": atom37_exists(aatype, dtype),                     # [*, L, 37]
             "distogram_logits": self.distogram_head(z),
             "masked_msa_logits": self.masked_msa_head(m),
             "plddt_logits": self.plddt_head(sm["single"]),
+            "experimentally_resolved_logits": self.experimentally_resolved_head(s),
         }
         out["plddt"] = plddt_from_logits(out["plddt_logits"])                    # [*, L] in 0-100
         if cfg.pae_head:
             out["pae_logits"] = self.pae_head(z)
             centres = pae_bin_centres(cfg).to(z.device)
-            out["pae"] = (torch.softmax(out["pae_logits"], -1) * centres).sum(-1)  # [*, L, L] Å
+            probs = torch.softmax(out["pae_logits"].to(out["plddt"].dtype), -1)
+            out["pae"] = (probs * centres.to(probs.dtype)).sum(-1)               # [*, L, L] Å
             out["ptm"] = ptm_from_logits(out["pae_logits"], centres, seq_mask)
         return out
 
@@ -150,18 +159,20 @@ class AlphaFoldModel(nn.Module):
     def forward(self, batch: Mapping, num_recycles: int | None = None,
                 recycle_generator: torch.Generator | None = None) -> dict:
         """Run 1 + num_recycles passes; gradients flow only through the last one."""
-        _check_batch(batch)
+        check_batch(batch)
         n = self.resolve_num_recycles(num_recycles, recycle_generator)
         grad = torch.is_grad_enabled()
         prev = None
         for i in range(n + 1):
             last = i == n
             with torch.set_grad_enabled(grad and last):
-                out = self.iteration(batch, prev)
+                out = self.iteration(select_pass(batch, i), prev)
             if not last:
-                prev = {"m0": out["msa"][..., 0, :, :].detach(), "z": out["pair"].detach(),
+                prev = {"m0": out["msa_first_row"].detach(), "z": out["pair"].detach(),
                         "x": pseudo_beta(batch["aatype"], out["final_atom_positions"]).detach()}
         out["num_recycles"] = n
+        passes = num_passes(batch)
+        out["msa_sample"] = 0 if passes is None else min(n, passes - 1)          # for the losses
         return out
 
 

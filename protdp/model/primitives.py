@@ -5,7 +5,7 @@
   residual branch starts as the identity).
 - `Attention`: gated multi-head attention with optional pair bias (Alg. 7 / 8 / 13 / 14 share it),
   evaluated in chunks over the "row" dimension when `chunk_size` is set (§1.11.8).
-- `Transition`: 2-layer MLP (Alg. 9 / 15), also chunked.
+- `Transition`: 2-layer MLP (Alg. 9 / 15), also chunked; unmasked, as in AF2.
 - `SharedDropout`: dropout whose mask is shared along rows or columns (§1.11.6).
 """
 
@@ -123,10 +123,11 @@ class Transition(nn.Module):
         self.linear_2 = Linear(n * c, c, init="final")
 
     def _transition(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return self.linear_2(F.relu(self.linear_1(self.norm(x)))) * mask[..., None]
+        # no masking, as in AF2's Transition: a padded row's value is never read by a real one
+        return self.linear_2(F.relu(self.linear_1(self.norm(x))))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, chunk_size: int | None = None) -> torch.Tensor:
-        # x [*, R, Q, C], mask [*, R, Q] -> [*, R, Q, C]
+        # x [*, R, Q, C], mask [*, R, Q] (only sets the chunk layout) -> [*, R, Q, C]
         return chunk_rows(self._transition, x, mask, chunk_size)
 
 

@@ -24,10 +24,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from protdp.data.residue_constants import NUM_ATOM14, NUM_RIGID_GROUPS
 from protdp.model.config import ModelConfig
 from protdp.planning.params import MSA_FEAT_DIM, parameter_count
 
 GIB = 1024 ** 3
+ALL_ATOM_FAPE_PAIRS = NUM_RIGID_GROUPS * NUM_ATOM14     # (frame, atom) pairs per residue pair
 
 
 # ------------------------------------------------------------------------------ state
@@ -118,10 +120,11 @@ def activation_elements(cfg: ModelConfig, shape: Shape, recompute: bool) -> dict
     # distances [H, L, L] and the pair readout's own copy of the [L, L, c_z] operand.
     out["structure_module"] = 2 * P * cz + cfg.sm_layers * P * (2 * cfg.ipa_heads + cz)
     # Distogram log-softmax [L, L, bins] (+ int64 targets), masked-MSA logits input and
-    # log-softmax [S, L, c_m + 23], FAPE: ~15 [L, L] terms per layer (local points,
-    # differences, distances) and 5x that for the final all-backbone-atom FAPE.
+    # log-softmax [S, L, c_m + 23], backbone FAPE: ~15 [L, L] terms per layer (local points,
+    # differences, distances); the final all-atom FAPE: ~12 terms over 8 frames x 14 atoms of
+    # every residue pair (local points [.., 3] x 3, distances, clamp, masks).
     out["heads_losses"] = (P * (cfg.distogram_bins + 2) + M * (cm + 23)
-                           + 15 * P * (cfg.sm_layers + 5))
+                           + 15 * P * cfg.sm_layers + 12 * P * ALL_ATOM_FAPE_PAIRS)
     if recompute:
         out["recomputed_block"] = recomputed
     # Working set on top of what is saved: one more copy of the largest attention

@@ -50,6 +50,7 @@ ENGINE = "engine"
 META = "meta.json"          # written last: a folder holding it is a complete checkpoint
 EMA_FILE = "ema.pt"
 MODEL_FILE_FORMAT = "protdp-model-v1"
+IMPORTED_MODEL_FILE = "model.pt"   # `protdp weights import` writes CKPT/model.pt + provenance.json
 RELEASE_FILE = "release.json"   # the release record beside a checkpoint (protdp.gating.release)
 _ITER_RE = re.compile(r"^iter_(\d{7})$")
 
@@ -296,9 +297,17 @@ def read_model_file(path: str | Path) -> TrainedWeights:
                           sha256_file(path), kind="model-file")
 
 
+def is_imported_folder(path: Path) -> bool:
+    """A folder written by `protdp weights import`: a model file, no training meta."""
+    return path.is_dir() and (path / IMPORTED_MODEL_FILE).is_file() and not (path / META).is_file()
+
+
 def read_any_weights(path: str | Path) -> TrainedWeights:
-    """A model file, a training run folder (newest checkpoint) or one iter_N folder."""
+    """A model file, a training run folder (newest checkpoint), one iter_N folder, or an
+    imported-weights folder (`protdp weights import`)."""
     path = Path(path).resolve()
+    if is_imported_folder(path):
+        return read_model_file(path / IMPORTED_MODEL_FILE)
     if path.is_dir():
         return read_weights(path)
     if path.is_file():

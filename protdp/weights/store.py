@@ -1,0 +1,116 @@
+"""Parameter files and imported checkpoints on disk.
+
+An imported checkpoint is a folder holding `model.pt` (the ordinary protdp model file,
+`protdp.inference.checkpoint.save_model_checkpoint`, so predict / calibrate / redteam / training
+read it) and `provenance.json` (source file and digest, every mapped and skipped parameter with
+its reason, the configuration inferred). Every file is written to a temporary name and renamed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from protdp.errors import InputError
+from protdp.train.checkpointing import IMPORTED_MODEL_FILE
+
+PROVENANCE_FILE = "provenance.json"
+
+
+def read_npz(path: str | Path) -> dict[str, np.ndarray]:
+    """All arrays of an .npz file (no pickles); a missing, truncated or foreign file is one
+    clear error naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("parameter file not found", path=path)
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
+        raise InputError(f"not a readable .npz parameter file ({type(exc).__name__}: {exc})",
+                         path=path) from None
+
+
+def npz_shapes(path: str | Path) -> dict[str, tuple]:
+    """{key: shape} of every array of an .npz from the member headers only (no data read)."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("parameter file not found", path=path)
+    shapes = {}
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for name in zf.namelist():
+                with zf.open(name) as fh:
+                    version = np.lib.format.read_magic(fh)
+                    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                                   else np.lib.format.read_array_header_2_0)
+                    shape, _, _ = read_header(fh)
+                shapes[name[:-4] if name.endswith(".npy") else name] = tuple(shape)
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
+        raise InputError(f"not a readable .npz parameter file ({type(exc).__name__}: {exc})",
+                         path=path) from None
+    return shapes
+
+
+class LazyNpz:
+    """Mapping view of an .npz that reads one array per access (np.load's NpzFile) and turns a
+    damaged member into one clear error naming the file and key."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.shapes = npz_shapes(self.path)
+        self._npz = np.load(self.path, allow_pickle=False)
+
+    def __contains__(self, key) -> bool:
+        return key in self.shapes
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        try:
+            return self._npz[key]
+        except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
+            raise InputError(f"cannot read array ({type(exc).__name__}: {exc})", path=self.path,
+                             field=key) from None
+
+    def keys(self):
+        return self.shapes.keys()
+
+    def close(self) -> None:
+        self._npz.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def write_npz(path: str | Path, arrays: dict[str, np.ndarray]) -> Path:
+    """Uncompressed .npz with sorted keys, written atomically (temp file + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    try:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **{k: np.ascontiguousarray(arrays[k]) for k in sorted(arrays)})
+        os.replace(tmp, path)
+    except BaseException:          # a crash never leaves a half-written file behind
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_json(path: Path, obj: dict) -> Path:
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True, allow_nan=False) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def model_file(checkpoint: str | Path) -> Path:
+    """The model file of an imported checkpoint folder (or the file itself)."""
+    path = Path(checkpoint)
+    return path / IMPORTED_MODEL_FILE if path.is_dir() else path

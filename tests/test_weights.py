@@ -1,0 +1,196 @@
+"""Weight import/export (issue 16 D4): AlphaFold npz and OpenFold state dicts <-> protdp, config
+inferred from shapes at any size, import -> export -> import bit-identical, both formats giving
+identical protdp parameters, clear errors naming the key, templates skipped with the reason, and
+an imported checkpoint running `protdp predict`."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from model_fixtures import af2_reference, one_thread, tiny_config  # noqa: F401
+from protdp.errors import InputError
+from protdp.inference.checkpoint import load_model_checkpoint
+from protdp.model import build_model
+from protdp.weights import cli as weights_cli
+from protdp.weights import openfold
+from protdp.weights.alphafold import TEMPLATE_REASON, infer_config
+from protdp.weights.convert import export_arrays, export_openfold, import_params
+
+PARAMS = "params/params_model_3_ptm_small.npz"
+
+
+@pytest.fixture(scope="module")
+def fixture_params(af2_reference):  # noqa: F811
+    with np.load(af2_reference / PARAMS) as f:
+        return {k: f[k] for k in f.files}
+
+
+def _state(model):
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def _same_state(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), k
+
+
+def test_alphafold_round_trip_is_bit_identical(af2_reference, fixture_params, tmp_path):  # noqa: F811
+    first = import_params(af2_reference / PARAMS, "alphafold", sm_layers=2, num_recycles=1)
+    arrays = export_arrays(first.model)
+    assert arrays.keys() == fixture_params.keys()
+    for k, v in fixture_params.items():
+        assert arrays[k].dtype == np.float32 and arrays[k].shape == v.shape
+        assert np.array_equal(arrays[k].view(np.uint32), v.view(np.uint32)), k
+    out = tmp_path / "exported.npz"
+    assert weights_cli.main(["import", "--format", "alphafold", str(af2_reference / PARAMS),
+                             "--out", str(tmp_path / "ck"), "--sm-layers", "2"]) == 0
+    assert weights_cli.main(["export", "--format", "alphafold", str(tmp_path / "ck"), str(out)]) == 0
+    second = import_params(out, "alphafold", sm_layers=2, num_recycles=1)
+    _same_state(_state(first.model), _state(second.model))
+    assert second.config == first.config
+
+
+def test_openfold_round_trip_and_consistency_with_alphafold(af2_reference, tmp_path):  # noqa: F811
+    af = import_params(af2_reference / PARAMS, "alphafold", sm_layers=2, num_recycles=1)
+    state = export_openfold(af.model)
+    # OpenFold's own names (openfold/utils/import_weights.py), e.g. the swapped incoming a/b
+    assert "evoformer.blocks.1.pair_stack.tri_mul_in.linear_a_p.weight" in state
+    assert "structure_module.ipa.linear_q_points.linear.weight" in state
+    assert "aux_heads.tm.linear.weight" in state and "extra_msa_embedder.linear.weight" in state
+    assert "evoformer.blocks.0.msa_att_col._msa_att.mha.linear_q.weight" in state
+    assert "extra_msa_stack.blocks.0.msa_att_col.global_attention.linear_k.weight" in state
+    path = tmp_path / "of.pt"
+    torch.save({"state_dict": {f"model.{k}": v for k, v in state.items()}}, path)   # Lightning layout
+    of = import_params(path, "openfold", sm_layers=2, num_recycles=1)
+    _same_state(_state(af.model), _state(of.model))          # same weights through both formats
+    assert of.config == af.config
+    assert weights_cli.main(["import", "--format", "openfold", str(path), "--out", str(tmp_path / "ck"),
+                             "--sm-layers", "2"]) == 0
+    prov = json.loads((tmp_path / "ck" / "provenance.json").read_text())
+    assert set(", ".join(prov["mapped"]).split(", ")) == set(state)   # reported in OpenFold's names
+    assert weights_cli.main(["export", "--format", "openfold", str(tmp_path / "ck"), str(tmp_path / "again.pt")]) == 0
+    again = torch.load(tmp_path / "again.pt", weights_only=True)
+    assert again.keys() == state.keys() and all(torch.equal(again[k], state[k]) for k in state)
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(extra_msa=True, pae_head=True),
+    dict(extra_msa=True, pae_head=False, c_ipa_v=3, n_resnet_blocks=3, sm_transition_layers=2,
+         transition_n=3, relpos_k=5),
+])
+def test_any_size_round_trips_through_both_formats(overrides, tmp_path):
+    """A protdp model of another size exports, and its config comes back from the shapes."""
+    cfg = tiny_config(**overrides)
+    torch.manual_seed(0)
+    model = build_model(cfg, verbose=False).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    arrays = export_arrays(model)
+    inferred = infer_config({k: v.shape for k, v in arrays.items()}, sm_layers=cfg.sm_layers,
+                            num_recycles=cfg.num_recycles)
+    for name in ("c_m", "c_z", "c_s", "n_blocks", "msa_heads", "c_hidden_msa_att", "pair_heads",
+                 "c_hidden_tri_att", "c_hidden_tri_mul", "c_hidden_opm", "transition_n", "relpos_k",
+                 "c_e", "n_extra_blocks", "c_hidden_extra_att", "ipa_heads", "c_ipa",
+                 "ipa_qk_points", "ipa_v_points", "sm_transition_layers", "c_resnet",
+                 "n_resnet_blocks", "c_plddt", "pae_head", "extra_msa"):
+        assert getattr(inferred, name) == getattr(cfg, name), name
+    assert (inferred.c_ipa_v or inferred.c_ipa) == (cfg.c_ipa_v or cfg.c_ipa)
+    np.savez(tmp_path / "p.npz", **arrays)
+    back = import_params(tmp_path / "p.npz", "alphafold", sm_layers=cfg.sm_layers)
+    _same_state(_state(model), _state(back.model))
+    torch.save(export_openfold(model), tmp_path / "p.pt")
+    _same_state(_state(model), _state(import_params(tmp_path / "p.pt", "openfold", sm_layers=cfg.sm_layers).model))
+
+
+def _write(tmp_path, arrays, name="p.npz"):
+    np.savez(tmp_path / name, **arrays)
+    return tmp_path / name
+
+
+def test_bad_parameter_files_give_one_clear_error(fixture_params, tmp_path):
+    key = "alphafold/alphafold_iteration/structure_module/fold_iteration/affine_update//weights"
+    missing = {k: v for k, v in fixture_params.items() if k != key}
+    with pytest.raises(InputError, match=f"field '{key}': AlphaFold parameter is missing"):
+        import_params(_write(tmp_path, missing), "alphafold")
+    bad_shape = dict(fixture_params, **{key: fixture_params[key][:, :5]})
+    with pytest.raises(InputError, match=f"field '{key}': shape \\(32, 5\\), expected \\(32, 6\\)"):
+        import_params(_write(tmp_path, bad_shape), "alphafold")
+    stacked = "alphafold/alphafold_iteration/evoformer/evoformer_iteration/msa_transition/transition2//bias"
+    with pytest.raises(InputError, match=stacked):
+        import_params(_write(tmp_path, dict(fixture_params, **{stacked: fixture_params[stacked][:, :3]})),
+                      "alphafold")
+    unknown = dict(fixture_params, **{"alphafold/alphafold_iteration/evoformer/~_relative_encoding/"
+                                      "position_activations//weights": np.zeros((73, 16), np.float32)})
+    with pytest.raises(InputError, match="multimer"):
+        import_params(_write(tmp_path, unknown), "alphafold")
+    (tmp_path / "trunc.npz").write_bytes(_write(tmp_path, fixture_params).read_bytes()[:5000])
+    with pytest.raises(InputError, match="trunc.npz: not a readable .npz"):
+        import_params(tmp_path / "trunc.npz", "alphafold")
+    with pytest.raises(InputError, match="parameter file not found"):
+        import_params(tmp_path / "nope.npz", "alphafold")
+    (tmp_path / "junk.pt").write_bytes(b"PK\x03\x04" + b"\0" * 64)
+    with pytest.raises(InputError, match="junk.pt: cannot read an OpenFold checkpoint"):
+        import_params(tmp_path / "junk.pt", "openfold")
+    torch.save({"evoformer.blocks.0.msa_att_row.nonsense.weight": torch.zeros(2)}, tmp_path / "odd.pt")
+    with pytest.raises(InputError, match="unexpected OpenFold parameter"):
+        import_params(tmp_path / "odd.pt", "openfold")
+    with pytest.raises(SystemExit):     # argparse: one usage line, exit 2
+        weights_cli.main(["import", "--format", "alphafold", "x.npz", "--out", "o", "--sm-layers", "0"])
+
+
+def test_template_parameters_are_skipped_with_the_reason(af2_reference, fixture_params, tmp_path):  # noqa: F811
+    """model_1/2 ship template modules; protdp is template-free, as AF2 without templates."""
+    extra = {"alphafold/alphafold_iteration/evoformer/template_embedding/single_template_embedding/"
+             "embedding2d//weights": np.ones((88, 8), np.float32),
+             "alphafold/alphafold_iteration/evoformer/template_single_embedding//weights":
+             np.ones((57, 32), np.float32)}
+    path = _write(tmp_path, {**fixture_params, **extra})
+    imported = import_params(path, "alphafold", sm_layers=2)
+    assert imported.skipped == {k: TEMPLATE_REASON for k in extra}
+    assert len(imported.mapped) == len(fixture_params)
+    assert "template-free" in TEMPLATE_REASON
+    # the OpenFold route lists OpenFold's template tensors the same way
+    state = export_openfold(imported.model)
+    state["template_embedder.template_pair_embedder.linear.weight"] = torch.ones(4, 2)
+    torch.save(state, tmp_path / "t.pt")
+    of = import_params(tmp_path / "t.pt", "openfold", sm_layers=2)
+    assert of.skipped == {"template_embedder.template_pair_embedder.linear.weight": TEMPLATE_REASON}
+
+
+def test_openfold_names_cover_every_parameter():
+    cfg = tiny_config(extra_msa=True, pae_head=True)
+    names = [openfold.to_openfold_name(k) for k in build_model(cfg, verbose=False).state_dict()]
+    assert len(set(names)) == len(names)
+
+
+def test_imported_checkpoint_runs_predict(af2_reference, tmp_path):  # noqa: F811
+    """An imported checkpoint folder is an ordinary protdp checkpoint: `protdp predict` takes it."""
+    from protdp.workflows import predict
+
+    ck = tmp_path / "ck"
+    assert weights_cli.main(["import", "--format", "alphafold", str(af2_reference / PARAMS),
+                             "--out", str(ck), "--sm-layers", "2", "--num-recycles", "1"]) == 0
+    loaded = load_model_checkpoint(ck)
+    assert loaded.kind == "model-file" and loaded.config.sm_layers == 2
+    seq = (af2_reference / "inputs" / "synthetic_L40.fasta").read_text().split("\n", 1)[1].replace("\n", "")
+    fasta = tmp_path / "t.fasta"
+    fasta.write_text(f">syn\n{seq}\n")
+    msa_dir = tmp_path / "msa"
+    msa_dir.mkdir()
+    (msa_dir / "syn.a3m").write_bytes((af2_reference / "inputs" / "synthetic_L40.a3m").read_bytes())
+    res = predict(ck, fasta, tmp_path / "out", msa_dir=msa_dir, progress=False, release_gate="off")
+    row = res.rows[0]
+    assert row["status"] == "predicted", row
+    pdb = (tmp_path / "out" / "targets" / "syn" / "syn.pdb").read_text()
+    assert sum(1 for line in pdb.splitlines() if line.startswith("ATOM")) > 5 * len(seq)
+
+
+def test_non_finite_parameters_are_refused(fixture_params, tmp_path):
+    key = "alphafold/alphafold_iteration/predicted_lddt_head/logits//bias"
+    bad = dict(fixture_params, **{key: np.full_like(fixture_params[key], np.nan)})
+    with pytest.raises(InputError, match=f"field '{key}': 50 non-finite"):
+        import_params(_write(tmp_path, bad), "alphafold")
