@@ -188,6 +188,7 @@ def predict_into_queue(out_dir: Path, queue_url: str, data_dir: Path, *, pae_hea
     (msa_dir / "2p90_A02.a3m").write_bytes(
         (data_dir / "msa" / "2p90_A02.hhblits_subsample.a3m").read_bytes())
     res = predict(ckpt, fasta, out_dir / "pred", msa_dir=msa_dir, queue_url=queue_url,
-                  config=PredictConfig(max_length=200, max_msa_rows=16), progress=False)
+                  config=PredictConfig(max_length=200, max_msa_rows=16), progress=False,
+                  release_gate="review")   # a random test checkpoint: unreleased, to review
     assert res.rows[0]["route"] == "needs_review", res.rows[0]
     return out_dir / "pred" / "targets" / "2p90_A02"

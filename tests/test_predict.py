@@ -92,7 +92,8 @@ def test_end_to_end_real_chain(tmp_path, ckpt, chain_2p90):
 
     # the model's own output on the same inputs (independent run)
     loaded = load_model_checkpoint(ckpt)
-    feats = featurize_query(seq, parse_msa(msa_path), max_msa_rows=16)
+    feats = featurize_query(seq, parse_msa(msa_path), max_msa_rows=16, masked_msa_fraction=0.15,
+                            msa_samples=loaded.config.num_recycles + 1)
     with torch.no_grad():
         ref = loaded.model(collate([feats]))
     ref_plddt = ref["plddt"][0].numpy()

@@ -171,7 +171,7 @@ def test_predict_applies_the_reviewed_calibration_and_records_it(sqlite_url, tmp
     out = tmp_path / "out"
     capsys.readouterr()
     assert protdp_main(["predict", "--checkpoint", str(ckpt), "--fasta", str(fasta), "--out",
-                        str(out), "--no-progress"]) == 0
+                        str(out), "--no-progress", "--allow-unreleased"]) == 0
     assert f"(calibrated: {cal})" in capsys.readouterr().out
     prov = json.loads((out / "targets" / "t1" / "provenance.json").read_text())
     gate = prov["config"]["gate_policy"]
@@ -183,7 +183,7 @@ def test_predict_applies_the_reviewed_calibration_and_records_it(sqlite_url, tmp
     shutil.copy(cal, tmp_path / "explicit.json")
     capsys.readouterr()
     assert protdp_main(["predict", "--checkpoint", str(ckpt), "--fasta", str(fasta), "--out",
-                        str(tmp_path / "out2"), "--no-progress", "--calibration",
+                        str(tmp_path / "out2"), "--no-progress", "--allow-unreleased", "--calibration",
                         str(tmp_path / "explicit.json")]) == 0
     prov = json.loads((tmp_path / "out2" / "targets" / "t1" / "provenance.json").read_text())
     assert [c["path"] for c in prov["config"]["gate_policy"]["calibrations"]] == [

@@ -44,7 +44,7 @@ def test_yaml_then_flags_override(tmp_path):
 
 
 def test_repo_train_configs_load():
-    for name in ("tiny", "demo", "af2"):
+    for name in ("tiny", "demo", "af2", "finetune"):
         a = parse_args(["--config", f"configs/train/{name}.yaml", "--data", "x.h5", "--save", "c"])
         assert a.train_iters >= 1
 

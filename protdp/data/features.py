@@ -247,9 +247,9 @@ def collate(examples: list[dict]) -> dict:
 
 def featurize_query(sequence: str, msa=None, *, max_msa_rows: int = 512, seed: int = 0,
                     family_id: str = "query", max_extra_msa_rows: int = DEFAULT_MAX_EXTRA_MSA,
-                    msa_samples: int = 1) -> dict:
+                    msa_samples: int = 1, masked_msa_fraction: float = 0.0) -> dict:
     """Inference features for a target without structure: structure keys are zero with zero
-    mask, resolution NaN, no BERT masking, no crop. `msa` is a `protdp.data.parse.Msa` whose
+    mask, resolution NaN, no crop, BERT masking of `masked_msa_fraction` (AF2's inference: 0.15). `msa` is a `protdp.data.parse.Msa` whose
     query must equal `sequence` (X matches anything)."""
     seq = "".join(str(sequence).split()).upper()
     if not seq:
@@ -282,4 +282,5 @@ def featurize_query(sequence: str, msa=None, *, max_msa_rows: int = 512, seed: i
         "residue_index": np.arange(L, dtype=np.int32), "sequence": seq, "resolution": float("nan"),
     }
     return featurize(family, crop_size=None, max_msa_rows=max_msa_rows, seed=seed, training=False,
-                     max_extra_msa_rows=max_extra_msa_rows, msa_samples=msa_samples)
+                     max_extra_msa_rows=max_extra_msa_rows, msa_samples=msa_samples,
+                     masked_msa_fraction=masked_msa_fraction)

@@ -60,12 +60,23 @@ class PredictConfig:
     """MSA depth cap: rows given to the model, query first (AF2 N_clust 512 at inference)."""
     max_unknown_fraction: float = 0.5
     """Reject sequences with a larger fraction of unknown residues (X, B, Z, ...)."""
+    max_extra_msa_rows: int = 5120
+    """Extra-MSA rows for models with the extra-MSA stack (AF2 inference: 5120)."""
+    masked_msa_fraction: float = 0.15
+    """MSA positions BERT-masked at inference, as AlphaFold's own inference does (0.15)."""
     num_recycles: int | None = None
-    """Recycling passes (None: the checkpoint's model config)."""
+    """Recycling passes (None: the checkpoint's model config); each pass gets its own MSA
+    sample, as AF2's resample_msa_in_recycling."""
     seed: int = 0
-    """Seed of feature generation (no randomness at inference; kept for the record)."""
+    """Seed of the MSA sampling and masking (deterministic for a given seed)."""
 
     def __post_init__(self):
+        if not 0.0 <= self.masked_msa_fraction <= 1.0:
+            raise ValueError(f"masked_msa_fraction must be in [0, 1], got {self.masked_msa_fraction}")
+        if isinstance(self.max_extra_msa_rows, bool) or not isinstance(self.max_extra_msa_rows, int) \
+                or self.max_extra_msa_rows < 0:
+            raise ValueError(f"max_extra_msa_rows must be a non-negative integer, got "
+                             f"{self.max_extra_msa_rows!r}")
         for name in ("max_length", "max_msa_rows"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -206,6 +217,15 @@ class Predictor:
             return None
         return data
 
+    def features(self, sequence: str, msa, family_id: str = "query") -> dict:
+        """The model's inputs for one target under this predictor's settings (one MSA sample
+        per recycling pass, AF2's inference masking)."""
+        c = self.config
+        passes = (c.num_recycles if c.num_recycles is not None else self.loaded.config.num_recycles) + 1
+        return featurize_query(sequence, msa, max_msa_rows=c.max_msa_rows, seed=c.seed,
+                               family_id=family_id, max_extra_msa_rows=c.max_extra_msa_rows,
+                               msa_samples=passes, masked_msa_fraction=c.masked_msa_fraction)
+
     @torch.no_grad()
     def _run_model(self, features: dict) -> dict:
         batch = {k: (v.to(self.device) if torch.is_tensor(v) else v)
@@ -239,8 +259,7 @@ class Predictor:
             done = self._complete(tdir, fp)
             if done is None:
                 msa = load_msa(msa_paths)
-                features = featurize_query(seq, msa, max_msa_rows=self.config.max_msa_rows,
-                                           seed=self.config.seed, family_id=t.file_name)
+                features = self.features(seq, msa, t.file_name)
                 msa_depth = 1 if msa is None else msa.depth
                 hits = self.screening.hits(seq) if self.screening is not None else []
                 out = self._run_model(features)
@@ -256,7 +275,7 @@ class Predictor:
             return self._skip(t, tdir, fp, done)
         tdir.mkdir(parents=True, exist_ok=True)
         return self._finish(t, seq, tdir, fp, fasta, msa_files, msa_depth,
-                            int(features["msa"].shape[0]), hits, out, row)
+                            int(features["msa"].shape[-2]), hits, out, row)
 
     def _skip(self, t: Target, tdir: Path, fp: str, done: dict) -> dict:
         """A target completed by an earlier run: its recorded row (flagged ones re-enqueued,

@@ -48,6 +48,8 @@ class TrainArgs(ParallelConfig):
                                    "run; fresh optimizer state, schedule and EMA")
     crop_size: int = _f(256, "contiguous crop length in residues (AF2 initial training: 256)")
     max_msa_rows: int = _f(128, "MSA rows sampled per example, query first (AF2 N_clust: 128)")
+    max_extra_msa_rows: int = _f(1024, "extra-MSA rows per example for models with the extra-MSA "
+                                 "stack (AF2 training: 1024)")
     val_fraction: float = _f(0.1, "fraction of families held out for validation (at least one if > 0)")
     val_families: str | None = _f(None, "comma-separated family ids to hold out (overrides --val-fraction)")
     # --- parallelism: every ParallelConfig field (Megatron names), plus

@@ -243,9 +243,15 @@ class Trainer:
             self.sampler.set_epoch(self.sampler.epoch + 1)
 
     def _batch(self, fids: list[str], seed: int, training: bool = True) -> dict:
+        """Features of `fids`: one MSA sample per recycling pass (AF2 resample_msa_in_recycling;
+        the sampled number of recycles decides how many the model reads)."""
+        cfg = self.model_config
+        passes = (cfg.max_recycles if training else cfg.num_recycles) + 1
         examples = [self.featurize(self.store.read(f), crop_size=self.args.crop_size,
                                    max_msa_rows=self.args.max_msa_rows, seed=derive_seed(seed, k),
-                                   training=training) for k, f in enumerate(fids)]
+                                   training=training, msa_samples=passes,
+                                   max_extra_msa_rows=self.args.max_extra_msa_rows if cfg.extra_msa
+                                   else 0) for k, f in enumerate(fids)]
         batch = self.collate(examples)
         return {k: (v.to(self.device) if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
 
@@ -341,7 +347,10 @@ class Trainer:
     def _term_keys(self) -> list[str]:
         """Loss terms in a fixed order, identical on every rank (the metrics all-reduce needs it)."""
         keys = ["aux", "backbone_fape", "distogram", "fape", "masked_msa", "plddt", "torsion"]
-        return keys + (["pae"] if self.model_config.pae_head else [])
+        keys += ["pae"] if self.model_config.pae_head else []
+        keys += ["experimentally_resolved"] if hasattr(self.model, "experimentally_resolved_head") \
+            else []
+        return keys + (["violation"] if self.model_config.loss.violation_weight > 0 else [])
 
     def _loss_or_poison(self, outputs: dict, batch: dict, iteration: int):
         """The loss; on non-finite activations (a diverging model) a NaN loss over every
