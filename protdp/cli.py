@@ -22,6 +22,7 @@ SUBCOMMANDS = {
     "redteam": ("protdp.safety.cli:redteam", "adversarial cases against the predictor and gate"),
     "calibrate": ("protdp.safety.cli:calibrate", "pLDDT vs true lDDT calibration report"),
     "plan": ("protdp.planning.cli", "memory and parallelism planner"),
+    "preflight": ("protdp.parallel.cli", "measure network + model before a run; predict scaling"),
 }
 
 
