@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -92,37 +94,61 @@ def worker(args, own) -> dict | None:
         "width", "depth", "batch", "evo_config", "evo_len", "evo_msa", "accel_ms")})
     cfg = ParallelConfig(data_parallel_size=world, micro_batch_size=1,
                          bucket_size=int(args.bucket_mb * 2**20 / 4))
-    t0 = time.perf_counter()
-    report = run_preflight(workload, cfg, reps=own.reps, link_bytes=int(own.link_mb * 2**20))
-    preflight_s = time.perf_counter() - t0
-    measured = measure_engines(args, factory, loss, world) if own.engines else None
+    runs = []
+    for _ in range(own.repeats):   # preflight, then the engine: a pair per repeat
+        t0 = time.perf_counter()
+        report = run_preflight(workload, cfg, reps=own.reps, link_bytes=int(own.link_mb * 2**20))
+        run = {"preflight_wall_s": time.perf_counter() - t0, "preflight": report,
+               "load_average": os.getloadavg()[0]}
+        if own.engines:
+            run["measured"] = measure_engines(args, factory, loss, world)
+            if rank == 0:
+                run["comparison"] = {name: compare(report["predictions"]["configs"][cfg_name],
+                                                   run["measured"]["configs"][name])
+                                     for name, cfg_name in ENGINES.items()}
+        runs.append(run)
+        if rank == 0:
+            print(render(report))
+            print(table(run))
     dist.barrier()
     dist.destroy_process_group()
     if rank != 0:
         return None
-    out = {"label": args.label, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-           "torch": torch.__version__, "workload": report["workload"], "world_size": world,
-           "preflight_wall_s": preflight_s, "target": TARGET, "small_exposed": SMALL_EXPOSED,
-           "preflight": report, "slowest_link": report["slowest_link"],
-           "verdict": report["verdict"]}
-    if measured is not None:
-        out["measured"] = measured
-        out["comparison"] = {name: compare(report["predictions"]["configs"][cfg_name],
-                                           measured["configs"][name])
-                             for name, cfg_name in ENGINES.items()}
-    print(render(report))
-    print(table(out))
+    last = runs[-1]["preflight"]
+    return {"label": args.label, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "torch": torch.__version__, "workload": last["workload"], "world_size": world,
+            "target": TARGET, "small_exposed": SMALL_EXPOSED, "nice": os.nice(0),
+            "slowest_link": last["slowest_link"], "verdict": last["verdict"],
+            "summary": summarize(runs) if own.engines else None, "runs": runs}
+
+
+def summarize(runs: list[dict]) -> dict:
+    """Per config: median errors over the repeats and how many repeats were within target."""
+    out = {}
+    for name in ENGINES:
+        rows = [r["comparison"][name] for r in runs]
+        steps = [r["step_measured_s"] for r in rows]
+        waits = [r["exposed_measured_s"] for r in rows]
+        out[name] = {   # spread: the engine's own run-to-run variation, the floor of any error
+            "measured_step_spread": (max(steps) - min(steps)) / statistics.median(steps),
+            "measured_exposed_spread": (max(waits) - min(waits)) / max(
+                statistics.median(waits), SMALL_EXPOSED * statistics.median(steps)),
+            "median_step_error": statistics.median(r["step_error"] for r in rows),
+            "median_exposed_error": statistics.median(r["exposed_error"] for r in rows),
+            "step_within_target": f"{sum(r['step_within_target'] for r in rows)}/{len(rows)}",
+            "exposed_within_target": f"{sum(r['exposed_within_target'] for r in rows)}"
+                                     f"/{len(rows)}"}
     return out
 
 
-def table(out: dict) -> str:
+def table(run: dict) -> str:
     lines = []
-    for name, c in out.get("comparison", {}).items():
+    for name, c in run.get("comparison", {}).items():
         lines.append(f"{name:<16} step pred {1e3 * c['step_predicted_s']:7.1f} ms meas "
                      f"{1e3 * c['step_measured_s']:7.1f} ms ({100 * c['step_error']:+.0f}%)   "
                      f"exposed pred {1e3 * c['exposed_predicted_s']:7.1f} ms meas "
                      f"{1e3 * c['exposed_measured_s']:7.1f} ms ({100 * c['exposed_error']:+.0f}%)")
-    link = out.get("slowest_link")
+    link = run["preflight"].get("slowest_link")
     if link:
         lines.append(f"slowest link {link['ranks']}: {8 * link['bandwidth_Bps'] / 1e9:.2f} Gbit/s"
                      f", far below the others: {link['far_below']}")
@@ -133,6 +159,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], add_help=False)
     ap.add_argument("--reps", type=int, default=5, help="preflight repetitions")
     ap.add_argument("--link-mb", type=float, default=16.0, help="preflight link message MiB")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="preflight + engine pairs, in turn (the summary takes medians)")
     ap.add_argument("--no-engines", dest="engines", action="store_false",
                     help="run only the preflight (no engine measurement)")
     own, rest = ap.parse_known_args(argv)
@@ -143,6 +171,13 @@ def main(argv=None) -> int:
     if res is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(res, indent=1) + "\n")
+        for name, row in (res["summary"] or {}).items():
+            print(f"{name:<16} median step error {100 * row['median_step_error']:+.0f}% "
+                  f"({row['step_within_target']} within {100 * TARGET:.0f}%), median exposed "
+                  f"error {100 * row['median_exposed_error']:+.0f}% "
+                  f"({row['exposed_within_target']}); measured spread step "
+                  f"{100 * row['measured_step_spread']:.0f}%, exposed "
+                  f"{100 * row['measured_exposed_spread']:.0f}%")
         print(f"wrote {args.out}")
     return 0
 

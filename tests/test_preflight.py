@@ -5,6 +5,7 @@ verdicts, and the command on 2 loopback ranks (torchrun) and 1 rank, plus hostil
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -13,10 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protdp.parallel.netperf import pair_rounds
-from protdp.parallel.preflight import contention_factors
 from protdp.parallel.step_model import (CONFIGS, EXPOSED_OK, Contention, StepPieces,
                                         accumulation_needed, bus_factor, busbw,
-                                        fit_latency_bandwidth, predict, predict_all,
+                                        fit_contention, fit_latency_bandwidth, predict, predict_all,
                                         slowest_link, timeline, verdict)
 from protdp.paths import REPO_ROOT
 from protdp.train.launch import free_port, worker_env
@@ -96,12 +96,14 @@ def test_timeline_without_contention_is_a_serial_link():
     assert got["compute_end_s"] == pytest.approx(0.1) and got["stalled_s"] == 0
 
 
-def test_contention_factors_invert_the_simulation():
-    for cc, cm, a, b in [(1.5, 2.5, 0.2, 0.1), (1.2, 1.8, 0.1, 0.4), (1.0, 3.0, 0.3, 0.3)]:
-        run = timeline(a, [(0.0, b)], (), Contention(cc, cm))
-        got = contention_factors(a, b, run["compute_end_s"], run["transfer_end_s"][-1])
-        assert got.compute == pytest.approx(cc, rel=1e-6)
-        assert got.comm == pytest.approx(cm, rel=1e-6)
+def test_contention_fit_inverts_the_simulation():
+    transfers = [(0.01, 0.02), (0.03, 0.02), (0.05, 0.03), (0.08, 0.02)]
+    for cc, cm in [(1.5, 2.5), (1.2, 1.8), (1.0, 3.0), (2.0, 1.0)]:
+        run = timeline(0.1, transfers, (), Contention(cc, cm))
+        got = fit_contention(0.1, transfers, run["compute_end_s"], run["transfer_end_s"][-1])
+        assert got.compute == pytest.approx(cc, rel=1e-3)
+        assert got.comm == pytest.approx(cm, rel=1e-3)
+    assert fit_contention(0.1, transfers, 0.05, 0.05) == Contention(1.0, 1.0)   # faster: >= 1
 
 
 # ---------------------------------------------------------------------------- predictions
@@ -256,3 +258,29 @@ def test_help(capsys):
         main(["preflight", "--help"])
     assert exit_.value.code == 0 and "--bucket-size" in capsys.readouterr().out
     assert main(["--help"]) == 0 and "preflight" in capsys.readouterr().out
+
+
+def test_netsim_three_nodes_names_the_slowed_link(tmp_path):
+    """benchmarks/netsim.sh with 3 namespaces in a veth mesh, link 1-2 at a quarter of the rate:
+    the preflight's per-link measurement names 1-2 as far below the others."""
+    env = {**os.environ, "PYTHON": sys.executable, "NETSIM_OUT": str(tmp_path),
+           "NETSIM_PORT": str(free_port()), "NETSIM_NODES": "3", "NETSIM_SLOW": "1-2:1gbit",
+           "NETSIM_SCRIPT": "benchmarks/preflight_check.py", "NETSIM_PREFIX": "pf"}
+    proc = subprocess.run(["bash", str(REPO_ROOT / "benchmarks" / "netsim.sh"), "4gbit", "--",
+                           "--no-engines", "--width", "256", "--depth", "2", "--reps", "2",
+                           "--link-mb", "4"], cwd=REPO_ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+    if os.geteuid() != 0:  # the documented refusal
+        assert proc.returncode == 2 and "needs root" in proc.stderr
+        return
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    res = json.loads((tmp_path / "pf_4gbit.json").read_text())
+    assert res["world_size"] == 3 and "link 1-2 at 1gbit" in res["label"]
+    links = {tuple(r["ranks"]): r["bandwidth_Bps"] for r in res["runs"][0]["preflight"]
+             ["network"]["links"]}
+    assert set(links) == {(0, 1), (0, 2), (1, 2)}
+    assert res["slowest_link"]["ranks"] == [1, 2] and res["slowest_link"]["far_below"]
+    # the tbf rate in bytes/s (its 1 MB burst lets a 4 MiB message beat it a little)
+    assert 0.8e9 / 8 < links[(1, 2)] < 1.5e9 / 8 < 0.5 * min(links[(0, 1)], links[(0, 2)])
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert "protdp_" not in namespaces

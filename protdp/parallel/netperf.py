@@ -177,7 +177,7 @@ def measure_links(large_bytes: int, reps: int, device: torch.device) -> list[dic
             continue
         peer = pair[1] if pair[0] == rank else pair[0]
         first = rank == pair[0]
-        lat = statistics.median(_pingpong(peer, first, small, reps, device)) / 2
+        lat = statistics.median(_pingpong(peer, first, small, 4 * reps, device)) / 2
         one_way = statistics.median(_pingpong(peer, first, large, reps, device)) / 2
         if first:
             wire = one_way - lat if one_way > lat else one_way

@@ -31,8 +31,9 @@ import torch.distributed as dist
 from protdp.parallel import netperf
 from protdp.parallel.buffer import build_layout
 from protdp.parallel.config import ParallelConfig
-from protdp.parallel.step_model import (OPS, Contention, StepPieces, fit_latency_bandwidth,
-                                        predict_all, slowest_link, verdict)
+from protdp.parallel.step_model import (OPS, Contention, StepPieces, fit_contention,
+                                        fit_latency_bandwidth, predict_all, slowest_link,
+                                        verdict)
 from protdp.parallel.workload import Workload
 
 FORMAT = "protdp-preflight-v1"
@@ -70,7 +71,9 @@ def profile_compute(model, loss_fn, buckets: list[tuple[str, ...]], reps: int,
     rows = []
     try:
         for rep in range(reps + 1):  # the first run is a warm-up (allocator, lazy init)
-            model.zero_grad(set_to_none=True)
+            # keep the gradient tensors: the engine accumulates into its preallocated buffer,
+            # while fresh ones would cost allocation and page faults in every backward
+            model.zero_grad(set_to_none=False)
             marks["ready"].clear()
             marks["need"].clear()
             netperf.synchronize(device)
@@ -137,45 +140,49 @@ def profile_optimizer(numel: int, dp: int, device: torch.device, reps: int) -> d
             "shard_s": _time_adamw(-(-numel // dp), device, reps)}
 
 
-def contention_factors(compute_s: float, comm_s: float, together_compute_s: float,
-                       together_comm_s: float) -> Contention:
-    """Slowdown factors from a forward+backward run while the buckets are reduced (pure).
-
-    Both start together; the one that ends first ran contended all along (its factor is its
-    time over its time alone); the other ran contended until then and alone afterwards, so its
-    contended progress is what it had left minus what it did alone."""
-    a, b, tc, tm = compute_s, comm_s, together_compute_s, together_comm_s
-    if min(a, b, tc, tm) <= 0:
-        return Contention()
-    if tc <= tm:   # compute ended first: the link did (b - (tm - tc)) of its work beside it
-        done = b - (tm - tc)
-        return Contention(max(1.0, tc / a), max(1.0, tc / done) if done > 0 else tc / a)
-    done = a - (tc - tm)   # the link ended first: compute did `done` of its work beside it
-    return Contention(max(1.0, tm / done) if done > 0 else tm / b, max(1.0, tm / b))
-
-
-def profile_contention(model, loss_fn, c: netperf.EngineCollectives, numels: list[int],
-                       reps: int, device: torch.device) -> tuple[float, float]:
-    """Median (compute end, link end) seconds of a forward+backward started together with the
-    engine's all-reduce of every bucket (as with --overlap-grad-reduce, but all ready at once)."""
+def profile_overlap(model, loss_fn, c: netperf.EngineCollectives, buckets: list[tuple[str, ...]],
+                    numels: list[int], reps: int, device: torch.device) -> tuple[float, float]:
+    """Median (backward end, last bucket reduced), seconds after backward start, with each
+    bucket's all-reduce launched in bucket order as its last gradient arrives: the engine's
+    --overlap-grad-reduce, so compute and communication share the host as they will."""
     bufs = [torch.zeros(n, device=device) for n in numels]
+    bucket_of = {name: i for i, names in enumerate(buckets) for name in names}
+    state: dict = {}
+
+    def launch_ready(force: bool = False):
+        while state["next"] < len(bufs) and (
+                force or state["counts"][state["next"]] >= len(buckets[state["next"]])):
+            state["pending"].append(c.launch("all_reduce", bufs[state["next"]]))
+            state["next"] += 1
+
+    def ready(i: int):
+        state["counts"][i] += 1
+        launch_ready()
+
+    handles = [p.register_post_accumulate_grad_hook(lambda _p, i=bucket_of[n]: ready(i))
+               for n, p in model.named_parameters() if n in bucket_of]
     rows = []
-    for rep in range(reps + 1):
-        model.zero_grad(set_to_none=True)
-        dist.barrier()
-        netperf.synchronize(device)
-        t0 = time.perf_counter()
-        pending = [c.launch("all_reduce", b) for b in bufs]
-        loss_fn(model).backward()
-        netperf.synchronize(device)
-        t_compute = time.perf_counter() - t0
-        for p in pending:
-            if p is not None:
-                p.wait()
-        netperf.synchronize(device)
-        if rep:
-            rows.append((t_compute, time.perf_counter() - t0))
-    model.zero_grad(set_to_none=True)
+    try:
+        for rep in range(reps + 1):
+            state.update(counts=[0] * len(bufs), next=0, pending=[])
+            model.zero_grad(set_to_none=False)
+            dist.barrier()
+            loss = loss_fn(model)
+            netperf.synchronize(device)
+            t0 = time.perf_counter()
+            loss.backward()
+            launch_ready(force=True)      # finish_grad_sync launches what is left
+            netperf.synchronize(device)
+            t_compute = time.perf_counter() - t0
+            for pending in state["pending"]:
+                if pending is not None:
+                    pending.wait()
+            netperf.synchronize(device)
+            if rep:
+                rows.append((t_compute, time.perf_counter() - t0))
+    finally:
+        for h in handles:
+            h.remove()
     return (statistics.median(r[0] for r in rows), statistics.median(r[1] for r in rows))
 
 
@@ -248,8 +255,8 @@ def run_preflight(workload: Workload, cfg: ParallelConfig, *, reps: int = 5,
     network = together = None
     if world > 1:
         network = measure_network(numels, param_dtype, device, reps, link_bytes)
-        together = profile_contention(model, workload.loss, netperf.EngineCollectives.for_group(
-            None, device.type), numels, reps, device)
+        together = profile_overlap(model, workload.loss, netperf.EngineCollectives.for_group(
+            None, device.type), buckets, numels, 2 * reps, device)  # noisy: more repeats
     mine = {"rank": rank, "host": socket.gethostname(), "compute": compute,
             "optimizer": optimizer, "together": together}
     ranks = [None] * world
@@ -281,12 +288,14 @@ def build_report(workload: Workload, cfg: ParallelConfig, layout: dict, ranks: l
         all_gather_s=tuple(times["all_gather"]["per_bucket_s"]) if times else zeros,
         norm_all_reduce_s=network["norm_all_reduce_s"] if network else 0.0,
         num_micro_batches=cfg.num_micro_batches)
-    contention = Contention()
+    contention, overlap = Contention(), None
     if network:
         together = [r["together"] for r in ranks]
-        contention = contention_factors(comp["forward_s"] + comp["backward_s"],
-                                        network["sequence_s"]["all_reduce"],
-                                        max(t[0] for t in together), max(t[1] for t in together))
+        overlap = {"backward_end_s": max(t[0] for t in together),
+                   "last_bucket_s": max(t[1] for t in together)}
+        contention = fit_contention(pieces.backward_s, list(zip(pieces.bucket_ready_s,
+                                                                 pieces.all_reduce_s)),
+                                    overlap["backward_end_s"], overlap["last_bucket_s"])
     predictions = predict_all(pieces, alone_s, contention)
     return {
         "format": FORMAT, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -302,6 +311,7 @@ def build_report(workload: Workload, cfg: ParallelConfig, layout: dict, ranks: l
                                            for r in ranks],
                     "bucket_ready_s": comp["bucket_ready_s"],
                     "bucket_need_s": comp["bucket_need_s"],
+                    "overlapped_all_reduce": overlap,
                     "optimizer_full_s": pieces.optimizer_s,
                     "optimizer_shard_s": pieces.optimizer_shard_s},
         "network": {**network, "per_bucket": times} if network else None,

@@ -33,6 +33,10 @@ EXPOSED_OK = 0.10      # exposed communication up to this fraction of the step c
 FAR_BELOW = 0.5        # a link below this fraction of the other links' median is named
 MAX_ACCUMULATION = 64  # the largest gradient accumulation the network-bound advice considers
 NEAR_BEST = 1.02       # the simplest configuration within 2 % of the fastest is recommended
+# Contention factors are capped: two threads per core slow each other about 2x, and a larger
+# fitted factor means a rank was descheduled during the measurement (a shared host), not
+# contention (benchmarks/results/preflight_netsim_*_evoformer.json hit 64 without the cap).
+CONTENTION_CAP = 4.0
 OPS = ("all_reduce", "reduce_scatter", "all_gather")
 
 
@@ -128,6 +132,38 @@ def timeline(work_s: float, transfers: Sequence[tuple[float, float]],
         if compute_end is None and w >= work_s - eps:
             compute_end = t
     return {"compute_end_s": compute_end, "transfer_end_s": ends, "stalled_s": stalled}
+
+
+def _solve_increasing(f, target: float, lo: float = 1.0, hi: float = CONTENTION_CAP) -> float:
+    """x in [lo, hi] with f(x) = target for an increasing f (bisection; clamped at the ends)."""
+    if f(lo) >= target:
+        return lo
+    if f(hi) <= target:
+        return hi
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if f(mid) < target else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def fit_contention(work_s: float, transfers: Sequence[tuple[float, float]],
+                   compute_end_s: float, comm_end_s: float, rounds: int = 30) -> Contention:
+    """The factors with which `timeline(work_s, transfers)` ends compute and link when they were
+    measured to end (a backward with the buckets' all-reduces launched as they become ready):
+    each factor solved in turn for its own end time until neither moves."""
+    def ends(cc: float, cm: float) -> tuple[float, float]:
+        run = timeline(work_s, transfers, (), Contention(cc, cm))
+        return run["compute_end_s"], run["transfer_end_s"][-1]
+
+    cc = cm = 1.0
+    for _ in range(rounds):
+        cc_new = _solve_increasing(lambda x: ends(x, cm)[0], compute_end_s)
+        cm_new = _solve_increasing(lambda x: ends(cc_new, x)[1], comm_end_s)
+        done = abs(cc_new - cc) < 1e-4 and abs(cm_new - cm) < 1e-4
+        cc, cm = cc_new, cm_new
+        if done:
+            break
+    return Contention(cc, cm)
 
 
 @dataclass(frozen=True)
