@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protdp.parallel.netperf import pair_rounds
-from protdp.parallel.step_model import (CONFIGS, EXPOSED_OK, Contention, StepPieces,
+from protdp.parallel.step_model import (CONFIGS, EXPOSED_OK, OPS, Contention, StepPieces,
                                         accumulation_needed, bus_factor, busbw,
                                         fit_contention, fit_latency_bandwidth, predict, predict_all,
                                         slowest_link, timeline, verdict)
@@ -284,3 +284,113 @@ def test_netsim_three_nodes_names_the_slowed_link(tmp_path):
     assert 0.8e9 / 8 < links[(1, 2)] < 1.5e9 / 8 < 0.5 * min(links[(0, 1)], links[(0, 2)])
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert "protdp_" not in namespaces
+
+
+# ---------------------------------------------------------------------------- plan --network
+def synthetic_report(tmp_path, parameters: int, numels: list[int], algbw: float, latency: float,
+                     dp: int = 2, name: str = "pf.json") -> tuple:
+    """A preflight report made by the real `build_report` from chosen measurements: every
+    collective takes latency + bytes / algbw, so the fits must recover exactly those."""
+    import torch
+
+    from protdp.parallel.config import ParallelConfig
+    from protdp.parallel.preflight import build_report
+    from protdp.parallel.workload import Workload
+
+    def rows(op):
+        elem = 4
+        return [{"numel": n, "bytes": n * elem, "time_s": latency + n * elem / algbw}
+                for n in (2**14, 2**18, 2**22)]
+    seq = {op: sum(latency + n * 4 / algbw for n in numels) for op in OPS}
+    network = {"backend": "gloo", "engine_collectives": {}, "sweep": {op: rows(op) for op in OPS},
+               "sequence_s": seq, "norm_all_reduce_s": 1e-4,
+               "links": [{"ranks": [0, 1], "latency_s": 5e-5, "bandwidth_Bps": algbw}]}
+    k = len(numels)
+    compute = {"forward_s": 0.03, "backward_s": 0.06,
+               "bucket_ready_s": [0.06 * (i + 1) / k for i in range(k)],
+               "bucket_need_s": [0.03 * (k - i - 1) / k for i in range(k)]}
+    ranks = [{"rank": r, "host": "h", "compute": compute, "together": (0.06, 0.07),
+              "optimizer": {"full_s": 0.01, "shard_s": 0.005}} for r in range(dp)]
+    layout = {"parameters": parameters, "dtype": "float32", "bucket_size": max(numels),
+              "bucket_numel": numels, "grad_bytes": 4 * parameters}
+    cfg = ParallelConfig(data_parallel_size=dp)
+    wl = Workload("af2", None, None, {"crop_size": 16, "model_config": "tiny"})
+    rep = build_report(wl, cfg, layout, ranks, 0.08, network, 4, torch.device("cpu"))
+    path = tmp_path / name
+    path.write_text(json.dumps(rep))
+    return path, rep
+
+
+def test_plan_takes_the_measured_network(tmp_path, capsys):
+    from protdp.model.config import ModelConfig
+    from protdp.config import load_config
+    from protdp.planning import comm
+    from protdp.planning.cli import main as plan_main
+    from protdp.planning.params import parameter_count
+    from protdp.resources import config_file
+
+    n = parameter_count(load_config(ModelConfig, config_file("model/tiny.yaml")))
+    algbw, lat = 2.5e8, 4e-4
+    path, _ = synthetic_report(tmp_path, n, [4000, 4000, 4000, 4000, 528], algbw, lat)
+    net = comm.read_preflight(path)
+    assert net["busbw_Bps"] == pytest.approx(algbw * 2 * 1 / 2)          # nccl-tests, n = 2
+    assert net["ring_step_latency_s"] == pytest.approx(lat / 2)          # 2(n-1) ring steps
+    # a ring all_reduce of S bytes on 8 ranks: 14 steps of latency + 2*7/8*S / busbw
+    assert comm.ring_seconds("all_reduce", 1e6, 8, 1e8, 1e-4) == pytest.approx(14e-4 + 1.75e-2)
+    assert comm.ring_seconds("all_gather", 1e6, 8, 1e8, 1e-4) == pytest.approx(7e-4 + 0.875e-2)
+    assert plan_main(["--model-config", "tiny", "--crop", "16", "--gpu-mem", "1GiB", "--dp", "8",
+                      "--network", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    ar = out["communication"]["all_reduce"]
+    assert ar["seconds"] == pytest.approx(ar["bytes_per_rank"] / net["busbw_Bps"])
+    rows = {r["dp"]: r for r in out["dp_scaling"]}
+    assert {2, 4, 8, 16, 64} <= set(rows) and out["network"]["same_model"]
+    # past a few ranks (where the 1/dp optimizer shard stops paying) every doubling adds ring
+    # steps of latency to the same bytes: efficiency only falls
+    effs = [rows[d]["efficiency"] for d in sorted(rows) if d >= 8]
+    assert all(a > b for a, b in zip(effs, effs[1:])) and effs[-1] < 0.5
+    dpa = out["recommendation"]["data_parallel"]
+    assert dpa["dp"] == 8 and dpa["largest_efficient_dp"] == comm.largest_efficient_dp(
+        out["dp_scaling"])
+    assert rows[8]["all_reduce_s"] == pytest.approx(sum(
+        comm.ring_seconds("all_reduce", 4 * k, 8, net["busbw_Bps"], lat / 2)
+        for k in [4000, 4000, 4000, 4000, 528]))
+    # another model: bandwidth only, and a note saying why
+    plan_main(["--model-config", "small", "--crop", "16", "--gpu-mem", "1GiB", "--dp", "8",
+               "--network", str(path)])
+    text = capsys.readouterr().out
+    assert "not this one" in text and "data parallel:" not in text
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda r: "{not json", "pf.json:1: not JSON"),
+    (lambda r: json.dumps({**r, "format": "x"}), "field 'format': not a protdp preflight report"),
+    (lambda r: json.dumps({**r, "network": None}), "measured on one rank"),
+    (lambda r: json.dumps({**r, "network": {**r["network"], "per_bucket": {
+        **r["network"]["per_bucket"], "all_reduce": {"fit_algbw_Bps": float("nan")}}}}),
+     "field 'network.per_bucket.all_reduce.fit_algbw_Bps': expected a finite number"),
+    (lambda r: json.dumps({**r, "compute": {**r["compute"], "bucket_ready_s": [0.1]}}),
+     "field 'compute.bucket_ready_s': expected a list of 2 numbers"),
+    (lambda r: json.dumps([1, 2]), "not a protdp preflight report"),
+])
+def test_plan_rejects_a_bad_preflight_report(tmp_path, capsys, mutate, message):
+    from protdp.cli import main
+
+    path, rep = synthetic_report(tmp_path, 1000, [600, 400], 2.5e8, 4e-4)
+    path.write_text(mutate(rep))
+    assert main(["plan", "--model-config", "tiny", "--crop", "16", "--gpu-mem", "1GiB",
+                 "--dp", "4", "--network", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_plan_network_and_bandwidth_conflict(tmp_path, capsys):
+    from protdp.cli import main
+
+    path, _ = synthetic_report(tmp_path, 1000, [600, 400], 2.5e8, 4e-4)
+    assert main(["plan", "--model-config", "tiny", "--crop", "16", "--gpu-mem", "1GiB", "--dp",
+                 "4", "--network", str(path), "--bandwidth", "10Gbit"]) == 2
+    assert "--network and --bandwidth" in capsys.readouterr().err
+    assert main(["plan", "--model-config", "tiny", "--crop", "16", "--gpu-mem", "1GiB", "--dp",
+                 "4", "--network", str(tmp_path / "missing.json")]) == 2
+    assert "cannot read the preflight report" in capsys.readouterr().err

@@ -38,6 +38,9 @@ from protdp.parallel.workload import Workload
 
 FORMAT = "protdp-preflight-v1"
 MAX_SWEEP_SIZES = 6   # distinct bucket sizes measured one by one (others from the fit)
+# fp32 elements measured besides the buckets (64 KiB, 1 MiB, 16 MiB) so the latency + bytes /
+# bandwidth fit spans sizes (`protdp plan --network` extrapolates it to other dp and buckets)
+PROBE_NUMELS = (2**14, 2**18, 2**22)
 
 
 # ---------------------------------------------------------------------------- compute
@@ -197,13 +200,14 @@ def bucket_layout(workload: Workload, cfg: ParallelConfig, dp: int):
     return [p for p, _ in buckets], [n for _, n in buckets], nparams, layouts[0].dtype
 
 
-def _sweep_sizes(numels: list[int]) -> list[int]:
-    """The distinct bucket sizes, thinned to MAX_SWEEP_SIZES spread over their range."""
+def _sweep_sizes(numels: list[int], dp: int) -> list[int]:
+    """The distinct bucket sizes, thinned to MAX_SWEEP_SIZES spread over their range, and the
+    probe sizes (rounded up to split over dp ranks)."""
     sizes = sorted(set(numels))
-    if len(sizes) <= MAX_SWEEP_SIZES:
-        return sizes
-    step = (len(sizes) - 1) / (MAX_SWEEP_SIZES - 1)
-    return sorted({sizes[round(i * step)] for i in range(MAX_SWEEP_SIZES)})
+    if len(sizes) > MAX_SWEEP_SIZES:
+        step = (len(sizes) - 1) / (MAX_SWEEP_SIZES - 1)
+        sizes = [sizes[round(i * step)] for i in range(MAX_SWEEP_SIZES)]
+    return sorted(set(sizes) | {-(-n // dp) * dp for n in PROBE_NUMELS})
 
 
 def measure_network(numels: list[int], param_dtype: torch.dtype, device: torch.device,
@@ -211,7 +215,7 @@ def measure_network(numels: list[int], param_dtype: torch.dtype, device: torch.d
     """The engine's collectives at its bucket sizes, back to back, the norm all_reduce, links."""
     c = netperf.EngineCollectives.for_group(None, device.type)
     return {"backend": c.backend, "engine_collectives": c.names,
-            "sweep": netperf.sweep(c, _sweep_sizes(numels), param_dtype, device, reps),
+            "sweep": netperf.sweep(c, _sweep_sizes(numels, c.ctx.dp), param_dtype, device, reps),
             "sequence_s": netperf.sequence(c, numels, param_dtype, device, reps),
             "norm_all_reduce_s": netperf.small_all_reduce_s(c.ctx.dp, device, 3 * reps),
             "links": netperf.measure_links(link_bytes, reps, device)}
