@@ -234,6 +234,8 @@ def test_one_rank_runs_in_process(capsys):
     (["--dp", "1", "--out", "/no/such/dir/x.json"], "directory /no/such/dir does not exist"),
     (["--dp", "2", "--global-batch-size", "3"], "not divisible"),
     (["--dp", "1", "--link-mb", "nan"], "--link-mb must be in"),
+    (["--dp", "1", "--crop-size", "100000"], "--crop-size must be >= 1 and <= 4096"),
+    (["--dp", "100000"], "--dp 100000 without a launcher starts 100000 ranks on this host"),
 ])
 def test_bad_input_is_one_clear_line(args, message, capsys):
     from protdp.cli import main

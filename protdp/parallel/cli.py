@@ -46,14 +46,20 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+# upper bounds of the measured workload: beyond them a typo would run for hours or exhaust memory
+LIMITS = {"micro_batch_size": 4096, "crop_size": 4096, "max_msa_rows": 16384, "reps": 100}
+
+
 def _check(args) -> None:
     for name in ("dp", "micro_batch_size", "crop_size", "max_msa_rows", "reps"):
-        if getattr(args, name) < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+        value, top = getattr(args, name), LIMITS.get(name)
+        if value < 1 or (top is not None and value > top):
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1"
+                              + (f" and <= {top}" if top else "") + f", got {value}")
     if args.num_recycles is not None and args.num_recycles < 0:
         raise ConfigError(f"--num-recycles must be >= 0, got {args.num_recycles}")
-    if not 0 < args.link_mb <= 4096:
-        raise ConfigError(f"--link-mb must be in (0, 4096], got {args.link_mb}")
+    if not 0 < args.link_mb <= 1024:
+        raise ConfigError(f"--link-mb must be in (0, 1024], got {args.link_mb}")
     if not args.timeout > 0:
         raise ConfigError(f"--timeout must be > 0, got {args.timeout}")
     if args.out is not None and not args.out.parent.is_dir():
@@ -67,8 +73,16 @@ def _write_json(path: Path, report: dict) -> None:
 
 
 def _relaunch(argv: list[str], nproc: int) -> int:
+    """This host's ranks under torchrun (one per GPU, else one per core at most)."""
+    import torch
+
     from protdp.train.launch import worker_env
 
+    slots = torch.cuda.device_count() or len(os.sched_getaffinity(0))
+    if nproc > slots:
+        raise ConfigError(f"--dp {nproc} without a launcher starts {nproc} ranks on this host, "
+                          f"which has {slots} {'GPUs' if torch.cuda.device_count() else 'cores'}"
+                          "; launch it across nodes like training (torchrun --nnodes, srun)")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            f"--nproc_per_node={nproc}", "-m", "protdp.cli", "preflight", *argv]
     print("+ " + " ".join(cmd), flush=True)
