@@ -51,8 +51,9 @@ sys.exit(next((c for c in codes if c), 0))
 
 SCONTROL = '''#!/bin/bash
 echo "scontrol $*" >> "$SLURM_STUB_LOG"
-if [ "$1 $2" = "show hostnames" ]; then   # every fake node is this host
-  for ((i = 0; i < SLURM_NNODES; i++)); do echo localhost; done
+if [ "$1 $2" = "show hostnames" ]; then   # every fake node is this host; a long list (as a
+  # large allocation has) so a reader that closes the pipe early breaks the job every time
+  for ((i = 0; i < 20000; i++)); do echo localhost; done
 fi
 '''
 
