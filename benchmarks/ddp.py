@@ -6,6 +6,10 @@ Configs (all torch's fused AdamW, same bucket size, same data, same global grad-
   ours_no_overlap  protdp DataParallel, reduction launched in finish_grad_sync, plain AdamW
   ours_overlap     protdp DataParallel, buckets reduced during backward, plain AdamW
   ours_distopt     ours_overlap + DistributedOptimizer sharding (+ overlapped param gather)
+  deepspeed_zero1  DeepSpeed's engine, ZeRO stage 1 (its optimizer wrapping torch's fused AdamW,
+  deepspeed_zero2  overlap_comm, the same bucket size and clipping), ZeRO stage 2; DeepSpeed as
+                   it ships on CPU: gloo, plus its shared-memory all-reduce when all ranks are
+                   on one host (loopback; not across netsim's namespaces, one rank per "node")
 
 Clipping is on by default (--clip-grad 1.0) because AF2/OpenFold training clips every step and
 our optimizer computes the global grad norm every step anyway (clipping, non-finite detection,
@@ -57,7 +61,8 @@ from protdp.parallel import (DataParallel, DistributedOptimizer, ParallelConfig,
 from protdp.parallel.buffer import build_layout  # noqa: E402
 from protdp.parallel.ddp import dtype_name  # noqa: E402
 
-CONFIGS = ["torch_ddp", "torch_ddp_zero", "ours_no_overlap", "ours_overlap", "ours_distopt"]
+CONFIGS = ["torch_ddp", "torch_ddp_zero", "ours_no_overlap", "ours_overlap", "ours_distopt",
+           "deepspeed_zero1", "deepspeed_zero2"]
 LR = 1e-4
 
 
@@ -197,7 +202,10 @@ class Engine:
         net = factory()
         bucket_elems = int(args.bucket_mb * 2**20 / 4)
         self.exposed_from_wait = name.startswith("ours")
-        if name.startswith("torch"):
+        if name.startswith("deepspeed"):
+            self.model, self.opt = deepspeed_engine(net, int(name[-1]), bucket_elems, args,
+                                                    world)
+        elif name.startswith("torch"):
             self.model = torch.nn.parallel.DistributedDataParallel(
                 net, bucket_cap_mb=args.bucket_mb)
             if name == "torch_ddp_zero":
@@ -226,6 +234,9 @@ class Engine:
     def state_bytes(self) -> int:
         if isinstance(self.opt, DistributedOptimizer):
             return self.opt.state_bytes()
+        if self.name.startswith("deepspeed"):   # its ZeRO optimizer holds the local partition
+            return sum(v.numel() * v.element_size() for st in self.opt.optimizer.state.values()
+                       for v in st.values() if isinstance(v, torch.Tensor) and v.numel() > 1)
         opt = self.opt.optim if hasattr(self.opt, "optim") else self.opt  # ZeRO: local shard
         return sum(v.numel() * v.element_size() for st in opt.state.values()
                    for v in st.values() if isinstance(v, torch.Tensor) and v.numel() > 1)
@@ -238,6 +249,12 @@ class Engine:
 
     def _step(self) -> dict:
         t0 = time.perf_counter()
+        if self.name.startswith("deepspeed"):   # reduction inside backward, gathers in step
+            self.model.backward(self.loss(self.model))
+            t_bwd = time.perf_counter()
+            self.model.step()
+            t1 = time.perf_counter()
+            return {"step_s": t1 - t0, "fwd_bwd_s": t_bwd - t0, "opt_s": t1 - t_bwd}
         if isinstance(self.opt, DistributedOptimizer):
             self.opt.zero_grad()
             param_wait0 = self.model.comm_stats["param_sync_wait_s"]
@@ -269,6 +286,28 @@ class Engine:
     def settle(self):
         if isinstance(self.model, DataParallel):
             self.model.finish_param_sync()
+
+
+def deepspeed_engine(net: nn.Module, stage: int, bucket_elems: int, args, world: int):
+    """DeepSpeed's engine and ZeRO-`stage` optimizer over `net`, wrapping torch's fused AdamW
+    (the same kernel as the other configs), with the same bucket size and clipping."""
+    import logging
+
+    import deepspeed
+    from deepspeed.utils import logger
+
+    logger.setLevel(logging.WARNING)
+    config = {"train_batch_size": args.batch * world, "train_micro_batch_size_per_gpu": args.batch,
+              "gradient_accumulation_steps": 1, "gradient_clipping": args.clip_grad,
+              "steps_per_print": 2**31 - 1, "zero_allow_untested_optimizer": True,
+              "zero_optimization": {"stage": stage, "overlap_comm": True,
+                                    "reduce_bucket_size": bucket_elems,
+                                    "allgather_bucket_size": bucket_elems,
+                                    "contiguous_gradients": True, "reduce_scatter": True}}
+    opt = torch.optim.AdamW(net.parameters(), lr=LR, fused=True)
+    engine, zero_opt, _, _ = deepspeed.initialize(model=net, optimizer=opt, config=config,
+                                                  dist_init_required=False)
+    return engine, zero_opt
 
 
 def timed(fn, reps: int, stat=statistics.median) -> float:

@@ -25,7 +25,9 @@ SUBCOMMANDS = {
     "release": ("protdp.safety.cli:release", "release gate of a checkpoint (calibration, red-team, "
                                              "screening) -> release.json"),
     "plan": ("protdp.planning.cli", "memory and parallelism planner"),
-    "weights": ("protdp.weights.cli", "AlphaFold2/OpenFold weights: import, export, compare to AlphaFold"),
+    "weights": ("protdp.weights.cli", "AlphaFold2/OpenFold weights: import, export, compare to "
+                                      "AlphaFold"),
+    "preflight": ("protdp.parallel.cli", "measure network + model before a run; predict scaling"),
 }
 
 

@@ -8,6 +8,7 @@ import json
 from protdp.config import load_config
 from protdp.errors import ConfigError
 from protdp.model.config import ModelConfig
+from protdp.planning import comm as plan_comm
 from protdp.planning import plan as plan_mod
 from protdp.planning.comm import parse_bandwidth, parse_bytes
 from protdp.planning.plan import plan, render
@@ -27,6 +28,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="extra-MSA rows if the config has the extra stack (AF2: 1024)")
     ap.add_argument("--reserve", type=float, default=0.1, help="fraction of GPU memory held back")
     ap.add_argument("--bandwidth", default=None, help="per-rank link bandwidth, e.g. 100Gbit, 25GB/s")
+    ap.add_argument("--network", default=None, metavar="PREFLIGHT_JSON",
+                    help="use the bandwidth, latency and compute measured by `protdp preflight "
+                         "--out` instead of --bandwidth (and predict scaling over dp)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args(argv)
     for name in ("crop", "dp", "msa_rows"):
@@ -34,10 +38,14 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.extra_msa_rows < 0:
         raise ConfigError("--extra-msa-rows must be >= 0")
+    if args.network and args.bandwidth:
+        raise ConfigError("--network and --bandwidth both give the bandwidth: use one")
+    network = plan_comm.read_preflight(args.network) if args.network else None
     cfg = load_config(ModelConfig, resolve_config(args.model_config, "model"))
     result = plan(cfg, crop=args.crop, gpu_mem=parse_bytes(args.gpu_mem, "--gpu-mem"), dp=args.dp,
                   bf16=args.bf16, recompute=args.recompute, msa_rows=args.msa_rows,
                   extra_msa_rows=args.extra_msa_rows, reserve=args.reserve,
-                  bandwidth=parse_bandwidth(args.bandwidth, "--bandwidth") if args.bandwidth else None)
+                  bandwidth=parse_bandwidth(args.bandwidth, "--bandwidth") if args.bandwidth else None,
+                  network=network)
     print(json.dumps(result, indent=2) if args.json else render(result))
     return 0

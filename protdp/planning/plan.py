@@ -1,7 +1,7 @@
 """`protdp plan`: data parallel or model parallel? Answered from numbers for one model config.
 
     protdp plan --model-config configs/model/af2.yaml --crop 256 --gpu-mem 80GiB --dp 8 \
-        [--bf16] [--recompute] [--bandwidth 100Gbit] [--json]
+        [--bf16] [--recompute] [--bandwidth 100Gbit | --network preflight.json] [--json]
 
 Per rank it adds model/optimizer state (Megatron's distributed-optimizer accounting,
 `protdp.planning.memory`) and the activation peak of one crop (Evoformer pair activations
@@ -14,13 +14,18 @@ the MSA and pair representations along one residue axis over n GPUs and switches
 an all-to-all between row- and column-wise modules, so activations shrink ~1/n. Tensor
 parallelism (Megatron TP) shards weights and is only needed when the state alone does not fit.
 Communication per step: ring all-reduce 2(n-1)/n S vs reduce-scatter + all-gather (n-1)/n S each.
+With `--network` (a `protdp preflight` report) the bandwidth is the measured one, and when the
+preflight ran this model the data-parallel size is answered too: predicted step, exposed
+communication and efficiency vs one rank at dp 2, 4, ... (`comm.dp_scaling`), and the largest dp
+that keeps GOOD_EFFICIENCY.
 """
 
 from __future__ import annotations
 
 from protdp.errors import ConfigError
 from protdp.model.config import ModelConfig
-from protdp.planning.comm import step_communication
+from protdp.planning.comm import (GOOD_EFFICIENCY, dp_scaling, largest_efficient_dp,
+                                  step_communication)
 from protdp.planning.memory import GIB, Shape, activation_bytes, state_bytes
 from protdp.planning.params import parameter_breakdown, parameter_count
 
@@ -29,17 +34,20 @@ MAX_DAP = 64
 
 def plan(cfg: ModelConfig, *, crop: int, gpu_mem: int, dp: int, bf16: bool = False,
          recompute: bool = False, msa_rows: int = 128, extra_msa_rows: int = 1024,
-         reserve: float = 0.1, bandwidth: float | None = None) -> dict:
+         reserve: float = 0.1, bandwidth: float | None = None,
+         network: dict | None = None) -> dict:
     """The planner's numbers and recommendation as plain data (what --json prints).
 
     `recompute=True` means recompute is already on (the ladder starts there); `reserve` is the
     fraction of GPU memory kept back for the CUDA context, allocator fragmentation and
-    communication buffers."""
+    communication buffers. `network`: `comm.read_preflight(...)` (replaces `bandwidth`)."""
     if crop < 1 or dp < 1 or gpu_mem <= 0:
         raise ConfigError("crop, dp and gpu memory must be positive")
     if not 0 <= reserve < 1:
         raise ConfigError(f"--reserve must be in [0, 1), got {reserve}")
     n = parameter_count(cfg)
+    if network is not None:
+        bandwidth = network["busbw_Bps"]
     budget = gpu_mem * (1.0 - reserve)
     shape = Shape(crop, msa_rows, extra_msa_rows if cfg.extra_msa else 0)
     act = {rc: activation_bytes(cfg, shape, rc) for rc in (False, True)}
@@ -69,7 +77,42 @@ def plan(cfg: ModelConfig, *, crop: int, gpu_mem: int, dp: int, bf16: bool = Fal
         },
     }
     out["recommendation"] = _recommend(chosen, options, state, act, budget, recompute)
+    if network is not None:
+        out["network"], out["dp_scaling"] = _network_answer(network, n, dp, crop, bf16)
+        if out["dp_scaling"]:
+            out["recommendation"]["data_parallel"] = _dp_answer(out["dp_scaling"], dp)
     return out
+
+
+def _network_answer(network: dict, n: int, dp: int, crop: int, bf16: bool):
+    """The measured figures, and the dp sweep when the preflight ran this model."""
+    same = network["parameters"] == n
+    info = {k: network[k] for k in ("source", "dp", "backend", "busbw_Bps",
+                                    "ring_step_latency_s", "parameters", "crop", "slowest_link")}
+    info["same_model"] = same
+    if not same:
+        info["note"] = (f"the preflight measured a model of {network['parameters']:,} parameters, "
+                        f"not this one ({n:,}): only its bandwidth and latency are used; run "
+                        "`protdp preflight` with this --model-config for the scaling answer")
+        return info, None
+    if network.get("crop") not in (None, crop):
+        info["note"] = (f"compute measured at crop {network['crop']}, planned crop {crop}: "
+                        "rerun the preflight at this crop for exact step times")
+    dps = sorted({2 ** k for k in range(1, 11)} | {dp} - {1})
+    return info, dp_scaling(network, [d for d in dps if d <= max(8 * dp, 64)], bf16)
+
+
+def _dp_answer(rows: list[dict], dp: int) -> dict:
+    at = next(r for r in rows if r["dp"] == dp)
+    best = largest_efficient_dp(rows)
+    text = (f"at dp {dp} the network verdict is {at['verdict']}: predicted step "
+            f"{1e3 * at['step_s']:.1f} ms, {100 * at['efficiency']:.0f}% efficiency vs one rank "
+            f"with {at['recommended_flags']}; ")
+    text += (f"the largest dp of the sweep keeping >= {100 * GOOD_EFFICIENCY:.0f}% is {best}"
+             if best is not None else f"no dp of the sweep keeps {100 * GOOD_EFFICIENCY:.0f}%: "
+             "raise the micro-batch or accumulate gradients")
+    return {"dp": dp, "verdict": at["verdict"], "efficiency": at["efficiency"],
+            "largest_efficient_dp": best, "reason": text}
 
 
 def activations_by_crop(cfg: ModelConfig, crop: int, msa_rows: int, extra_rows: int) -> list[dict]:
@@ -146,8 +189,21 @@ def render(p: dict) -> str:
         c = p["communication"][key]
         t = f", {c['seconds'] * 1e3:.1f} ms" if c["seconds"] is not None else ""
         lines.append(f"comm/step {c['scheme']}: {c['bytes_per_rank'] / 2 ** 20:.1f} MiB per rank{t}")
+    if p.get("network"):
+        net = p["network"]
+        lines += ["", f"network (preflight {net['source']}, dp {net['dp']}, {net['backend']}): bus "
+                      f"bandwidth {net['busbw_Bps'] / 1e9:.3f} GB/s, "
+                      f"{1e6 * net['ring_step_latency_s']:.0f} us per ring step"]
+        if net.get("note"):
+            lines.append(f"  note: {net['note']}")
+        for row in p.get("dp_scaling") or []:
+            lines.append(f"  dp {row['dp']:<5} step {1e3 * row['step_s']:8.1f} ms  exposed "
+                         f"{1e3 * row['exposed_comm_s']:7.1f} ms  efficiency "
+                         f"{100 * row['efficiency']:4.0f}%  {row['verdict']}")
     r = p["recommendation"]
     mp = f" ({r['model_parallel']}" + (f", degree {r['dap_degree']}" if r.get("dap_degree") else "") + ")" \
         if r["model_parallel"] else ""
     lines += ["", f"recommendation: {r['strategy']}{mp}", f"  because {r['reason']}"]
+    if r.get("data_parallel"):
+        lines.append(f"  data parallel: {r['data_parallel']['reason']}")
     return "\n".join(lines)

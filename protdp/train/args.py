@@ -23,6 +23,7 @@ from protdp.errors import ConfigError
 from protdp.parallel.config import ParallelConfig, batch_arithmetic
 
 LR_DECAY_STYLES = ("constant", "linear", "cosine")
+ENGINES = ("protdp", "deepspeed")
 WANDB_MODES = ("offline", "online", "disabled")
 
 
@@ -54,6 +55,10 @@ class TrainArgs(ParallelConfig):
     val_families: str | None = _f(None, "comma-separated family ids to hold out (overrides --val-fraction)")
     # --- parallelism: every ParallelConfig field (Megatron names), plus
     distributed_timeout_minutes: float = _f(10.0, "timeout for every collective; a hung peer errors after it")
+    engine: str = _f("protdp", "data-parallel engine: protdp (this package's Megatron-style engine) | "
+                               "deepspeed (DeepSpeed ZeRO, pip install 'protdp[deepspeed]')")
+    zero_stage: int = _f(1, "--engine deepspeed: ZeRO stage 1 (optimizer state sharded) or 2 "
+                            "(+ gradients)")
     # --- optimisation (AF2 supplement 1.11.3 defaults)
     train_iters: int = _f(200, "optimizer steps to train for")
     lr: float = _f(1e-3, "peak learning rate after warmup (AF2: 1e-3)")
@@ -122,6 +127,13 @@ class TrainArgs(ParallelConfig):
             bad("wandb-mode", f"'{self.wandb_mode}' is not one of {'|'.join(WANDB_MODES)}")
         if self.save_interval is not None and self.save is None:
             bad("save-interval", "needs --save DIR to know where to write checkpoints")
+        if self.engine not in ENGINES:
+            bad("engine", f"'{self.engine}' is not one of {'|'.join(ENGINES)}")
+        if self.zero_stage not in (1, 2):
+            bad("zero-stage", f"DeepSpeed ZeRO stage 1 or 2, got {self.zero_stage}")
+        if self.engine == "deepspeed" and self.overlap_param_gather:
+            bad("overlap-param-gather", "is protdp's engine; DeepSpeed ZeRO-1/2 gather the "
+                "updated parameters inside its step (drop the flag)")
 
     @property
     def decay_iters(self) -> int:

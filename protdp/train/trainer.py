@@ -145,13 +145,20 @@ class Trainer:
             model.to(self.device)
         self.model_config = model.config
         self.pcfg = args.parallel_config()
-        self.ddp = DataParallel(model, self.pcfg)
-        self.ddp.broadcast_params()
+        self._engine_save, self._engine_load = engine_save, engine_load
+        if args.engine == "deepspeed":  # DeepSpeed's ZeRO engine behind the same calls
+            from protdp.train import deepspeed_engine
+
+            self.ddp, self.opt = deepspeed_engine.build(model, args, self.world)
+            self._engine_save, self._engine_load = deepspeed_engine.save, deepspeed_engine.load
+        else:
+            self.ddp = DataParallel(model, self.pcfg)
+            self.ddp.broadcast_params()
+            self.opt = DistributedOptimizer(
+                self.ddp, self.pcfg, lr=args.lr, weight_decay=args.weight_decay,
+                betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_eps,
+                clip_grad=args.clip_grad)  # 0 disables clipping
         self.model = self.ddp.module
-        self.opt = DistributedOptimizer(
-            self.ddp, self.pcfg, lr=args.lr, weight_decay=args.weight_decay,
-            betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_eps,
-            clip_grad=args.clip_grad)  # 0 disables clipping
         self.ema = EMA(self.model, args.ema_decay)
         # per-rank streams (dropout); graph-shaping choices use derive_seed(seed, iteration, ...)
         self._seed_rank_streams(args.seed, self.rank)
@@ -219,7 +226,7 @@ class Trainer:
             return
         ck = checkpointing.load_checkpoint(path, self.rank)
         # model + optimizer shards, resharded to this run's dp size by the engine
-        engine_load(path / checkpointing.ENGINE, self.ddp, self.opt)
+        self._engine_load(path / checkpointing.ENGINE, self.ddp, self.opt)
         self.ema.load_state_dict(ck.ema_state)
         same_world = ck.saved_world_size == self.world
         sampler_state = (ck.rank_state if same_world else
@@ -294,7 +301,10 @@ class Trainer:
                     outputs = self.ddp(batch, recycle_generator=self._recycle_generator(it, micro))
                     total, terms = self._loss_or_poison(outputs, batch, it)
                 with timer.phase("backward"):
-                    (total / self.num_micro).backward()
+                    if args.engine == "deepspeed":
+                        self.ddp.backward(total)  # DeepSpeed divides by the accumulation
+                    else:
+                        (total / self.num_micro).backward()
             loss_sum += float(total.detach())
             for k, v in terms.items():
                 term_sums[k] = term_sums.get(k, 0.0) + float(v.detach())
@@ -420,7 +430,7 @@ class Trainer:
         saver = checkpointing.Saver(
             rank=self.rank, world_size=self.world, keep_last=self.args.keep_last,
             barrier=lambda: _collective("barrier(checkpoint)", dist.barrier, self.rank),
-            save_engine=lambda p: engine_save(p, self.ddp, self.opt))
+            save_engine=lambda p: self._engine_save(p, self.ddp, self.opt))
         path = checkpointing.save_checkpoint(
             saver, self.args.save, self.iteration, ema_state=self.ema.state_dict(),
             rank_state={"sampler": self.sampler.state_dict(), "iteration": self.iteration},
@@ -448,7 +458,7 @@ class Trainer:
             f"pretraining: dp={self.world} ({self.launcher}), micro={args.micro_batch_size}, "
             f"global={args.global_batch_size}, accumulation={self.num_micro}, "
             f"overlap_grad_reduce={args.overlap_grad_reduce}, distributed_optimizer="
-            f"{args.use_distributed_optimizer}; {len(self.train_ids)} train / {len(self.val_ids)} val "
+            f"{args.use_distributed_optimizer}, engine={args.engine}; {len(self.train_ids)} train / {len(self.val_ids)} val "
             f"families; iterations {self.iteration} -> {args.train_iters}")
         saved_at = self.iteration
         try:
