@@ -111,6 +111,12 @@ def import_params(path: str | Path, fmt: str, *, sm_layers: int = 8,
                     alphafold.parameter_count(shapes))
 
 
+# What AlphaFold's (and OpenFold's) published weights were last trained on (AF2 supplement
+# 1.11.3, Table 4, fine-tuning stage): the gate flags longer targets, as for any checkpoint.
+AF2_TRAINING_CROP = 384
+AF2_MSA_CLUSTERS = 512
+
+
 def write_imported(imported: Imported, out_dir: str | Path) -> Path:
     """An ordinary protdp checkpoint folder: model.pt + provenance.json. Returns the folder."""
     out = Path(out_dir)
@@ -118,7 +124,8 @@ def write_imported(imported: Imported, out_dir: str | Path) -> Path:
         raise InputError("--out exists and is not a folder", path=out)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        save_model_checkpoint(imported.model, imported.config, model_file(out))
+        save_model_checkpoint(imported.model, imported.config, model_file(out),
+                              training_crop=AF2_TRAINING_CROP, max_msa_rows=AF2_MSA_CLUSTERS)
         write_json(out / PROVENANCE_FILE, imported.provenance())
     except (OSError, RuntimeError) as exc:     # torch reports unwritable paths as RuntimeError
         raise InputError(f"cannot write ({type(exc).__name__}: {str(exc).splitlines()[0]})",
