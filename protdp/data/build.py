@@ -1,0 +1,573 @@
+"""`protdp data build`: raw files -> HDF5 family store v2, crash-safe, incremental, accounted.
+
+The data pipeline's map step: workers parse + pair + filter one family each (`process_family`,
+a pure function of its inputs that never raises: every problem becomes a reject record); the
+parent process is the single writer. The build writes a temporary file beside the target
+(`.<name>.building`), copies the families it can keep from the previous store (only after
+re-hashing their arrays against `content_sha256`), writes the new ones, verifies the whole file
+(`protdp.data.store.verify_store`) and renames it into place: a build killed at any moment
+leaves the previous store, never a mixture. A lock file beside the store stops two builds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import multiprocessing as mp
+import os
+import time
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from protdp.data.atoms import read_structure
+from protdp.data.discover import FamilySpec, Inputs, discover_by_name, is_mmcif, read_pairs
+from protdp.data.filters import (FILTER_NAMES, INPUT_RULES, FilterConfig, check_family,
+                                 load_screening)
+from protdp.data.parse import (list_chains, merge_msas, pair_msa_structure, parse_msa,
+                               parse_structure)
+from protdp.data.residues import sequence_to_ids
+from protdp.data.safeio import atomic_write_text, sha256_file, writable_output
+from protdp.data.store import (FORMAT_VERSION, REBUILD_COMMAND, check_format_version,
+                               content_sha256, open_store_h5, read_arrays, verify_store,
+                               write_family, write_index)
+from protdp.errors import InputError
+
+SINGLE_SEQUENCE_HINT = "pass --allow-single-sequence to keep it as a single-sequence family"
+
+
+# ------------------------------------------------------------------------------ map step
+
+def _reject(kind: str, file: str | None, reason: str, family_id: str | None = None,
+            line: int | None = None, rule: str | None = None) -> dict:
+    return {"kind": kind, "family_id": family_id, "file": file, "line": line, "rule": rule,
+            "reason": reason}
+
+
+def _from_error(exc: Exception, kind: str, family_id: str | None, rule: str,
+                file: str | None, what: str) -> dict:
+    """Reject record for any exception: an InputError keeps its file/line/reason; anything else
+    (a library bug, MemoryError) becomes one clear line without the library's own text."""
+    if isinstance(exc, InputError):
+        reason = exc.reason if exc.field is None else f"field '{exc.field}': {exc.reason}"
+        return _reject(kind, exc.path or file, reason, family_id, exc.line, rule)
+    if isinstance(exc, MemoryError):
+        reason = f"out of memory while reading this {what}"
+    else:
+        reason = (f"could not be read as a {what}: the reader failed on its content "
+                  f"(malformed or unsupported file)")
+    return _reject(kind, file, reason, family_id, None, rule)
+
+
+def _single_sequence(chain):
+    tokens = sequence_to_ids(chain.sequence)[None]                       # [1, L]
+    return (chain.sequence, tokens, np.zeros_like(tokens), chain.all_atom_positions,
+            chain.all_atom_mask, chain.residue_index, chain.between_segment, {})
+
+
+def _build_one(fid: str, spec: FamilySpec, chain_id: str, msas, cfg: FilterConfig, screen,
+               data, warnings: list[str]):
+    """One chain -> (family dict | None, family reject | None)."""
+    try:
+        chain = parse_structure(spec.structure_file, chain_id, data=data)
+    except Exception as exc:   # noqa: BLE001  (per-item isolation: any failure is a reject)
+        return None, _from_error(exc, "family", fid, "structure", spec.structure_file,
+                                 "structure file")
+    try:
+        if msas:
+            msa = merge_msas(msas)
+            paired = pair_msa_structure(msa.query, chain, msa.sources[0], spec.structure_file,
+                                        min_coverage=cfg.min_pairing_coverage,
+                                        min_identity=cfg.min_pairing_identity)
+            query, tokens, dels = msa.query, msa.tokens(), msa.deletion_matrix
+            pos, mask = paired.all_atom_positions, paired.all_atom_mask
+            ridx, brk, pairing = paired.residue_index, paired.between_segment, paired.info
+        else:
+            query, tokens, dels, pos, mask, ridx, brk, pairing = _single_sequence(chain)
+    except Exception as exc:   # noqa: BLE001
+        return None, _from_error(exc, "family", fid, "pairing", spec.structure_file,
+                                 "MSA / structure pair")
+    failed = check_family(query, chain.resolution, int(mask[:, 1].sum()), cfg, screen)
+    if failed is not None:
+        return None, _reject("family", spec.structure_file, failed[1], fid, rule=failed[0])
+    return {
+        "family_id": fid,
+        "msa": tokens.astype(np.uint8),                                          # [N, L]
+        "deletion_matrix": np.minimum(dels, cfg.deletion_clip).astype(np.uint8),  # [N, L]
+        "residue_index": np.asarray(ridx, np.int32),                             # [L]
+        "all_atom_positions": np.where(mask[..., None], pos, 0).astype(np.float32),  # [L,37,3]
+        "all_atom_mask": mask.astype(np.uint8),                                  # [L, 37]
+        "between_segment_residues": np.asarray(brk, np.uint8),                   # [L]
+        "sequence": query,
+        "resolution": float(chain.resolution),
+        "chain": chain.chain_id,
+        "structure_file": spec.structure_file,
+        "msa_files": [m for msa in msas for m in msa.sources],
+        "placement": chain.placement,
+        "warnings": warnings + chain.warnings,
+        "pairing": pairing,
+        "dropped_atoms": chain.dropped_atoms,
+    }, None
+
+
+def _read_msas(spec: FamilySpec, out: dict) -> list:
+    msas = []
+    for f in spec.msa_files:
+        try:
+            msas.append(parse_msa(f))
+        except Exception as exc:   # noqa: BLE001
+            out["rejects"].append(_from_error(exc, "file", spec.family_id, "parse", f,
+                                              "multiple sequence alignment"))
+    return msas
+
+
+def _chains_to_build(spec: FamilySpec, out: dict):
+    """(structure data, [(family id, chain id)]) or None when the structure is rejected."""
+    try:
+        data = read_structure(spec.structure_file)
+        if spec.chain is not None:
+            return data, [(spec.family_id, spec.chain)]
+        chains = list_chains(spec.structure_file, data=data)
+        if not chains:
+            parse_structure(spec.structure_file, None, data=data)   # raises: says why
+            raise InputError("no protein chain found", path=spec.structure_file)
+    except Exception as exc:   # noqa: BLE001
+        out["rejects"].append(_from_error(exc, "family", spec.family_id, "structure",
+                                          spec.structure_file, "structure file"))
+        return None
+    stem = Path(spec.structure_file).name.split(".")[0]
+    return data, [(f"{stem}_{c}" if c else stem, c) for c in chains]
+
+
+def process_family(spec: FamilySpec, cfg: FilterConfig, screen=None) -> dict:
+    """Parse, merge, pair and filter one spec (runs in a worker; never raises). Returns
+    {'families': [family dict, ...], 'rejects': [reject record, ...]}."""
+    out = {"families": [], "rejects": []}
+    msas = _read_msas(spec, out)
+    if spec.structure_file is None:
+        for m in msas:
+            out["rejects"].append(_reject("file", m.sources[0], "no structure file found for "
+                                          "this MSA (expected <pdb>.cif|pdb beside it)",
+                                          spec.family_id, rule="unpaired"))
+        return out
+    warnings = []
+    if not msas and not cfg.allow_single_sequence:
+        why = (f"all {len(spec.msa_files)} MSA file(s) of this family failed to read (see "
+               f"their records)" if spec.msa_files else "no MSA for this structure")
+        out["rejects"].append(_reject("family", spec.structure_file,
+                                      f"{why}; {SINGLE_SEQUENCE_HINT}", spec.family_id,
+                                      rule="msa"))
+        return out
+    if not msas and spec.msa_files:
+        warnings.append("every MSA file failed to read: stored as a single-sequence family "
+                        "(allow_single_sequence)")
+    todo = _chains_to_build(spec, out)
+    if todo is None:
+        return out
+    data, chains = todo
+    for fid, chain_id in chains:
+        fam, rej = _build_one(fid, spec, chain_id, msas, cfg, screen, data, warnings)
+        out["families" if fam is not None else "rejects"].append(fam if fam is not None
+                                                                 else rej)
+    return out
+
+
+def _safe_process(spec: FamilySpec, cfg: FilterConfig, screen) -> dict:
+    try:
+        return process_family(spec, cfg, screen)
+    except Exception as exc:   # noqa: BLE001  (a bug here must not end the batch either)
+        return {"families": [], "rejects": [_from_error(exc, "family", spec.family_id,
+                                                        "internal", spec.structure_file,
+                                                        "family")]}
+
+
+_WORKER: dict = {}
+
+
+def _init_worker(cfg: FilterConfig, screen) -> None:
+    _WORKER["cfg"], _WORKER["screen"] = cfg, screen
+
+
+def _work(spec: FamilySpec) -> dict:
+    return _safe_process(spec, _WORKER["cfg"], _WORKER["screen"])
+
+
+def _died(spec: FamilySpec) -> dict:
+    return {"families": [], "rejects": [_reject(
+        "family", spec.structure_file, "the parser process died while reading this input "
+        "(killed, out of memory or crashed); nothing from it was stored", spec.family_id,
+        rule="internal")]}
+
+
+def run_specs(todo: list[FamilySpec], cfg: FilterConfig, screen, workers: int):
+    """Yield (spec, result) for every spec. With workers > 1 a process pool parses; if a worker
+    dies, the unfinished specs are retried one per fresh process so only the culprit is lost."""
+    if workers <= 1 or len(todo) <= 1:
+        for spec in todo:
+            yield spec, _safe_process(spec, cfg, screen)
+        return
+    ctx = mp.get_context("fork")
+    suspects = []
+    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
+                             initargs=(cfg, screen)) as pool:
+        futures = {pool.submit(_work, s): s for s in todo}
+        for fut in as_completed(futures):
+            try:
+                res = fut.result()
+            except BrokenProcessPool:
+                suspects.append(futures[fut])
+                continue
+            yield futures[fut], res
+    for spec in suspects:
+        try:
+            with ProcessPoolExecutor(1, mp_context=ctx, initializer=_init_worker,
+                                     initargs=(cfg, screen)) as pool:
+                res = pool.submit(_work, spec).result()
+        except BrokenProcessPool:
+            res = _died(spec)
+        yield spec, res
+
+
+# ------------------------------------------------------------------------------ report
+
+@dataclass
+class BuildReport:
+    """Outcome of `build_store`: counts that must add up, per-rule rejections, timings."""
+    out: str
+    rejects_path: str
+    input_files: int = 0
+    accepted_files: int = 0
+    rejected_files: int = 0
+    skipped_files: int = 0
+    candidate_families: int = 0
+    accepted_families: int = 0
+    rejected_families: int = 0
+    written: int = 0
+    unchanged: int = 0
+    rebuilt_damaged: int = 0
+    removed: int = 0
+    families_with_warnings: int = 0
+    dropped_atoms: int = 0
+    upgraded_from_version: int | None = None
+    rejected_by_rule: dict = field(default_factory=dict)        # families, by rule
+    rejected_files_by_rule: dict = field(default_factory=dict)  # files and skips, by rule
+    seconds: float = 0.0
+    verify_seconds: float = 0.0
+
+    @property
+    def balanced(self) -> bool:
+        """Every input file and candidate family is accounted for exactly once."""
+        return (self.input_files == self.accepted_files + self.rejected_files +
+                self.skipped_files and
+                self.candidate_families == self.accepted_families + self.rejected_families)
+
+    def summary(self) -> str:
+        rules = ", ".join(f"{k}={v}" for k, v in sorted(self.rejected_by_rule.items()) if v)
+        file_rules = ", ".join(f"{k}={v}" for k, v in
+                               sorted(self.rejected_files_by_rule.items()) if v)
+        upgraded = (f"\nupgraded from store format version {self.upgraded_from_version}: "
+                    f"every family rebuilt" if self.upgraded_from_version else "")
+        return (f"store {self.out}: {self.accepted_families} families "
+                f"({self.written} written, {self.unchanged} unchanged, {self.rebuilt_damaged} "
+                f"damaged and rebuilt, {self.removed} removed) in {self.seconds:.1f}s "
+                f"(verify {self.verify_seconds:.1f}s){upgraded}\n"
+                f"files:    inputs {self.input_files} = accepted {self.accepted_files} + "
+                f"rejected {self.rejected_files} + skipped {self.skipped_files}  "
+                f"[{'ok' if self.balanced else 'MISMATCH'}]\n"
+                f"families: candidates {self.candidate_families} = accepted "
+                f"{self.accepted_families} + rejected {self.rejected_families}\n"
+                f"warnings: {self.families_with_warnings} families stored with warnings, "
+                f"{self.dropped_atoms} invalid atom records dropped\n"
+                f"rejections by rule: {rules or 'none'}\n"
+                f"file rejections by rule: {file_rules or 'none'}\n"
+                f"rejects report: {self.rejects_path}")
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["balanced"] = self.balanced
+        return d
+
+
+# ------------------------------------------------------------------------------ writer
+
+def _rel(path: str, root: Path) -> str:
+    try:
+        return str(Path(path).relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def _inputs(pairs, msa_dir, structure_dir) -> Inputs:
+    if pairs is not None:
+        return read_pairs(pairs)
+    if msa_dir or structure_dir:
+        return discover_by_name(msa_dir, structure_dir)
+    raise InputError("nothing to build: give --pairs or --msa-dir/--structure-dir")
+
+
+def _open_previous(out: Path, force: bool, cfg_json: str):
+    """(previous store for incremental reuse or None, its version if it is older, its family
+    ids). None when absent, forced, older or built with another filter config. A file that is
+    not a protdp store, or a newer version, is never replaced."""
+    if not out.exists():
+        return None, None, set()
+    h5 = open_store_h5(out)
+    ids = set(h5["families"].keys()) if "families" in h5 else set()
+    try:
+        check_format_version(dict(h5.attrs), out)
+    except InputError as exc:
+        raw = h5.attrs.get("format_version")
+        h5.close()
+        if raw is not None and "older" in exc.reason:
+            return None, int(raw), ids                 # upgrade: rebuild every family
+        raise InputError(f"refusing to replace it: {exc.reason}", path=out) from None
+    if force or h5.attrs.get("filter_config") != cfg_json:
+        h5.close()
+        return None, None, ids
+    return h5, None, ids
+
+
+class _Lock:
+    """Exclusive lock on `.<store>.lock` beside the store (released when the process dies)."""
+
+    def __init__(self, out: Path):
+        self.path = out.with_name(f".{out.name}.lock")
+
+    def __enter__(self):
+        self.fh = open(self.path, "a")
+        try:
+            fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self.fh.close()
+            raise InputError("another `protdp data build` is writing this store (lock "
+                             f"{self.path.name} is held)", path=self.path.parent) from None
+        return self
+
+    def __exit__(self, *exc):
+        self.fh.close()
+
+
+@dataclass
+class _State:
+    """Bookkeeping of one build while the temporary store is written."""
+    h5: object
+    root: Path
+    hashes: dict
+    cfg: FilterConfig
+    rejects: list = field(default_factory=list)
+    status: dict = field(default_factory=dict)      # family id -> written|unchanged|rebuilt
+    files: dict = field(default_factory=dict)       # family id -> files it uses
+    structure: dict = field(default_factory=dict)   # family id -> structure file
+    owner: dict = field(default_factory=dict)       # query sequence -> family id
+    damaged: set = field(default_factory=set)       # unchanged sources, arrays damaged
+    with_warnings: int = 0
+    dropped_atoms: int = 0
+
+    def priority(self, fid: str) -> tuple:
+        return (0 if is_mmcif(self.structure.get(fid)) else 1, fid)
+
+    def drop(self, fid: str) -> None:
+        del self.h5["families"][fid]
+        for d in (self.status, self.files, self.structure):
+            d.pop(fid, None)
+
+    def claim(self, fid: str, seq: str, structure: str | None) -> bool:
+        """Duplicate-chain rule: True if `fid` may be stored (an earlier holder of the same
+        query may be dropped: mmCIF over PDB, then the first id)."""
+        self.structure[fid] = structure
+        if not self.cfg.deduplicate_chains or seq not in self.owner or self.owner[seq] == fid:
+            self.owner[seq] = fid
+            return True
+        other = self.owner[seq]
+        keep, drop = sorted([other, fid], key=self.priority)
+        why = "; mmCIF preferred over PDB" if self.priority(keep)[0] < self.priority(drop)[0] \
+            else ""
+        self.rejects.append(_reject("family", self.structure.get(drop),
+                                    f"exact duplicate of family '{keep}' (same {len(seq)}-"
+                                    f"residue query{why})", drop, rule="duplicate_chain"))
+        if drop == fid:
+            self.structure.pop(fid, None)
+            return False
+        self.drop(other)
+        self.owner[seq] = fid
+        return True
+
+
+def _keep_unchanged(st: _State, old, specs: list[FamilySpec]) -> list[FamilySpec]:
+    """Copy the families whose sources are unchanged and whose arrays still hash to their
+    content_sha256; return the specs that must be (re)built."""
+    todo = []
+    fams = old["families"] if old is not None and "families" in old else {}
+    for s in specs:
+        g = fams.get(s.family_id) if s.family_id and s.chain is not None else None
+        files = s.files()
+        same = g is not None and all(f in st.hashes for f in files) and \
+            list(g.attrs.get("source_files", [])) == [_rel(f, st.root) for f in files] and \
+            list(g.attrs.get("source_sha256", [])) == [st.hashes[f] for f in files]
+        if not same:
+            todo.append(s)
+            continue
+        try:
+            intact = content_sha256(read_arrays(g)) == g.attrs.get("content_sha256")
+        except (KeyError, OSError):
+            intact = False
+        if not intact:
+            st.damaged.add(s.family_id)                 # rebuilt below; counted as such
+            todo.append(s)
+            continue
+        if not st.claim(s.family_id, str(g.attrs["sequence"]), s.structure_file):
+            continue
+        old.copy(g, st.h5["families"], name=s.family_id)
+        st.status[s.family_id] = "unchanged"
+        prior = json.loads(g.attrs.get("file_rejects", "[]"))
+        st.rejects.extend(prior)
+        st.files[s.family_id] = set(files) - {r["file"] for r in prior}
+        st.with_warnings += bool(json.loads(g.attrs.get("warnings", "[]")))
+        st.dropped_atoms += int(g.attrs.get("dropped_atoms", 0))
+    return todo
+
+
+def _accept(st: _State, res: dict) -> None:
+    file_rejects = [r for r in res["rejects"] if r["kind"] == "file"]
+    st.rejects.extend(res["rejects"])
+    for fam in sorted(res["families"], key=lambda f: f["family_id"]):
+        fid = fam["family_id"]
+        if st.status.get(fid) in ("written", "unchanged", "rebuilt"):
+            st.rejects.append(_reject("family", fam["structure_file"], f"family id '{fid}' "
+                                      f"is produced twice (another input has the same id)",
+                                      fid, rule="duplicate_chain"))
+            continue
+        if not st.claim(fid, fam["sequence"], fam["structure_file"]):
+            continue
+        files = list(fam["msa_files"]) + [fam["structure_file"]]
+        write_family(st.h5, fam, [_rel(f, st.root) for f in files],
+                     [st.hashes.get(f) or sha256_file(f) for f in files], file_rejects)
+        st.status[fid] = "rebuilt" if fid in st.damaged else "written"
+        st.files[fid] = set(files)
+        st.with_warnings += bool(fam["warnings"])
+        st.dropped_atoms += fam["dropped_atoms"]
+
+
+def _hash_inputs(files: list[str]) -> dict[str, str]:
+    hashes = {}
+    for f in files:
+        try:
+            hashes[f] = sha256_file(f)
+        except InputError:
+            pass                 # unreadable: its parse reports why (one record, not two)
+    return hashes
+
+
+def _commit(tmp: Path, out: Path) -> None:
+    """fsync the finished temporary store and rename it over the target (atomic)."""
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, out)
+    dfd = os.open(out.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def build_store(out: str | Path, *, pairs: str | Path | None = None,
+                msa_dir: str | Path | None = None, structure_dir: str | Path | None = None,
+                config: FilterConfig | str | Path | dict | None = None, workers: int = 1,
+                rejects_path: str | Path | None = None, progress: bool = True,
+                force: bool = False) -> BuildReport:
+    """Build or update the store at `out` (see the module docstring). Families whose source
+    files (sha256), spec, filter config and stored arrays are unchanged are copied unless
+    `force`. Rejects go to `rejects_path` (default: rejects.jsonl beside `out`)."""
+    import h5py
+    from tqdm import tqdm
+
+    t0 = time.time()
+    cfg = FilterConfig.load(config)
+    out = writable_output(out, "store")
+    rejects_path = writable_output(rejects_path or out.parent / "rejects.jsonl",
+                                   "rejects report")
+    inputs = _inputs(pairs, msa_dir, structure_dir)
+    screen = load_screening(cfg)
+    cfg_json = json.dumps(dataclasses.asdict(cfg), sort_keys=True)
+    report = BuildReport(str(out), str(rejects_path))
+    all_files = sorted({f for s in inputs.specs for f in s.files()})
+    tmp = out.with_name(f".{out.name}.building")
+    with _Lock(out):
+        old, report.upgraded_from_version, previous = _open_previous(out, force, cfg_json)
+        tmp.unlink(missing_ok=True)                      # left by a killed build
+        st = _State(h5py.File(tmp, "w"), inputs.root, _hash_inputs(all_files), cfg)
+        try:
+            st.h5.attrs["format_version"] = FORMAT_VERSION
+            st.h5.attrs["filter_config"] = cfg_json
+            st.h5.attrs["source_root"] = str(inputs.root)
+            st.h5.create_group("families")
+            todo = _keep_unchanged(st, old, inputs.specs)
+            for _, res in tqdm(run_specs(todo, cfg, screen, workers), total=len(todo),
+                               desc="build", disable=not progress):
+                _accept(st, res)
+            write_index(st.h5)
+        finally:
+            st.h5.close()
+            if old is not None:
+                old.close()
+        t1 = time.time()
+        check = verify_store(tmp)
+        report.verify_seconds = time.time() - t1
+        if not check.ok:
+            tmp.unlink(missing_ok=True)
+            raise InputError(f"the new store failed verification ({check.problems[0]}); the "
+                             f"previous store is unchanged", path=out)
+        _account(report, st, inputs, all_files)
+        atomic_write_text(rejects_path, "".join(json.dumps(r) + "\n" for r in st.rejects))
+        _commit(tmp, out)
+    report.removed = len(previous - set(st.status))
+    report.seconds = time.time() - t0
+    return report
+
+
+def _account(report: BuildReport, st: _State, inputs: Inputs, all_files: list[str]) -> None:
+    """Every file gets accepted (feeds a kept family), a file record (its own error or why its
+    family was rejected) or a skip record; every candidate family is kept or rejected."""
+    for line, why, fid in inputs.bad_rows:
+        st.rejects.append(_reject("family", None, f"pairs row: {why}", fid, line, "parse"))
+    for path, why in inputs.skipped:
+        st.rejects.append(_reject("skipped", path, why, rule="skipped"))
+    used = set().union(*st.files.values()) if st.files else set()
+    recorded = {r["file"] for r in st.rejects if r["kind"] == "file"}
+    fam_rejects = [r for r in st.rejects if r["kind"] == "family"]
+    for f in all_files:
+        if f in used or f in recorded:
+            continue
+        fids = {s.family_id for s in inputs.specs if f in s.files()}
+        why = [r["reason"] for r in fam_rejects if r["file"] == f] or \
+              [f"its family '{r['family_id']}' was rejected: {r['reason']}" for r in fam_rejects
+               if r["family_id"] in fids and r["family_id"] is not None]
+        st.rejects.append(_reject("file", f, why[0] if why else "not used by any family"))
+    rejected = {r["file"] for r in st.rejects if r["kind"] == "file"} - used
+    report.input_files = len(all_files) + len(inputs.skipped)
+    report.accepted_files = len(used & set(all_files))
+    report.rejected_files = len(rejected & set(all_files))
+    report.skipped_files = len(inputs.skipped)
+    report.accepted_families = len(st.status)
+    report.rejected_families = len(fam_rejects)
+    report.candidate_families = report.accepted_families + report.rejected_families
+    report.written = sum(v == "written" for v in st.status.values())
+    report.unchanged = sum(v == "unchanged" for v in st.status.values())
+    report.rebuilt_damaged = sum(v == "rebuilt" for v in st.status.values())
+    report.families_with_warnings = st.with_warnings
+    report.dropped_atoms = st.dropped_atoms
+    counts = Counter(r["rule"] for r in fam_rejects)
+    report.rejected_by_rule = {name: counts.get(name, 0) for name in FILTER_NAMES + INPUT_RULES}
+    for k, v in counts.items():
+        report.rejected_by_rule.setdefault(str(k), v)
+    report.rejected_files_by_rule = dict(Counter(str(r["rule"] or "family_rejected")
+                                                 for r in st.rejects
+                                                 if r["kind"] in ("file", "skipped")))
