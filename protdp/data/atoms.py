@@ -262,8 +262,10 @@ def _parse_cif(text: str, path: Path) -> StructureData:
     try:
         raw = MMCIF2Dict(io.StringIO(text))
     except Exception:
-        raise InputError("not a readable mmCIF file (unbalanced quotes or a malformed "
-                         "loop); expected an mmCIF/PDBx data block", path=path) from None
+        cut = "" if text.endswith("\n") else " (it ends without a newline: truncated?)"
+        raise InputError(f"not a readable mmCIF file: unbalanced quotes, an unterminated ';' "
+                         f"text field or a malformed loop{cut}; expected an mmCIF/PDBx data "
+                         f"block", path=path) from None
     d, warnings, dropped = clean_cif_dict(raw, path)
 
     class _FromDict(MMCIFParser):      # build from the checked dict instead of re-reading

@@ -286,6 +286,9 @@ def _check_stockholm(text: str, path: Path) -> None:
         last[(kind, key)] = lineno
     if not where:
         raise InputError("no sequence rows (expected 'name  aligned-sequence' lines)", path=path)
+    if not any(line.strip() == "//" for line in text.split("\n")):
+        raise InputError("no '//' end-of-alignment line: the file is truncated or not "
+                         "Stockholm", path=path, line=text.count("\n") + 1)
     blocks = min(len(v) for v in where.values())
     for name, lines in where.items():
         if len(lines) != blocks:
@@ -303,6 +306,30 @@ def _check_stockholm(text: str, path: Path) -> None:
                              path=path, line=last[(kind, key)])
 
 
+def _check_clustal(text: str, path: Path) -> None:
+    """Rows after the header must be 'name  aligned-sequence [count]' with equal totals per
+    name (Biopython's reader loops forever on a header-only file and names no line)."""
+    total: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for lineno, raw in enumerate(text.split("\n")[1:], 2):
+        if not raw.strip() or raw[0] in " \t":             # blank or conservation line
+            continue
+        parts = raw.split()
+        if len(parts) not in (2, 3) or (len(parts) == 3 and not parts[2].isdigit()):
+            raise InputError("expected 'name  aligned-sequence [residue count]' rows",
+                             path=path, line=lineno)
+        total[parts[0]] = total.get(parts[0], 0) + len(parts[1])
+        last[parts[0]] = lineno
+    if not total:
+        raise InputError("no sequence rows after the Clustal header (truncated file?)",
+                         path=path)
+    first = next(iter(total))
+    for name, n in total.items():
+        if n != total[first]:
+            raise InputError(f"row '{name}' has {n} columns but row '{first}' has "
+                             f"{total[first]}", path=path, line=last[name])
+
+
 def _parse_with_alignio(path: Path, fmt: str, text: str) -> Msa:
     from Bio import AlignIO
     if fmt == "stockholm":
@@ -317,6 +344,7 @@ def _parse_with_alignio(path: Path, fmt: str, text: str) -> Msa:
                              "or 'Kalign ...')", path=path, line=1)
         if first.split()[0] not in CLUSTAL_HEADERS:           # e.g. 'CLUSTALW': Biopython
             text = text.replace(first, "CLUSTAL " + first.split(None, 1)[-1], 1)
+        _check_clustal(text.lstrip(), path)
     try:
         aln = AlignIO.read(io.StringIO(text), fmt)
     except Exception:     # the reader's own texts are not user messages; say what is expected

@@ -82,6 +82,11 @@ def _open_regular(path: str | Path) -> int:
     return fd
 
 
+def check_readable(path: str | Path) -> None:
+    """InputError unless `path` is a regular file this process can open for reading."""
+    os.close(_open_regular(path))
+
+
 def read_raw(path: str | Path, max_bytes: int = MAX_INPUT_BYTES) -> bytes:
     """The file's bytes as stored (no decompression)."""
     fd = _open_regular(path)
