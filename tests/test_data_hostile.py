@@ -490,3 +490,19 @@ def test_predict_rejects_bad_msas_and_finishes_the_batch(tmp_path, data_dir):
         assert row["status"] == "rejected" and what in row["detail"], row
         path = next(p for p in msa.iterdir() if p.name.startswith(name))
         assert_clean_message(row["detail"], path)
+
+
+def test_build_report_counts_dropped_atoms_and_warnings(tmp_path, data_dir):
+    lines = (data_dir / "structures/2p90_A02.pdb").read_text().split("\n")
+    i = next(k for k, l in enumerate(lines) if l.startswith("ATOM") and l[12:16] == " CB ")
+    lines[i] = lines[i][:30] + "     nan" + lines[i][38:]
+    (tmp_path / "2p90_nan.pdb").write_text("\n".join(lines))
+    _write_pairs(tmp_path / "p.tsv", [("2p90_A02", data_dir / "msa/2p90_A02.hhblits_subsample.a3m",
+                                       tmp_path / "2p90_nan.pdb", "A")])
+    report = build_store(tmp_path / "s.h5", pairs=tmp_path / "p.tsv", progress=False)
+    assert report.dropped_atoms == 1 and report.families_with_warnings == 1
+    assert "1 invalid atom records dropped" in report.summary()
+    fam = FamilyStore(tmp_path / "s.h5").read("2p90_A02")
+    assert f"2p90_nan.pdb:{i + 1}: atom dropped: coordinate nan" in fam["warnings"]
+    report = build_store(tmp_path / "s.h5", pairs=tmp_path / "p.tsv", progress=False)
+    assert report.unchanged == 1 and report.dropped_atoms == 1      # kept across rebuilds

@@ -222,3 +222,49 @@ def test_bad_pairs_and_bad_out_are_clear_errors(tmp_path, data_dir):
     (tmp_path / "junk.h5").write_text("not hdf5")
     with pytest.raises(InputError, match="cannot open the store"):
         build_store(tmp_path / "junk.h5", pairs=data_dir / "PAIRS.tsv", progress=False)
+
+
+def _cli(argv, capsys):
+    from protdp.cli import main as protdp_main
+    rc = protdp_main(argv)
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+def test_output_paths_checked_before_any_work(tmp_path, data_dir, capsys):
+    from data_fixtures import permissions_enforced
+    pairs = _small_pairs(tmp_path, data_dir, {"5awl_A"})
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    (tmp_path / "a_file").write_text("x")
+    cases = [(["--out", str(tmp_path)], "store is a directory"),
+             (["--out", str(locked / "s.h5")], "folder is not writable"),
+             (["--out", str(tmp_path / "a_file" / "s.h5")], "cannot create the folder"),
+             (["--out", str(tmp_path / "s.h5"), "--rejects", str(tmp_path)],
+              "rejects report is a directory"),
+             (["--out", str(tmp_path / "s.h5"), "--report-json", str(locked / "r.json")],
+              "report JSON"),
+             (["--out", str(tmp_path / "s.h5"), "--workers", "0"], "--workers")]
+    with permissions_enforced():
+        for extra, what in cases:
+            rc, out, err = _cli(["data", "build", "--pairs", str(pairs), "--no-progress",
+                                 *extra], capsys)
+            assert rc == 2 and what in err and err.count("\n") == 1, (extra, err)
+            assert "Traceback" not in err and not (tmp_path / "s.h5").exists()
+
+
+def test_verify_and_readers_on_hostile_stores(tmp_path, data_dir, capsys):
+    (tmp_path / "junk.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(range(256)) * 8)
+    (tmp_path / "dir.h5").mkdir()
+    with h5py.File(tmp_path / "v1.h5", "w") as h5:
+        h5.attrs["format_version"] = 1
+        h5.create_group("families")
+    cases = {"junk.h5": "cannot open the store", "dir.h5": "cannot open the store",
+             "missing.h5": "not found", "v1.h5": "rebuild it: protdp data build"}
+    for name, what in cases.items():
+        for argv in (["data", "verify", str(tmp_path / name)],
+                     ["data", "info", "--data", str(tmp_path / name)],
+                     ["data", "shards", "--data", str(tmp_path / name), "--world-size", "2"]):
+            rc, out, err = _cli(argv, capsys)
+            assert rc == 2 and what in err and err.count("\n") == 1, (argv, err)

@@ -208,10 +208,19 @@ def writable_output(path: str | Path, what: str) -> Path:
                          path=parent) from None
     if not parent.is_dir():
         raise InputError(f"the folder of the {what} is not a directory", path=parent)
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(f"cannot write the {what}: its folder is not writable", path=parent)
-    if p.exists() and not os.access(p, os.W_OK):
-        raise InputError(f"cannot write the {what}: the file is read-only", path=p)
+    probe = parent / f".{p.name}.probe-{os.getpid()}"
+    try:                            # a real write: access(2) says yes to root regardless
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        probe.unlink()
+    except OSError:
+        raise InputError(f"cannot write the {what}: its folder is not writable",
+                         path=parent) from None
+    if p.exists():
+        try:
+            os.close(os.open(p, os.O_WRONLY | getattr(os, "O_NONBLOCK", 0)))
+        except OSError:
+            raise InputError(f"cannot write the {what}: the file is read-only or not a "
+                             f"regular file", path=p) from None
     return p
 
 
