@@ -33,9 +33,9 @@ from protdp.data.parse import (list_chains, merge_msas, pair_msa_structure, pars
                                parse_structure)
 from protdp.data.residues import sequence_to_ids
 from protdp.data.safeio import atomic_write_text, sha256_file, writable_output
-from protdp.data.store import (FORMAT_VERSION, REBUILD_COMMAND, check_format_version,
-                               content_sha256, open_store_h5, read_arrays, verify_store,
-                               write_family, write_index)
+from protdp.data.store import (H5_ERRORS, check_format_version, content_sha256, new_store_file,
+                               open_store_h5, read_arrays, verify_store, write_family,
+                               write_index)
 from protdp.errors import InputError
 
 SINGLE_SEQUENCE_HINT = "pass --allow-single-sequence to keep it as a single-sequence family"
@@ -313,20 +313,29 @@ def _inputs(pairs, msa_dir, structure_dir) -> Inputs:
 def _open_previous(out: Path, force: bool, cfg_json: str):
     """(previous store for incremental reuse or None, its version if it is older, its family
     ids). None when absent, forced, older or built with another filter config. A file that is
-    not a protdp store, or a newer version, is never replaced."""
+    not HDF5 or a newer store is never replaced; a damaged store only with --force."""
     if not out.exists():
         return None, None, set()
     h5 = open_store_h5(out)
-    ids = set(h5["families"].keys()) if "families" in h5 else set()
     try:
-        check_format_version(dict(h5.attrs), out)
+        attrs = dict(h5.attrs)
+        ids = set(h5["families"].keys()) if "families" in h5 else set()
+    except H5_ERRORS:
+        h5.close()
+        if force:
+            return None, None, set()
+        raise InputError("refusing to replace it: the existing store is damaged (its metadata "
+                         "cannot be read); pass --force to rebuild it from scratch",
+                         path=out) from None
+    try:
+        check_format_version(attrs, out)
     except InputError as exc:
-        raw = h5.attrs.get("format_version")
+        raw = attrs.get("format_version")
         h5.close()
         if raw is not None and "older" in exc.reason:
             return None, int(raw), ids                 # upgrade: rebuild every family
         raise InputError(f"refusing to replace it: {exc.reason}", path=out) from None
-    if force or h5.attrs.get("filter_config") != cfg_json:
+    if force or attrs.get("filter_config") != cfg_json:
         h5.close()
         return None, None, ids
     return h5, None, ids
@@ -398,26 +407,33 @@ class _State:
         return True
 
 
+def _reusable(st: _State, fams, s: FamilySpec):
+    """(old group, intact) when the spec's sources are unchanged, else (None, False)."""
+    files = s.files()
+    try:
+        g = fams.get(s.family_id) if s.family_id and s.chain is not None else None
+        if g is None or not all(f in st.hashes for f in files) or \
+                list(g.attrs.get("source_files", [])) != [_rel(f, st.root) for f in files] or \
+                list(g.attrs.get("source_sha256", [])) != [st.hashes[f] for f in files]:
+            return None, False
+    except H5_ERRORS:
+        return None, False                 # unreadable metadata: rebuilt like a new family
+    try:
+        return g, content_sha256(read_arrays(g)) == g.attrs.get("content_sha256")
+    except H5_ERRORS:
+        return g, False
+
+
 def _keep_unchanged(st: _State, old, specs: list[FamilySpec]) -> list[FamilySpec]:
     """Copy the families whose sources are unchanged and whose arrays still hash to their
     content_sha256; return the specs that must be (re)built."""
     todo = []
     fams = old["families"] if old is not None and "families" in old else {}
     for s in specs:
-        g = fams.get(s.family_id) if s.family_id and s.chain is not None else None
-        files = s.files()
-        same = g is not None and all(f in st.hashes for f in files) and \
-            list(g.attrs.get("source_files", [])) == [_rel(f, st.root) for f in files] and \
-            list(g.attrs.get("source_sha256", [])) == [st.hashes[f] for f in files]
-        if not same:
-            todo.append(s)
-            continue
-        try:
-            intact = content_sha256(read_arrays(g)) == g.attrs.get("content_sha256")
-        except (KeyError, OSError):
-            intact = False
-        if not intact:
-            st.damaged.add(s.family_id)                 # rebuilt below; counted as such
+        g, intact = _reusable(st, fams, s)
+        if g is None or not intact:
+            if g is not None:
+                st.damaged.add(s.family_id)           # rebuilt below; counted as such
             todo.append(s)
             continue
         if not st.claim(s.family_id, str(g.attrs["sequence"]), s.structure_file):
@@ -426,7 +442,7 @@ def _keep_unchanged(st: _State, old, specs: list[FamilySpec]) -> list[FamilySpec
         st.status[s.family_id] = "unchanged"
         prior = json.loads(g.attrs.get("file_rejects", "[]"))
         st.rejects.extend(prior)
-        st.files[s.family_id] = set(files) - {r["file"] for r in prior}
+        st.files[s.family_id] = set(s.files()) - {r["file"] for r in prior}
         st.with_warnings += bool(json.loads(g.attrs.get("warnings", "[]")))
         st.dropped_atoms += int(g.attrs.get("dropped_atoms", 0))
     return todo
@@ -486,7 +502,6 @@ def build_store(out: str | Path, *, pairs: str | Path | None = None,
     """Build or update the store at `out` (see the module docstring). Families whose source
     files (sha256), spec, filter config and stored arrays are unchanged are copied unless
     `force`. Rejects go to `rejects_path` (default: rejects.jsonl beside `out`)."""
-    import h5py
     from tqdm import tqdm
 
     t0 = time.time()
@@ -503,12 +518,9 @@ def build_store(out: str | Path, *, pairs: str | Path | None = None,
     with _Lock(out):
         old, report.upgraded_from_version, previous = _open_previous(out, force, cfg_json)
         tmp.unlink(missing_ok=True)                      # left by a killed build
-        st = _State(h5py.File(tmp, "w"), inputs.root, _hash_inputs(all_files), cfg)
+        st = _State(new_store_file(tmp, cfg_json, str(inputs.root)), inputs.root,
+                    _hash_inputs(all_files), cfg)
         try:
-            st.h5.attrs["format_version"] = FORMAT_VERSION
-            st.h5.attrs["filter_config"] = cfg_json
-            st.h5.attrs["source_root"] = str(inputs.root)
-            st.h5.create_group("families")
             todo = _keep_unchanged(st, old, inputs.specs)
             for _, res in tqdm(run_specs(todo, cfg, screen, workers), total=len(todo),
                                desc="build", disable=not progress):
@@ -519,7 +531,7 @@ def build_store(out: str | Path, *, pairs: str | Path | None = None,
             if old is not None:
                 old.close()
         t1 = time.time()
-        check = verify_store(tmp)
+        check = verify_store(tmp, workers=workers)
         report.verify_seconds = time.time() - t1
         if not check.ok:
             tmp.unlink(missing_ok=True)

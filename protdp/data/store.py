@@ -37,7 +37,9 @@ from protdp.fileio import sha256_file  # noqa: F401  (re-exported)
 FORMAT_VERSION = 2
 REBUILD_COMMAND = ("protdp data build --pairs PAIRS.tsv --out {path} --force "
                    "(or --msa-dir/--structure-dir instead of --pairs)")
-_COMPRESSION = dict(compression="gzip", compression_opts=4, shuffle=True)
+# gzip (readable by any HDF5 tool). Level 1 without byte shuffling: coordinates' mantissas are
+# noise, so shuffle and higher levels cost time and save nothing (benchmarks/store_scale.py)
+_COMPRESSION = dict(compression="gzip", compression_opts=1)
 MSA_CHUNK_ROWS = 512
 
 
@@ -93,6 +95,18 @@ def check_format_version(attrs, path: str | Path) -> int:
 
 
 # ----------------------------------------------------------------------------------- write
+
+def new_store_file(path: str | Path, filter_config: str, source_root: str):
+    """Create an empty v2 store (h5py.File, mode w). HDF5 >= 1.10 object formats: single-chunk
+    datasets need no B-tree, which makes a family ~20 % smaller (benchmarks/store_scale.py)."""
+    import h5py
+    h5 = h5py.File(path, "w", libver=("v110", "latest"))
+    h5.attrs["format_version"] = FORMAT_VERSION
+    h5.attrs["filter_config"] = filter_config
+    h5.attrs["source_root"] = source_root
+    h5.create_group("families")
+    return h5
+
 
 def write_family(h5, fam: dict, source_files: list[str], source_sha256: list[str],
                  file_rejects: list) -> str:
@@ -152,6 +166,25 @@ def read_arrays(g) -> dict:
 
 # ------------------------------------------------------------------------------------ read
 
+H5_ERRORS = (KeyError, OSError, RuntimeError, ValueError, TypeError)   # h5py on damaged files
+
+
+def damaged(path: str | Path, what: str = "its metadata") -> InputError:
+    return InputError(f"the store is damaged: {what} cannot be read; check it with `protdp "
+                      f"data verify {path}` or rebuild it: {REBUILD_COMMAND.format(path=path)}",
+                      path=path)
+
+
+def store_attrs(h5, path: str | Path) -> dict:
+    """Root attributes of an open store, format version checked."""
+    try:
+        attrs = dict(h5.attrs)
+    except H5_ERRORS:
+        raise damaged(path) from None
+    check_format_version(attrs, path)
+    return attrs
+
+
 def open_store_h5(path: Path):
     """h5py.File opened read-only, with unreadable files turned into one clear line."""
     import h5py
@@ -175,16 +208,17 @@ class FamilyStore:
         self._h5 = None
         self._pid = None
         with open_store_h5(self.path) as h5:
-            self.attrs = dict(h5.attrs)
-            self.format_version = check_format_version(self.attrs, self.path)
+            self.attrs = store_attrs(h5, self.path)
+            self.format_version = int(self.attrs["format_version"])
             try:
                 idx = h5["index"]
                 self.family_ids: list[str] = [x.decode() if isinstance(x, bytes) else str(x)
                                               for x in idx["family_id"][()]]
                 self.lengths = np.asarray(idx["length"][()], np.int64)      # [F]
                 self.num_seqs = np.asarray(idx["num_seq"][()], np.int64)    # [F]
-            except (KeyError, OSError):
-                raise InputError("not a complete protdp family store (no /index); rebuild it "
+            except H5_ERRORS:
+                raise InputError("not a complete protdp family store (no readable /index); "
+                                 "rebuild it "
                                  f"with: {REBUILD_COMMAND.format(path=self.path)}",
                                  path=self.path) from None
         self._pos = {f: i for i, f in enumerate(self.family_ids)}
@@ -213,7 +247,7 @@ class FamilyStore:
             g = self._file()["families"][family_id]
             out = read_arrays(g)
             attrs = dict(g.attrs)
-        except (KeyError, OSError):
+        except H5_ERRORS:
             raise InputError(f"family '{family_id}' cannot be read (damaged store?); check it "
                              f"with `protdp data verify {self.path}`", path=self.path) from None
         for k, v in attrs.items():
@@ -268,14 +302,14 @@ def family_problems(g, fid: str) -> list[str]:
     try:
         attrs = dict(g.attrs)
         n, L = int(attrs["num_seq"]), int(attrs["length"])
-    except (KeyError, OSError, ValueError, TypeError):
+    except H5_ERRORS:
         return [f"{fid}: attributes missing or unreadable"]
     out = []
     arrays = {}
     for name, (dtype, shape) in family_array_specs(n, L).items():
         try:
             a = g[name][()]
-        except (KeyError, OSError):
+        except H5_ERRORS:
             out.append(f"{fid}: {name} missing or unreadable (damaged data)")
             continue
         if a.dtype != dtype or a.shape != shape:
@@ -299,37 +333,67 @@ def family_problems(g, fid: str) -> list[str]:
     return out
 
 
-def verify_store(path: str | Path) -> VerifyReport:
+def _check_families(path: str, items: list[tuple[str, int]]) -> list[str]:
+    """Problems of the families `items` ((id, index length)) of the store at `path`."""
+    problems = []
+    with open_store_h5(Path(path)) as h5:
+        for fid, L in items:
+            try:
+                g = h5["families"][fid]
+                found = family_problems(g, fid)
+                if not found and int(g.attrs["length"]) != int(L):
+                    found = [f"{fid}: index length {int(L)} differs from the family's"]
+            except H5_ERRORS:
+                found = [f"{fid}: group missing or unreadable (damaged metadata)"]
+            problems += found
+    return problems
+
+
+def verify_store(path: str | Path, workers: int = 1) -> VerifyReport:
     """Open a store (format version checked), compare the index with the groups and read and
-    check every family (content hash, dtypes, shapes, finite coordinates, masks)."""
+    check every family (content hash, dtypes, shapes, finite coordinates, masks); `workers`
+    processes read disjoint parts of the family list."""
     path = Path(path)
     report = VerifyReport(str(path))
     if not path.exists():
         raise InputError("store not found", path=path)
     with open_store_h5(path) as h5:
-        check_format_version(dict(h5.attrs), path)
+        store_attrs(h5, path)
         try:
             ids = [x.decode() if isinstance(x, bytes) else str(x)
                    for x in h5["index/family_id"][()]]
-            lengths = h5["index/length"][()]
+            lengths = [int(x) for x in h5["index/length"][()]]
             groups = set(h5["families"].keys())
-        except (KeyError, OSError):
+        except H5_ERRORS:
             report.problems.append("index or families group missing or unreadable")
             return report
-        if sorted(ids) != sorted(groups):
-            report.problems.append(f"index lists {len(ids)} families, the file holds "
-                                   f"{len(groups)} (missing: {sorted(set(ids) - groups)[:5]}, "
-                                   f"unlisted: {sorted(groups - set(ids))[:5]})")
-        for fid, L in zip(ids, lengths):
-            if fid not in groups:
-                continue
-            report.families += 1
-            problems = family_problems(h5["families"][fid], fid)
-            if not problems and int(h5["families"][fid].attrs["length"]) != int(L):
-                problems = [f"{fid}: index length {int(L)} differs from the family's"]
-            report.problems += problems
+    if sorted(ids) != sorted(groups):
+        report.problems.append(f"index lists {len(ids)} families, the file holds "
+                               f"{len(groups)} (missing: {sorted(set(ids) - groups)[:5]}, "
+                               f"unlisted: {sorted(groups - set(ids))[:5]})")
+    items = [(f, L) for f, L in zip(ids, lengths) if f in groups]
+    report.families = len(items)
+    if workers <= 1 or len(items) < 2 * workers:
+        report.problems += _check_families(str(path), items)
+        return report
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+    parts = [items[k::workers] for k in range(workers)]
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as pool:
+        for found in pool.map(_check_families, [str(path)] * workers, parts):
+            report.problems += found
     return report
 
 
-from protdp.data.build import BuildReport, build_store, process_family  # noqa: E402,F401
-from protdp.data.discover import FamilySpec, discover_by_name, read_pairs  # noqa: E402,F401
+_REEXPORTED = {"build_store": "build", "BuildReport": "build", "process_family": "build",
+               "FamilySpec": "discover", "discover_by_name": "discover",
+               "read_pairs": "discover"}
+
+
+def __getattr__(name: str):
+    """`from protdp.data.store import build_store` keeps working (v1 callers); resolved lazily
+    because protdp.data.build imports this module."""
+    if name in _REEXPORTED:
+        import importlib
+        return getattr(importlib.import_module(f"protdp.data.{_REEXPORTED[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
