@@ -383,3 +383,23 @@ def test_kill_9_at_random_moments_leaves_old_or_new_store(tmp_path, data_dir):
     print(f"kill -9 at 8 random moments of a {duration:.1f}s build: {outcomes}")
     report = build_store(out, pairs=pairs, progress=False)       # a plain build afterwards
     assert _content(out) == new and report.balanced and report.written == 1
+
+
+def test_disk_full_during_a_build_is_one_line_and_keeps_the_old_store(tmp_path, data_dir):
+    """RLIMIT_FSIZE makes every write past 400 kB fail (EFBIG), like a full disk."""
+    pairs, inp = _kill_inputs(tmp_path, data_dir)
+    out = tmp_path / "data.h5"
+    build_store(out, pairs=pairs, progress=False)
+    before = out.read_bytes()
+    assert len(before) > 400_000
+    script = ("import resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (400_000, 400_000)); "
+              "from protdp.cli import main; sys.exit(main(sys.argv[1:]))")
+    proc = subprocess.run([sys.executable, "-c", script, "data", "build", "--pairs",
+                           str(pairs), "--out", str(out), "--force", "--no-progress"],
+                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert "cannot write the new store (disk full" in proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert out.read_bytes() == before and not (tmp_path / ".data.h5.building").exists()

@@ -16,6 +16,7 @@ import fcntl
 import json
 import multiprocessing as mp
 import os
+import sys
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -207,7 +208,8 @@ def _died(spec: FamilySpec) -> dict:
 def run_specs(todo: list[FamilySpec], cfg: FilterConfig, screen, workers: int):
     """Yield (spec, result) for every spec. With workers > 1 a process pool parses; if a worker
     dies, the unfinished specs are retried one per fresh process so only the culprit is lost."""
-    if workers <= 1 or len(todo) <= 1:
+    workers = min(workers, len(todo))            # a fork pool starts all its workers at once
+    if workers <= 1:
         for spec in todo:
             yield spec, _safe_process(spec, cfg, screen)
         return
@@ -479,6 +481,35 @@ def _hash_inputs(files: list[str]) -> dict[str, str]:
     return hashes
 
 
+class _WriteFailures:
+    """While the new store is written: h5py reports a failed flush while freeing its handles as
+    an "Exception ignored" traceback on stderr, not as an exception. Catch those (the build
+    then fails with one line) instead of letting them print."""
+
+    def __enter__(self):
+        self.failed = False
+        self.hooks = sys.unraisablehook, sys.excepthook   # Cython prints through both
+        sys.unraisablehook, sys.excepthook = self._unraisable, self._except
+        return self
+
+    def _unraisable(self, unraisable) -> None:
+        if isinstance(unraisable.exc_value, (OSError, RuntimeError)):   # HDF5 write errors
+            self.failed = True
+        else:
+            self.hooks[0](unraisable)
+
+    def _except(self, kind, value, tb) -> None:
+        if isinstance(value, (OSError, RuntimeError)):
+            self.failed = True
+        else:
+            self.hooks[1](kind, value, tb)
+
+    def __exit__(self, *exc):
+        import gc
+        gc.collect()                                 # free failed handles while we listen
+        sys.unraisablehook, sys.excepthook = self.hooks
+
+
 def _commit(tmp: Path, out: Path) -> None:
     """fsync the finished temporary store and rename it over the target (atomic)."""
     fd = os.open(tmp, os.O_RDONLY)
@@ -501,7 +532,66 @@ def build_store(out: str | Path, *, pairs: str | Path | None = None,
                 force: bool = False) -> BuildReport:
     """Build or update the store at `out` (see the module docstring). Families whose source
     files (sha256), spec, filter config and stored arrays are unchanged are copied unless
-    `force`. Rejects go to `rejects_path` (default: rejects.jsonl beside `out`)."""
+    `force`. Rejects go to `rejects_path` (default: rejects.jsonl beside `out`).
+
+    The build runs in a child process: HDF5 crashes the interpreter when a write fails (a full
+    disk segfaults h5py), and the caller must still get one clear line, the previous store
+    untouched."""
+    kwargs = dict(pairs=pairs, msa_dir=msa_dir, structure_dir=structure_dir, config=config,
+                  workers=workers, rejects_path=rejects_path, progress=progress, force=force)
+    ctx = mp.get_context("fork")
+    receive, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_build_child, args=(send, out, kwargs))
+    child.start()
+    send.close()
+    try:
+        kind, value = receive.recv()
+    except EOFError:
+        child.join()
+        code = child.exitcode
+        how = f"signal {-code}" if code is not None and code < 0 else f"exit status {code}"
+        raise InputError(f"the build process died ({how}) while writing the new store (disk "
+                         f"full, or an HDF5 error); the previous store is unchanged",
+                         path=out) from None
+    finally:
+        receive.close()
+    child.join()
+    if kind == "bug":
+        raise RuntimeError(f"protdp data build failed with an internal error:\n{value}")
+    if kind == "error":
+        raise value
+    return value
+
+
+def _build_child(send, out, kwargs) -> None:
+    """Child side of `build_store`: run the build, send back ('ok', report), ('error',
+    ProtdpError) or ('bug', traceback text). Dies with its parent (PR_SET_PDEATHSIG)."""
+    import traceback
+
+    from protdp.errors import ProtdpError
+    _die_with_parent()
+    try:
+        message = ("ok", _build(out, **kwargs))
+    except ProtdpError as exc:
+        message = ("error", exc)
+    except Exception:       # noqa: BLE001  (re-raised in the parent with its traceback)
+        message = ("bug", traceback.format_exc())
+    send.send(message)
+    send.close()
+
+
+def _die_with_parent() -> None:
+    try:
+        import ctypes
+        import signal
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)        # PR_SET_PDEATHSIG (Linux)
+    except (OSError, AttributeError):
+        pass
+
+
+def _build(out: str | Path, *, pairs, msa_dir, structure_dir, config, workers, rejects_path,
+           progress, force) -> BuildReport:
+    """The build itself (in the child process of `build_store`)."""
     from tqdm import tqdm
 
     t0 = time.time()
@@ -518,16 +608,25 @@ def build_store(out: str | Path, *, pairs: str | Path | None = None,
     with _Lock(out):
         old, report.upgraded_from_version, previous = _open_previous(out, force, cfg_json)
         tmp.unlink(missing_ok=True)                      # left by a killed build
-        st = _State(new_store_file(tmp, cfg_json, str(inputs.root)), inputs.root,
-                    _hash_inputs(all_files), cfg)
         try:
-            todo = _keep_unchanged(st, old, inputs.specs)
-            for _, res in tqdm(run_specs(todo, cfg, screen, workers), total=len(todo),
-                               desc="build", disable=not progress):
-                _accept(st, res)
-            write_index(st.h5)
+            with _WriteFailures() as quiet:
+                st = _State(new_store_file(tmp, cfg_json, str(inputs.root)), inputs.root,
+                            _hash_inputs(all_files), cfg)
+                try:
+                    todo = _keep_unchanged(st, old, inputs.specs)
+                    for _, res in tqdm(run_specs(todo, cfg, screen, workers), total=len(todo),
+                                       desc="build", disable=not progress):
+                        _accept(st, res)
+                    write_index(st.h5)
+                finally:
+                    st.h5.close()
+            if quiet.failed:
+                raise OSError("flush failed")
+        except OSError:                 # h5py: disk full, quota, I/O error while writing
+            tmp.unlink(missing_ok=True)
+            raise InputError("cannot write the new store (disk full or an I/O error in its "
+                             "folder); the previous store is unchanged", path=out) from None
         finally:
-            st.h5.close()
             if old is not None:
                 old.close()
         t1 = time.time()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from protdp.errors import ConfigError
@@ -85,8 +86,10 @@ def _build(args) -> int:
     from protdp.data.store import build_store
     if not (args.pairs or args.msa_dir or args.structure_dir):
         raise ConfigError("give --pairs FILE or --msa-dir/--structure-dir")
-    if args.workers < 1:
-        raise ConfigError(f"--workers must be >= 1, got {args.workers}")
+    limit = 4 * (os.cpu_count() or 1)
+    if not 1 <= args.workers <= limit:
+        raise ConfigError(f"--workers must be within 1..{limit} (4 x the {os.cpu_count()} CPUs), "
+                          f"got {args.workers}")
     if args.report_json:                                 # checked before any work starts
         writable_output(args.report_json, "report JSON (--report-json)")
     cfg = FilterConfig.load(args.config)
