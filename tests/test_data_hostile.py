@@ -248,12 +248,17 @@ def test_structure_variants_read_identically_or_fail_cleanly(tmp_path, data_dir)
                 assert name.startswith("truncated"), (name, "damaged file was accepted")
                 _atoms_subset(got, full)
         # every 1/40 of the file as a truncation point: never a wrong coordinate stored
-        for off in np.linspace(len(raw) * 0.05, len(raw) - 1, 40).astype(int):
+        lines = raw.split(b"\n")
+        cuts = list(np.linspace(len(raw) * 0.05, len(raw) - 1, 40).astype(int))
+        cuts.append(len(b"\n".join(lines[:len(lines) * 2 // 3])) + 1)      # at a line end
+        for off in cuts:
             path = tmp_path / f"cut{off}_{src.name}"
             path.write_bytes(raw[:off])
             got, err = _read(path, structure=True, chain=chain_id)
             if got is not None:
                 _atoms_subset(got, full)
+                if raw.startswith(b"HEADER") and got.all_atom_mask.sum() < full.all_atom_mask.sum():
+                    assert any("may be truncated" in w for w in got.warnings)
             elif raw[off - 1:off] != b"\n":
                 assert "truncated" in err or "chain" in err or "no " in err, err
 
@@ -506,3 +511,20 @@ def test_build_report_counts_dropped_atoms_and_warnings(tmp_path, data_dir):
     assert f"2p90_nan.pdb:{i + 1}: atom dropped: coordinate nan" in fam["warnings"]
     report = build_store(tmp_path / "s.h5", pairs=tmp_path / "p.tsv", progress=False)
     assert report.unchanged == 1 and report.dropped_atoms == 1      # kept across rebuilds
+
+
+def test_writable_folder_helper(tmp_path):
+    """The check `protdp predict --out` needs before any work (one line, never a traceback)."""
+    from protdp.data.safeio import writable_folder
+    (tmp_path / "file").write_text("x")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    assert writable_folder(tmp_path / "new" / "deep", "output folder") == tmp_path / "new/deep"
+    with permissions_enforced():
+        for path, what in ((tmp_path / "file", "is not a folder"),
+                           (tmp_path / "file" / "sub", "cannot create"),
+                           (locked, "not writable"), (locked / "sub", "cannot create")):
+            with pytest.raises(InputError, match=what) as err:
+                writable_folder(path, "output folder")
+            assert "\n" not in str(err.value)

@@ -114,6 +114,10 @@ def clean_pdb_text(text: str, path: Path) -> tuple[str, list[str], int]:
                          "shorter than the other records); expected a complete PDB file",
                          path=path, line=cut)
     kept, warnings, dropped = [], [], 0
+    if lines and lines[0].startswith("HEADER") and not any(l[:6].strip() == "END"
+                                                           for l in lines[-50:]):
+        warnings.append(f"{path.name}: no END record although the file starts with HEADER "
+                        f"(a PDB entry ends with END): it may be truncated at a line boundary")
     for lineno, line in enumerate(lines, 1):
         if line.startswith(_UNUSED_RECORDS):
             continue

@@ -239,3 +239,17 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         tmp.unlink(missing_ok=True)
         raise InputError(f"cannot write: {_os_reason(exc).replace('read', 'write')}",
                          path=path) from None
+
+
+def writable_folder(path: str | Path, what: str) -> Path:
+    """Check (before any work) that folder `path` exists or can be made and is writable (a real
+    write probe); one InputError line otherwise (e.g. for `protdp predict --out`)."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise InputError(f"{what} exists and is not a folder", path=p)
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create the {what}: {_os_reason(exc)}", path=p) from None
+    writable_output(p / ".protdp-write-probe", what)
+    return p
