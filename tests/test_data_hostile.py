@@ -488,7 +488,7 @@ def test_predict_rejects_bad_msas_and_finishes_the_batch(tmp_path, data_dir):
     assert list(rows) == names and result.summary_path.is_file()
     for ok in ("good", "zipped"):
         assert rows[ok]["status"] != "rejected" and rows[ok]["msa_depth"] > 1, rows[ok]
-    expect = {"fifo": "named pipe", "locked": "permission denied", "latin1": "not UTF-8",
+    expect = {"fifo": "named pipe", "locked": "permission denied", "latin1": "not a text file in UTF-8",
               "grshort": "#=GR q SS annotation has 3 columns"}
     for name, what in expect.items():
         row = rows[name]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from protdp.data.atoms import STRUCTURE_FORMATS
 from protdp.data.parse import MSA_EXTENSIONS
-from protdp.data.safeio import read_text, split_suffix
+from protdp.data.safeio import os_reason, read_text, split_suffix
 from protdp.errors import InputError
 
 # preferred first when one entry comes in several formats
@@ -120,7 +120,7 @@ def _scan(folders: dict[str, Path]) -> tuple[list[Path], list[Path], list[tuple[
         try:
             entries = sorted(os.scandir(folder), key=lambda e: e.name)
         except OSError as exc:
-            raise InputError(f"cannot list the folder: {exc.strerror}", path=folder) from None
+            raise InputError(f"cannot list the folder: {os_reason(exc)}", path=folder) from None
         for e in entries:
             path = Path(e.path)                   # absolute: the folder was resolved
             kind, why = _classify(e, "structure" in roles, "msa" in roles)

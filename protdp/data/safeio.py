@@ -30,7 +30,7 @@ _KIND = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
          (stat.S_ISSOCK, "a socket"))
 
 
-def _os_reason(exc: OSError) -> str:
+def os_reason(exc: OSError) -> str:
     """Short human reason for an OSError (no errno numbers, no library wording)."""
     if exc.errno in (errno.EACCES, errno.EPERM):
         return "permission denied (the file is not readable by this user)"
@@ -59,7 +59,7 @@ def check_regular_file(path: str | Path) -> os.stat_result:
     try:
         st = os.stat(path)
     except OSError as exc:
-        raise InputError(_os_reason(exc), path=path) from None
+        raise InputError(os_reason(exc), path=path) from None
     what = _not_regular(st.st_mode)
     if what is not None:
         raise InputError(f"{what}, not a regular file; only regular files are read",
@@ -74,7 +74,7 @@ def _open_regular(path: str | Path) -> int:
     try:
         fd = os.open(path, flags)
     except OSError as exc:
-        raise InputError(_os_reason(exc), path=path) from None
+        raise InputError(os_reason(exc), path=path) from None
     what = _not_regular(os.fstat(fd).st_mode)       # replaced between stat and open?
     if what is not None:
         os.close(fd)
@@ -94,7 +94,7 @@ def read_raw(path: str | Path, max_bytes: int = MAX_INPUT_BYTES) -> bytes:
         with os.fdopen(fd, "rb", closefd=True) as fh:
             data = fh.read(max_bytes + 1)
     except OSError as exc:
-        raise InputError(_os_reason(exc), path=path) from None
+        raise InputError(os_reason(exc), path=path) from None
     if len(data) > max_bytes:
         raise InputError(f"file is larger than the {max_bytes >> 20} MiB input limit",
                          path=path)
@@ -142,19 +142,20 @@ def _line_of(data: bytes, offset: int) -> int:
 def decode_text(data: bytes, path: str | Path) -> str:
     """Strict UTF-8 text with LF line endings (BOM dropped, CRLF / CR converted)."""
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        raise InputError("UTF-16 text; save the file as UTF-8 (or ASCII)", path=path)
+        raise InputError("not a text file in UTF-8 (UTF-16 byte-order mark); save the file as "
+                         "UTF-8 or ASCII", path=path)
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
     nul = data.find(b"\x00")
     if nul >= 0:
-        raise InputError(f"binary data: NUL byte at offset {nul} (expected a text file)",
+        raise InputError(f"not a text file: NUL byte at offset {nul} (binary data)",
                          path=path, line=_line_of(data, nul))
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         bad = data[exc.start]
-        raise InputError(f"not UTF-8 text: byte 0x{bad:02X} at offset {exc.start} cannot be "
-                         f"decoded (save the file as UTF-8 or ASCII)", path=path,
+        raise InputError(f"not a text file in UTF-8: byte 0x{bad:02X} at offset {exc.start} "
+                         f"cannot be decoded (save the file as UTF-8 or ASCII)", path=path,
                          line=_line_of(data, exc.start)) from None
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
@@ -175,7 +176,7 @@ def sha256_file(path: str | Path) -> str:
             for block in iter(lambda: fh.read(_READ_CHUNK), b""):
                 h.update(block)
     except OSError as exc:
-        raise InputError(_os_reason(exc), path=path) from None
+        raise InputError(os_reason(exc), path=path) from None
     return h.hexdigest()
 
 
@@ -204,7 +205,7 @@ def writable_output(path: str | Path, what: str) -> Path:
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise InputError(f"cannot create the folder of the {what}: {_os_reason(exc)}",
+        raise InputError(f"cannot create the folder of the {what}: {os_reason(exc)}",
                          path=parent) from None
     if not parent.is_dir():
         raise InputError(f"the folder of the {what} is not a directory", path=parent)
@@ -237,7 +238,7 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        raise InputError(f"cannot write: {_os_reason(exc).replace('read', 'write')}",
+        raise InputError(f"cannot write: {os_reason(exc).replace('read', 'write')}",
                          path=path) from None
 
 
@@ -250,6 +251,6 @@ def writable_folder(path: str | Path, what: str) -> Path:
     try:
         p.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise InputError(f"cannot create the {what}: {_os_reason(exc)}", path=p) from None
+        raise InputError(f"cannot create the {what}: {os_reason(exc)}", path=p) from None
     writable_output(p / ".protdp-write-probe", what)
     return p
