@@ -385,7 +385,7 @@ def verify_store(path: str | Path, workers: int = 1) -> VerifyReport:
     return report
 
 
-_REEXPORTED = {"build_store": "build", "BuildReport": "build", "process_family": "build",
+_REEXPORTED = {"build_store": "build", "BuildReport": "build", "process_family": "families",
                "FamilySpec": "discover", "discover_by_name": "discover",
                "read_pairs": "discover"}
 
