@@ -259,11 +259,17 @@ def test_every_edge_case_structure(data_dir):
 def test_pairing_terminal_difference_and_mismatch(data_dir):
     chain = parse_structure(data_dir / "structures/4hhb.pdb", "B")
     msa = parse_msa(data_dir / "msa/4hhb_B.colabfold.a3m")             # extra initiator Met
-    pos, mask, info = pair_msa_structure(msa.query, chain, "a.a3m", "4hhb.pdb")
-    assert pos.shape == (147, 5, 3) and not mask[0].any() and mask[1:, 1].all()
+    paired = pair_msa_structure(msa.query, chain, "a.a3m", "4hhb.pdb")
+    pos, mask = paired.all_atom_positions, paired.all_atom_mask
+    assert pos.shape == (147, 37, 3) and not mask[0].any() and mask[1:, 1].all()
+    assert paired.info["identity"] == 1.0 and paired.info["coverage"] == 1.0
+    np.testing.assert_array_equal(paired.residue_index, np.arange(147))
     bad = msa.query[:60] + ("W" if msa.query[60] != "W" else "A") + msa.query[61:]
-    with pytest.raises(InputError, match=r"a\.a3m.*4hhb\.pdb.*mismatch"):
+    with pytest.raises(InputError, match=r"a\.a3m.*4hhb\.pdb.*identity 0\.993.*1 residue "
+                                         r"mismatch"):
         pair_msa_structure(bad, chain, "a.a3m", "4hhb.pdb")
+    # a point mutant is accepted when the configured identity allows it
+    assert pair_msa_structure(bad, chain, min_identity=0.99).info["identical"] == 145
 
 
 def test_merge_msas_pads_terminal_difference(data_dir):

@@ -1,5 +1,5 @@
-"""HDF5 store: every PAIRS.tsv pair builds (contract layout), idempotent rebuilds, edge cases
-accounted for in rejects.jsonl, --strict, concurrent lazy readers."""
+"""HDF5 store v2: every PAIRS.tsv pair builds (contract layout, atom37), idempotent rebuilds,
+edge cases accounted for in rejects.jsonl, --strict, concurrent lazy readers."""
 
 from __future__ import annotations
 
@@ -44,12 +44,15 @@ def test_every_pair_builds_with_contract_layout(full_store, data_dir):
             assert g["msa"].dtype == np.uint8 and g["msa"].shape[1] == L
             assert g["deletion_matrix"].dtype == np.uint8
             assert g["deletion_matrix"].shape == g["msa"].shape
-            assert g["backbone_positions"].dtype == np.float32
-            assert g["backbone_positions"].shape == (L, 5, 3)
-            assert g["backbone_mask"].shape == (L, 5)
-            assert g["residue_index"].dtype == np.int32
+            assert g["all_atom_positions"].dtype == np.float32
+            assert g["all_atom_positions"].shape == (L, 37, 3)
+            assert g["all_atom_mask"].dtype == np.uint8 and g["all_atom_mask"].shape == (L, 37)
+            assert g["between_segment_residues"].dtype == np.uint8
+            assert g["between_segment_residues"].shape == (L,)
+            assert g["residue_index"].dtype == np.int32 and g["residue_index"].shape == (L,)
+            assert "backbone_positions" not in g                      # derived on read
             np.testing.assert_array_equal(g["msa"][0], sequence_to_ids(g.attrs["sequence"]))
-            assert int(g["backbone_mask"][:, 1].sum()) == int(r["observed_residues"])
+            assert int(g["all_atom_mask"][:, 1].sum()) == int(r["observed_residues"])
             files = list(g.attrs["source_files"])
             assert r["msa_file"] in files and r["structure_file"] in files
             for f, h in zip(files, g.attrs["source_sha256"]):
@@ -58,9 +61,11 @@ def test_every_pair_builds_with_contract_layout(full_store, data_dir):
             assert np.isnan(res) or 0 < res < 10
             assert g["msa"].chunks is not None and g["msa"].compression == "gzip"
     # 4hhb_B: two MSAs with a terminal difference merged into one 147-column family
+        assert h5.attrs["format_version"] == 2
     store = FamilyStore(out)
     fam = store.read("4hhb_B")
     assert fam["msa"].shape[1] == 147 and len(fam["source_files"]) == 3
+    assert fam["backbone_positions"].shape == (147, 5, 3) and fam["backbone_mask"].dtype == np.uint8
     assert store.length("2q2k_A") == 70
 
 
@@ -70,7 +75,8 @@ def test_rebuild_is_idempotent(full_store, data_dir):
     report = build_store(out, pairs=data_dir / "PAIRS.tsv", workers=1, progress=False)
     assert report.written == 0 and report.unchanged == 22 and report.balanced
     after = FamilyStore(out).read("2q2k_A")
-    for key in ("msa", "deletion_matrix", "backbone_positions", "backbone_mask"):
+    for key in ("msa", "deletion_matrix", "all_atom_positions", "all_atom_mask",
+                "residue_index", "backbone_positions", "backbone_mask"):
         np.testing.assert_array_equal(before[key], after[key])
 
 
@@ -110,7 +116,7 @@ def test_edge_cases_never_stop_a_build_and_are_all_reported(tmp_path, data_dir):
     edge = data_dir / "edge_cases"
     out = tmp_path / "edge.h5"
     report = build_store(out, msa_dir=edge / "msa", structure_dir=edge / "structures",
-                         workers=2, progress=False)
+                         workers=2, progress=False, config={"allow_single_sequence": True})
     inputs = sorted(str(p) for p in (edge / "msa").iterdir()) + \
         sorted(str(p) for p in (edge / "structures").iterdir())
     assert report.balanced and report.input_files == len(inputs)
@@ -136,6 +142,13 @@ def test_edge_cases_never_stop_a_build_and_are_all_reported(tmp_path, data_dir):
     fam = store.read("1dmg_missing_A")
     assert fam["backbone_mask"][:, 1].sum() < fam["msa"].shape[1]
     assert fam["msa"].shape[0] == 1
+    # without the flag, a structure without an MSA is a reject, never a silent N_seq = 1
+    report = build_store(tmp_path / "strict.h5", msa_dir=edge / "msa",
+                         structure_dir=edge / "structures", progress=False)
+    assert report.balanced and report.accepted_families == 0
+    rejects = [json.loads(l) for l in open(tmp_path / "rejects.jsonl")]
+    assert all("--allow-single-sequence" in r["reason"] for r in rejects
+               if r["kind"] == "family" and r["rule"] == "msa")
 
 
 def test_cli_strict_and_report(tmp_path, data_dir, capsys):
@@ -195,13 +208,63 @@ def test_bad_pairs_and_bad_out_are_clear_errors(tmp_path, data_dir):
     pairs = tmp_path / "p.tsv"
     pairs.write_text("pair_id\tmsa_file\tstructure_file\tchain\n"
                      f"x\t{data_dir}/msa/5awl_A.single_seq.a3m\t{data_dir}/structures/5awl.pdb\tA\n"
-                     f"x\t{data_dir}/msa/5awl_A.single_seq.a3m\t{data_dir}/structures/4hhb.pdb\tA\n")
-    with pytest.raises(InputError, match="two different structures") as err:
-        build_store(tmp_path / "a.h5", pairs=pairs, progress=False)
-    assert err.value.line == 3
+                     f"x\t{data_dir}/msa/5awl_A.single_seq.a3m\t{data_dir}/structures/4hhb.pdb\tA\n"
+                     f"y\t{data_dir}/msa/5awl_A.single_seq.a3m\t\tA\n")
+    report = build_store(tmp_path / "a.h5", pairs=pairs, progress=False)   # bad rows: rejects
+    rows = {r["line"]: r for r in map(json.loads, open(tmp_path / "rejects.jsonl"))
+            if r["rule"] == "parse"}
+    assert "already paired with 5awl.pdb" in rows[3]["reason"]
+    assert "empty structure_file" in rows[4]["reason"]
+    assert report.accepted_families == 1 and report.rejected_families == 2 and report.balanced
     pairs.write_text("msa\tstructure\n")
-    with pytest.raises(InputError, match="needs columns"):
+    with pytest.raises(InputError, match="needs tab-separated columns"):
         build_store(tmp_path / "a.h5", pairs=pairs, progress=False)
     (tmp_path / "junk.h5").write_text("not hdf5")
     with pytest.raises(InputError, match="cannot open the store"):
         build_store(tmp_path / "junk.h5", pairs=data_dir / "PAIRS.tsv", progress=False)
+
+
+def _cli(argv, capsys):
+    from protdp.cli import main as protdp_main
+    rc = protdp_main(argv)
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+def test_output_paths_checked_before_any_work(tmp_path, data_dir, capsys):
+    from data_fixtures import permissions_enforced
+    pairs = _small_pairs(tmp_path, data_dir, {"5awl_A"})
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    (tmp_path / "a_file").write_text("x")
+    cases = [(["--out", str(tmp_path)], "store is a directory"),
+             (["--out", str(locked / "s.h5")], "folder is not writable"),
+             (["--out", str(tmp_path / "a_file" / "s.h5")], "cannot create the folder"),
+             (["--out", str(tmp_path / "s.h5"), "--rejects", str(tmp_path)],
+              "rejects report is a directory"),
+             (["--out", str(tmp_path / "s.h5"), "--report-json", str(locked / "r.json")],
+              "report JSON"),
+             (["--out", str(tmp_path / "s.h5"), "--workers", "0"], "--workers")]
+    with permissions_enforced():
+        for extra, what in cases:
+            rc, out, err = _cli(["data", "build", "--pairs", str(pairs), "--no-progress",
+                                 *extra], capsys)
+            assert rc == 2 and what in err and err.count("\n") == 1, (extra, err)
+            assert "Traceback" not in err and not (tmp_path / "s.h5").exists()
+
+
+def test_verify_and_readers_on_hostile_stores(tmp_path, data_dir, capsys):
+    (tmp_path / "junk.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(range(256)) * 8)
+    (tmp_path / "dir.h5").mkdir()
+    with h5py.File(tmp_path / "v1.h5", "w") as h5:
+        h5.attrs["format_version"] = 1
+        h5.create_group("families")
+    cases = {"junk.h5": "cannot open the store", "dir.h5": "cannot open the store",
+             "missing.h5": "not found", "v1.h5": "rebuild it: protdp data build"}
+    for name, what in cases.items():
+        for argv in (["data", "verify", str(tmp_path / name)],
+                     ["data", "info", "--data", str(tmp_path / name)],
+                     ["data", "shards", "--data", str(tmp_path / name), "--world-size", "2"]):
+            rc, out, err = _cli(argv, capsys)
+            assert rc == 2 and what in err and err.count("\n") == 1, (argv, err)

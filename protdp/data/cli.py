@@ -1,9 +1,10 @@
-"""`protdp data build|shards|info`: build the HDF5 family store and inspect its sharding."""
+"""`protdp data build|verify|shards|info`: build the HDF5 family store, check it, inspect it."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from protdp.errors import ConfigError
@@ -14,8 +15,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
 
     b = sub.add_parser("build", help="build/update the HDF5 family store from raw files")
-    b.add_argument("--msa-dir", help="folder of MSAs (a3m/sto/fasta/aln), paired by file name")
-    b.add_argument("--structure-dir", help="folder of structures (pdb/cif)")
+    b.add_argument("--msa-dir", help="folder of MSAs (a3m/sto/fasta/aln/clustal, optionally "
+                                     ".gz), paired by file name")
+    b.add_argument("--structure-dir", help="folder of structures (pdb/cif, optionally .gz)")
     b.add_argument("--pairs", help="TSV with msa_file, structure_file, chain (paths relative "
                                    "to the TSV); overrides name pairing")
     b.add_argument("--out", required=True, help="output store, e.g. data.h5")
@@ -27,9 +29,16 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--rejects", default=None, help="rejects report (default: rejects.jsonl "
                                                    "beside --out)")
     b.add_argument("--strict", action="store_true", help="exit 1 if anything was rejected")
+    b.add_argument("--allow-single-sequence", action="store_true",
+                   help="keep structures whose MSA is absent or unreadable as single-sequence "
+                        "families (default: reject them)")
     b.add_argument("--force", action="store_true", help="rebuild every family")
     b.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     b.add_argument("--report-json", default=None, help="also write the build report as JSON")
+
+    v = sub.add_parser("verify", help="read every family of a store and report problems "
+                                      "(exit 1 if any)")
+    v.add_argument("store", help="store built by `protdp data build`")
 
     s = sub.add_parser("shards", help="per-rank sharding summary of a store")
     s.add_argument("--data", required=True, help="store built by `protdp data build`")
@@ -47,32 +56,12 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     if args.cmd == "build":
-        from protdp.config import to_dict
-        from protdp.data.filters import FilterConfig
-        from protdp.data.store import build_store
-        if not (args.pairs or args.msa_dir or args.structure_dir):
-            raise ConfigError("give --pairs FILE or --msa-dir/--structure-dir")
-        if args.workers < 1:
-            raise ConfigError(f"--workers must be >= 1, got {args.workers}")
-        cfg = FilterConfig.load(args.config)
-        if args.screening:
-            cfg = FilterConfig(**{**to_dict(cfg), "screening_fasta": args.screening})
-        report = build_store(args.out, pairs=args.pairs, msa_dir=args.msa_dir,
-                             structure_dir=args.structure_dir, config=cfg,
-                             workers=args.workers, rejects_path=args.rejects,
-                             progress=not args.no_progress, force=args.force)
+        return _build(args)
+    if args.cmd == "verify":
+        from protdp.data.store import verify_store
+        report = verify_store(args.store)
         print(report.summary())
-        if args.report_json:
-            with open(args.report_json, "w") as fh:
-                json.dump(report.to_dict(), fh, indent=2)
-        if not report.balanced:
-            print("error: inputs != accepted + rejected", file=sys.stderr)
-            return 1
-        if args.strict and (report.rejected_files or report.rejected_families):
-            print(f"--strict: {report.rejected_files} file(s) and {report.rejected_families} "
-                  f"family(ies) rejected; see {report.rejects_path}", file=sys.stderr)
-            return 1
-        return 0
+        return 0 if report.ok else 1
     if args.cmd == "shards":
         from protdp.data.sampler import sharding_summary
         from protdp.data.store import FamilyStore
@@ -88,3 +77,43 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {fid:<16} L={int(L):<5} N_seq={int(n)}")
         return 0
     return 2
+
+
+def _build(args) -> int:
+    from protdp.config import to_dict
+    from protdp.data.filters import FilterConfig
+    from protdp.data.safeio import atomic_write_text, writable_output
+    from protdp.data.store import build_store
+    if not (args.pairs or args.msa_dir or args.structure_dir):
+        raise ConfigError("give --pairs FILE or --msa-dir/--structure-dir")
+    limit = 4 * (os.cpu_count() or 1)
+    if not 1 <= args.workers <= limit:
+        raise ConfigError(f"--workers must be within 1..{limit} (4 x the {os.cpu_count()} CPUs), "
+                          f"got {args.workers}")
+    if args.report_json:                                 # checked before any work starts
+        writable_output(args.report_json, "report JSON (--report-json)")
+    cfg = FilterConfig.load(args.config)
+    overrides = {}
+    if args.screening:
+        overrides["screening_fasta"] = args.screening
+    if args.allow_single_sequence:
+        overrides["allow_single_sequence"] = True
+    if overrides:
+        cfg = FilterConfig(**{**to_dict(cfg), **overrides})
+    report = build_store(args.out, pairs=args.pairs, msa_dir=args.msa_dir,
+                         structure_dir=args.structure_dir, config=cfg,
+                         workers=args.workers, rejects_path=args.rejects,
+                         progress=not args.no_progress, force=args.force)
+    print(report.summary())
+    if args.report_json:
+        atomic_write_text(args.report_json, json.dumps(report.to_dict(), indent=2) + "\n")
+    if not report.balanced:
+        print("error: inputs != accepted + rejected + skipped", file=sys.stderr)
+        return 1
+    if args.strict and (report.rejected_files or report.rejected_families or
+                        report.skipped_files):
+        print(f"--strict: {report.rejected_files} file(s), {report.rejected_families} "
+              f"family(ies) rejected and {report.skipped_files} file(s) skipped; see "
+              f"{report.rejects_path}", file=sys.stderr)
+        return 1
+    return 0

@@ -3,8 +3,8 @@
 Each rule has a name; a rejected family records the first failing rule and the build report
 counts rejections per rule. Rules: length bounds, resolution cutoff (AF2: 9 Å), a single
 residue type > 80 % of the chain (AF2), too many unknown residues, too few observed residues,
-exact-duplicate query chains (kept: the first family id in sorted order; decided by the
-store builder because it needs the global view) and a screening hook
+exact-duplicate query chains (kept: the mmCIF copy over a PDB one, then the first family id in
+sorted order; decided by the store builder because it needs the global view) and a screening hook
 (`protdp.data.screening`: long exact k-mer shared with a sequence of concern).
 """
 
@@ -19,6 +19,8 @@ from protdp.errors import ConfigError
 
 FILTER_NAMES = ("min_length", "max_length", "resolution", "single_residue_fraction",
                 "unknown_fraction", "min_observed_residues", "duplicate_chain", "screening")
+# rules decided before the filters (reading, pairing, validation); counted in the report too
+INPUT_RULES = ("parse", "structure", "msa", "unpaired", "pairing", "skipped", "internal")
 
 
 @dataclass
@@ -39,7 +41,8 @@ class FilterConfig:
     min_observed_residues: int = 8
     """Fewest residues with an observed CA."""
     deduplicate_chains: bool = True
-    """Drop families whose query sequence exactly repeats another family's."""
+    """Drop families whose query sequence exactly repeats another family's (mmCIF kept over
+    PDB, then the first family id)."""
     screening_fasta: str | None = None
     """FASTA of sequences of concern; families matching it are excluded (None = off)."""
     screening_k: int = 20
@@ -48,6 +51,14 @@ class FilterConfig:
     """'kmer' (exact) or 'phmmer' (also diverged homologs)."""
     deletion_clip: int = 255
     """Deletion counts are clipped to this value (uint8 storage)."""
+    min_pairing_coverage: float = 0.5
+    """Fewest paired residues, as a fraction of min(query length, observed residues)."""
+    min_pairing_identity: float = 1.0
+    """Identity of the MSA query to the structure over aligned non-X residues (1.0: none may
+    differ; the MSA must be of this chain)."""
+    allow_single_sequence: bool = False
+    """Keep a structure whose MSA is absent or unreadable as a single-sequence family (N_seq 1)
+    instead of rejecting it."""
 
     def __post_init__(self):
         if not 1 <= self.min_length <= self.max_length:
@@ -65,6 +76,9 @@ class FilterConfig:
                               f"got '{self.screening_mode}'")
         if not 1 <= self.deletion_clip <= 255:
             raise ConfigError("deletion_clip must be within [1, 255] (uint8 storage)")
+        for name in ("min_pairing_coverage", "min_pairing_identity"):
+            if not 0.0 < getattr(self, name) <= 1.0:
+                raise ConfigError(f"{name} must be within (0, 1], got {getattr(self, name)}")
 
     @classmethod
     def load(cls, path_or_obj=None) -> "FilterConfig":

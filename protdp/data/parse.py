@@ -6,32 +6,48 @@ the query and become per-column deletion counts (the number of inserted residues
 each column); `-`/`.` are gaps. Stockholm, aligned FASTA and Clustal are projected onto
 the same convention: columns where the query has a gap are dropped and residues in them
 counted as deletions (AF2 `convert_stockholm_to_a3m`). Duplicate aligned rows are removed
-(keep first, the query is always first); `X` and non-standard letters become `X`.
+(keep first, the query is always first); `X` and non-standard letters become `X`. A query
+without a single standard residue (all `X`) is refused: it would pair with any chain.
 
-Structures (Bio.PDB) are reduced to the five backbone atoms N, CA, C, O, CB per residue
-(AF2 `atom37` subset; CB of GLY is the ideal virtual CB of trRosetta/AF2 `pseudo_beta`),
-first model only, highest-occupancy altloc, modified residues mapped to their parent.
+Files are read by `protdp.data.safeio` (regular files only, `.gz`, BOM, CRLF/CR); every problem
+is an `InputError` naming the file and line, never a library's own message.
+
+Structures (`protdp.data.atoms`) keep every heavy atom in AF2's atom37 layout (first model,
+highest-occupancy altloc, modified residues mapped to their parent); residues are placed on the
+SEQRES / `_entity_poly_seq` sequence by `protdp.data.placement` (numbering first, alignment as a
+recorded fallback, chain breaks kept where no reference sequence fills them).
 """
 
 from __future__ import annotations
 
-import math
+import io
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
-from protdp.data.residues import (BACKBONE_ATOMS, MODIFIED_TO_PARENT, RESTYPES, THREE_TO_ONE,
-                                  residue_name_to_letter, sequence_to_ids)
+from protdp.data.atoms import (backbone_from_atom37, is_amino_acid, pick_residue,
+                               read_structure, residue_atom37, residue_letter,
+                               virtual_cb)  # noqa: F401  (virtual_cb re-exported)
+from protdp.data.placement import align_map, place_residues  # noqa: F401  (align_map re-exported)
+from protdp.data.residue_constants import ATOM_ORDER
+from protdp.data.residues import RESTYPES, residue_name_to_letter, sequence_to_ids
+from protdp.data.safeio import format_suffix, read_text
 from protdp.errors import InputError
 
 SS_ROW_NAMES = frozenset({"ss_pred", "ss_conf", "ss_dssp", "sa_dssp"})
 MSA_FORMATS = ("a3m", "stockholm", "fasta", "clustal", "psicov")
 _EXT_TO_FMT = {".a3m": "a3m", ".sto": "stockholm", ".sth": "stockholm", ".stk": "stockholm",
                ".stockholm": "stockholm", ".fasta": "fasta", ".fa": "fasta", ".fas": "fasta",
-               ".afa": "fasta", ".aln": "aln"}
+               ".afa": "fasta", ".aln": "aln", ".clustal": "clustal", ".clw": "clustal"}
+MSA_EXTENSIONS = tuple(_EXT_TO_FMT)            # each optionally followed by .gz
+# first word of a Clustal header as Biopython's reader knows it (MUSCLE, Kalign, ... write
+# their own name there); a header starting with CLUSTAL is Clustal too
+CLUSTAL_HEADERS = ("CLUSTAL", "PROBCONS", "MUSCLE", "MSAPROBS", "Kalign", "Biopython")
 _STD = set(RESTYPES)
+_STD_CODES = np.frombuffer(RESTYPES.encode(), np.uint8)
 _NORMALIZE = np.frombuffer(bytes(range(256)), dtype=np.uint8).copy()
 for _c in range(256):
     _ch = chr(_c).upper()
@@ -67,34 +83,33 @@ class Msa:
         return np.stack([sequence_to_ids(s) for s in self.sequences])
 
 
-def _read_text(path: Path) -> str:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read file: {exc.strerror}", path=path) from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not a text file (byte {exc.start} is not UTF-8)", path=path) from None
+def _first_line(text: str) -> str:
+    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+
+
+def is_clustal_header(line: str) -> bool:
+    word = line.split()[0] if line.split() else ""
+    return word in CLUSTAL_HEADERS or word.upper().startswith("CLUSTAL")
 
 
 def detect_msa_format(path: Path, text: str | None = None) -> str:
-    ext = path.suffix.lower()
+    """MSA format from the extension (a trailing .gz ignored); `.aln` is Clustal (a Clustal
+    header: CLUSTAL, MUSCLE, Kalign, ...), aligned FASTA ('>') or PSICOV (bare rows)."""
+    ext = format_suffix(path)
     fmt = _EXT_TO_FMT.get(ext)
     if fmt is None:
         raise InputError(f"unknown MSA file extension '{ext}'; expected one of "
-                         f"{sorted(_EXT_TO_FMT)}", path=path)
-    if fmt == "aln":  # Clustal ('CLUSTAL' header), aligned FASTA ('>') or PSICOV (bare rows)
-        text = _read_text(path) if text is None else text
-        first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-        fmt = "clustal" if first.upper().startswith("CLUSTAL") else (
+                         f"{sorted(_EXT_TO_FMT)} (optionally .gz)", path=path)
+    if fmt == "aln":
+        first = _first_line(read_text(path) if text is None else text)
+        fmt = "clustal" if is_clustal_header(first) else (
             "fasta" if first.startswith(">") else "psicov")
     return fmt
 
 
 def _sniff_wrong_format(text: str, path: Path, expected: str) -> None:
-    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    if first.upper().startswith("CLUSTAL"):
+    first = _first_line(text)
+    if is_clustal_header(first):
         raise InputError(f"this is a Clustal alignment, not {expected}; name it .aln or pass "
                          f"fmt='clustal'", path=path, line=1)
     if first.startswith("# STOCKHOLM"):
@@ -174,6 +189,10 @@ def _finish(names: list[str], arr: np.ndarray, dels: np.ndarray, path: Path,
     if not (arr[0] != ord("-")).any():
         raise InputError(f"the query '{names[0]}' has no residues", path=path,
                          line=None if lines is None else lines[0])
+    if not np.isin(arr[0], _STD_CODES).any():
+        raise InputError(f"the query '{names[0]}' has no standard amino acid (all X); an "
+                         f"all-unknown query would pair with any chain", path=path,
+                         line=None if lines is None else lines[0])
     seqs = [r.tobytes().decode("ascii") for r in arr]
     first: dict[str, int] = {}
     for i, s in enumerate(seqs):
@@ -233,16 +252,43 @@ def _parse_aligned_fasta(text: str, path: Path) -> Msa:
     return _aligned_msa([r[0] for r in records], rows, lines, path)
 
 
-def _check_stockholm_names(text: str, path: Path) -> None:
-    """Biopython silently concatenates repeated row names; reject them with line numbers."""
-    where: dict[str, list[int]] = {}
-    for lineno, raw in enumerate(text.splitlines(), 1):
+def _stockholm_rows(text: str):
+    """(line number, kind, key, data) of every Stockholm row: kind 'seq' (key = name),
+    'GR' (key = (name, feature)) or 'GC' (key = feature)."""
+    for lineno, raw in enumerate(text.split("\n"), 1):
         line = raw.strip()
-        if not line or line.startswith("#") or line == "//":
+        if not line or line == "//":
             continue
-        where.setdefault(line.split()[0], []).append(lineno)
+        if line.startswith("#=GR"):
+            parts = line.split(None, 3)
+            if len(parts) == 4:
+                yield lineno, "GR", (parts[1], parts[2]), parts[3].replace(" ", "")
+        elif line.startswith("#=GC"):
+            parts = line.split(None, 2)
+            if len(parts) == 3:
+                yield lineno, "GC", parts[1], parts[2].replace(" ", "")
+        elif not line.startswith("#"):
+            parts = line.split(None, 1)
+            yield lineno, "seq", parts[0], parts[1].replace(" ", "") if len(parts) > 1 else ""
+
+
+def _check_stockholm(text: str, path: Path) -> None:
+    """What Biopython gets wrong or crashes on, found first and named with a line number:
+    repeated row names (silently concatenated), rows or #=GR/#=GC annotations whose total
+    length differs from the alignment's (an internal error inside the reader)."""
+    where: dict[str, list[int]] = {}
+    total: dict = {}
+    last: dict = {}
+    for lineno, kind, key, data in _stockholm_rows(text):
+        if kind == "seq":
+            where.setdefault(key, []).append(lineno)
+        total[(kind, key)] = total.get((kind, key), 0) + len(data)
+        last[(kind, key)] = lineno
     if not where:
-        return
+        raise InputError("no sequence rows (expected 'name  aligned-sequence' lines)", path=path)
+    if not any(line.strip() == "//" for line in text.split("\n")):
+        raise InputError("no '//' end-of-alignment line: the file is truncated or not "
+                         "Stockholm", path=path, line=text.count("\n") + 1)
     blocks = min(len(v) for v in where.values())
     for name, lines in where.items():
         if len(lines) != blocks:
@@ -250,6 +296,38 @@ def _check_stockholm_names(text: str, path: Path) -> None:
                              f"{', '.join(map(str, lines[:5]))}) while other rows appear "
                              f"{blocks} time(s); duplicate row names make the alignment "
                              f"ambiguous", path=path, line=lines[1])
+    first = next(iter(where))
+    width = total[("seq", first)]
+    for (kind, key), n in total.items():
+        if n != width:
+            what = {"seq": f"row '{key}'", "GC": f"#=GC {key} annotation",
+                    "GR": f"#=GR {' '.join(key)} annotation"}[kind]
+            raise InputError(f"{what} has {n} columns but row '{first}' has {width}",
+                             path=path, line=last[(kind, key)])
+
+
+def _check_clustal(text: str, path: Path) -> None:
+    """Rows after the header must be 'name  aligned-sequence [count]' with equal totals per
+    name (Biopython's reader loops forever on a header-only file and names no line)."""
+    total: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for lineno, raw in enumerate(text.split("\n")[1:], 2):
+        if not raw.strip() or raw[0] in " \t":             # blank or conservation line
+            continue
+        parts = raw.split()
+        if len(parts) not in (2, 3) or (len(parts) == 3 and not parts[2].isdigit()):
+            raise InputError("expected 'name  aligned-sequence [residue count]' rows",
+                             path=path, line=lineno)
+        total[parts[0]] = total.get(parts[0], 0) + len(parts[1])
+        last[parts[0]] = lineno
+    if not total:
+        raise InputError("no sequence rows after the Clustal header (truncated file?)",
+                         path=path)
+    first = next(iter(total))
+    for name, n in total.items():
+        if n != total[first]:
+            raise InputError(f"row '{name}' has {n} columns but row '{first}' has "
+                             f"{total[first]}", path=path, line=last[name])
 
 
 def _parse_with_alignio(path: Path, fmt: str, text: str) -> Msa:
@@ -258,16 +336,32 @@ def _parse_with_alignio(path: Path, fmt: str, text: str) -> Msa:
         if not text.lstrip().startswith("# STOCKHOLM"):
             _sniff_wrong_format(text, path, "Stockholm")
             raise InputError("missing '# STOCKHOLM 1.0' header", path=path, line=1)
-        _check_stockholm_names(text, path)
+        _check_stockholm(text, path)
+    elif fmt == "clustal":
+        first = _first_line(text)
+        if not is_clustal_header(first):
+            raise InputError("missing Clustal header (first line 'CLUSTAL ...', 'MUSCLE ...' "
+                             "or 'Kalign ...')", path=path, line=1)
+        if first.split()[0] not in CLUSTAL_HEADERS:           # e.g. 'CLUSTALW': Biopython
+            text = text.replace(first, "CLUSTAL " + first.split(None, 1)[-1], 1)
+        _check_clustal(text.lstrip(), path)
     try:
-        aln = AlignIO.read(str(path), fmt)
-    except ValueError as exc:
-        raise InputError(f"not a valid {fmt} alignment: {exc}", path=path) from None
-    rows = [str(rec.seq).upper().encode("ascii") for rec in aln]
+        aln = AlignIO.read(io.StringIO(text), fmt)
+    except Exception:     # the reader's own texts are not user messages; say what is expected
+        what = {"stockholm": "'name  aligned-sequence' rows of equal total length, ending "
+                             "with '//'",
+                "clustal": "blocks of 'name  aligned-sequence' rows of equal total length"}[fmt]
+        raise InputError(f"not a valid {fmt} alignment: expected {what}", path=path) from None
+    rows = [str(rec.seq).upper().encode("ascii", "replace") for rec in aln]
     names = [rec.id for rec in aln]
-    if not rows:
+    if not rows or not rows[0]:
         raise InputError("no sequences found (empty MSA)", path=path)
-    arr, d = _project_on_query(_rows_array(rows), np.zeros((len(rows), len(rows[0])), np.int64))
+    arr = _rows_array(rows)
+    bad = np.nonzero(~_ALLOWED[arr].all(1))[0]
+    if len(bad):
+        raise InputError(f"unexpected character(s) in row '{names[bad[0]]}' (expected amino-"
+                         f"acid letters and '-' / '.')", path=path)
+    arr, d = _project_on_query(arr, np.zeros(arr.shape, np.int64))
     return _finish(names, arr, d, path)
 
 
@@ -278,8 +372,8 @@ def _parse_psicov(text: str, path: Path) -> Msa:
         if not line:
             continue
         if not re.fullmatch(r"[A-Za-z\-.]+", line):
-            raise InputError("PSICOV .aln rows must be bare aligned sequences", path=path,
-                             line=lineno)
+            raise InputError("PSICOV .aln rows must be bare aligned sequences (letters, '-' "
+                             "and '.')", path=path, line=lineno)
         if rows and len(line) != len(rows[0]):
             raise InputError(f"row {len(rows) + 1} has {len(line)} columns but the first row "
                              f"has {len(rows[0])}", path=path, line=lineno)
@@ -289,10 +383,10 @@ def _parse_psicov(text: str, path: Path) -> Msa:
 
 
 def parse_msa(path: str | Path, fmt: str | None = None) -> Msa:
-    """Read an MSA file (a3m, Stockholm, aligned FASTA, Clustal, PSICOV); format from the
-    extension unless `fmt` is given. Raises InputError naming file and line on bad input."""
+    """Read an MSA file (a3m, Stockholm, aligned FASTA, Clustal, PSICOV; plain or .gz); format
+    from the extension unless `fmt` is given. Raises InputError naming file and line."""
     path = Path(path)
-    text = _read_text(path)
+    text = read_text(path)
     fmt = detect_msa_format(path, text) if fmt is None else fmt
     if fmt not in MSA_FORMATS:
         raise InputError(f"unknown MSA format '{fmt}'; expected one of {MSA_FORMATS}", path=path)
@@ -304,6 +398,7 @@ def parse_msa(path: str | Path, fmt: str | None = None) -> Msa:
         _sniff_wrong_format(text, path, "FASTA")
         return _parse_aligned_fasta(text, path)
     if fmt == "psicov":
+        _sniff_wrong_format(text, path, "PSICOV")
         return _parse_psicov(text, path)
     return _parse_with_alignio(path, fmt, text)
 
@@ -340,175 +435,119 @@ def merge_msas(msas: list[Msa]) -> Msa:
 
 # --------------------------------------------------------------------------------- structure
 
+CA37 = ATOM_ORDER["CA"]
+
+
 @dataclass
 class Chain:
-    """One polymer chain reduced to backbone atoms (+CB)."""
-    sequence: str               # one-letter; full SEQRES/entity_poly sequence when the file has it
-    positions: np.ndarray       # float32 [L, 5, 3] N, CA, C, O, CB in Å (0 where missing)
-    mask: np.ndarray            # bool [L, 5]
-    residue_index: np.ndarray   # int32 [L] 0-based position in `sequence`
-    author_ids: list[str]       # author residue number + insertion code ('' if unobserved)
-    resolution: float           # Å; NaN if unknown (NMR, extracts without header)
+    """One polymer chain, every heavy atom in AF2's atom37 layout, placed on its sequence."""
+    sequence: str                   # one-letter; SEQRES / _entity_poly_seq when the file has it
+    all_atom_positions: np.ndarray  # float32 [L, 37, 3] Å, 0 where missing
+    all_atom_mask: np.ndarray       # bool [L, 37] atom present in the file
+    residue_index: np.ndarray       # int32 [L] (jumps at breaks no reference sequence fills)
+    between_segment: np.ndarray     # bool [L] first residue after a chain break
+    author_ids: list[str]           # author residue number + insertion code ('' if unobserved)
+    resolution: float               # Å; NaN if unknown (NMR, extracts without header)
     chain_id: str
     source: str
-    has_seqres: bool            # True if `sequence` came from SEQRES / _entity_poly_seq
+    has_seqres: bool                # True if `sequence` came from SEQRES / _entity_poly_seq
+    placement: str = "observed"     # how residues were placed (protdp.data.placement)
+    warnings: list[str] = field(default_factory=list)
+    dropped_atoms: int = 0          # atom records of the file dropped by validation
+
+    @cached_property
+    def _backbone(self) -> tuple[np.ndarray, np.ndarray]:
+        return backbone_from_atom37(self.sequence, self.all_atom_positions, self.all_atom_mask)
+
+    @property
+    def positions(self) -> np.ndarray:
+        """float32 [L, 5, 3] N, CA, C, O, CB (virtual CB for Gly), derived from atom37."""
+        return self._backbone[0]
+
+    @property
+    def mask(self) -> np.ndarray:
+        """bool [L, 5] for `positions`."""
+        return self._backbone[1].astype(bool)
 
     @property
     def observed(self) -> np.ndarray:
         """bool [L]: CA observed."""
-        return self.mask[:, 1]
-
-
-def virtual_cb(n: np.ndarray, ca: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """Ideal CB from backbone (trRosetta / AF2 pseudo-beta constants). [..., 3]."""
-    b = ca - n
-    cc = c - ca
-    a = np.cross(b, cc)
-    return -0.58273431 * a + 0.56802827 * b - 0.54067466 * cc + ca
-
-
-def _pick_residue(res):
-    """DisorderedResidue (point mutation) -> child with highest mean occupancy."""
-    if res.is_disordered() == 2:
-        return max(res.disordered_get_list(),
-                   key=lambda r: np.mean([a.get_occupancy() or 0.0 for a in r]))
-    return res
-
-
-def _keep_residue(res) -> bool:
-    het, _, _ = res.id
-    name = res.get_resname().strip().upper()
-    if het == "W":
-        return False
-    if name in THREE_TO_ONE or name in MODIFIED_TO_PARENT:
-        return True
-    return het == " " and "CA" in res   # unknown ATOM residue with a CA -> X
+        return self.all_atom_mask[:, CA37]
 
 
 def _pdb_seqres(text: str, chain_id: str) -> str | None:
     names = []
-    for line in text.splitlines():
-        if line.startswith("SEQRES") and len(line) > 19 and line[11] == (chain_id or " ")[0]:
+    want = (chain_id or " ")[0]
+    for line in text.split("\n"):
+        if line.startswith("SEQRES") and len(line) > 19 and line[11] == want:
             names += line[19:].split()
     return "".join(residue_name_to_letter(n) for n in names) or None
 
 
-def _float_or_nan(values) -> float:
-    for v in values or []:
-        try:
-            x = float(v)
-        except (TypeError, ValueError):
-            continue
-        if math.isfinite(x) and x > 0:
-            return x
-    return float("nan")
+def _cif_column(d: dict, key: str) -> list:
+    v = d.get(key)
+    return v if isinstance(v, list) else [v]
 
 
 def _cif_reference(d: dict, chain_id: str) -> tuple[str | None, dict]:
     """_entity_poly_seq sequence of the chain's entity and a map (auth resseq, icode) ->
-    0-based index in it, via _atom_site.label_seq_id (first model)."""
-    if "_entity_poly_seq.mon_id" not in d or "_atom_site.label_seq_id" not in d:
+    label_seq_id - 1 (first model)."""
+    if "_entity_poly_seq.mon_id" not in d or "_atom_site.label_seq_id" not in d or \
+            "_atom_site.label_entity_id" not in d:
         return None, {}
-    col = lambda k: d.get(k) if isinstance(d.get(k), list) else [d.get(k)]
-    auth_asym, entity = col("_atom_site.auth_asym_id"), col("_atom_site.label_entity_id")
-    seq_id, auth_seq = col("_atom_site.label_seq_id"), col("_atom_site.auth_seq_id")
-    icode = col("_atom_site.pdbx_PDB_ins_code") if "_atom_site.pdbx_PDB_ins_code" in d else None
-    model = col("_atom_site.pdbx_PDB_model_num") if "_atom_site.pdbx_PDB_model_num" in d else None
+    auth_asym = _cif_column(d, "_atom_site.auth_asym_id")
+    entity = _cif_column(d, "_atom_site.label_entity_id")
+    seq_id, auth_seq = (_cif_column(d, "_atom_site.label_seq_id"),
+                        _cif_column(d, "_atom_site.auth_seq_id"))
+    icode = _cif_column(d, "_atom_site.pdbx_PDB_ins_code")
+    model = _cif_column(d, "_atom_site.pdbx_PDB_model_num")
     first_model = model[0] if model else None
     ent, mapping = None, {}
     for i, ch in enumerate(auth_asym):
-        if ch != chain_id or (model and model[i] != first_model) or seq_id[i] in (".", "?"):
+        if ch != chain_id or model[i] != first_model or seq_id[i] in (".", "?"):
             continue
-        ent = entity[i]
-        ic = "" if icode is None or icode[i] in ("?", ".") else icode[i]
+        ent = entity[i] if ent is None else ent
+        if entity[i] != ent:
+            continue
+        ic = "" if icode[i] in ("?", ".") else icode[i]
         try:
             mapping[(int(auth_seq[i]), ic)] = int(seq_id[i]) - 1
-        except ValueError:                  # malformed numbering: fall back to observed-only
-            return None, {}
+        except ValueError:                   # malformed numbering: numbering decides instead
+            return _entity_sequence(d, ent), {}
     if ent is None:
         return None, {}
+    return _entity_sequence(d, ent), mapping
+
+
+def _entity_sequence(d: dict, entity: str) -> str | None:
     seq: dict[int, str] = {}
-    for e, num, mon in zip(col("_entity_poly_seq.entity_id"), col("_entity_poly_seq.num"),
-                           col("_entity_poly_seq.mon_id")):
-        if e == ent and num.isdigit() and int(num) not in seq:  # heterogeneity: first wins
+    for e, num, mon in zip(_cif_column(d, "_entity_poly_seq.entity_id"),
+                           _cif_column(d, "_entity_poly_seq.num"),
+                           _cif_column(d, "_entity_poly_seq.mon_id")):
+        if e == entity and str(num).isdigit() and int(num) not in seq:  # heterogeneity: first
             seq[int(num)] = residue_name_to_letter(mon)
-    if not seq or max(mapping.values(), default=-1) >= len(seq):
-        return None, {}
-    return "".join(seq[k] for k in sorted(seq)), mapping
+    return "".join(seq[k] for k in sorted(seq)) or None
 
 
-def _aligner():
-    from Bio.Align import PairwiseAligner
-    al = PairwiseAligner()
-    al.mode = "global"
-    al.match_score, al.mismatch_score = 2.0, -3.0
-    al.wildcard = "X"
-    al.open_gap_score, al.extend_gap_score = -5.0, -0.5
-    al.end_gap_score = 0.0
-    return al
+def _protein_chains(model) -> dict:
+    return {c.id: c for c in model if any(is_amino_acid(pick_residue(r)) for r in c)}
 
 
-def align_map(a: str, b: str) -> np.ndarray:
-    """Global alignment with free end gaps (X = wildcard): int64 [len(a)] index into b or -1."""
-    out = np.full(len(a), -1, np.int64)
-    if not a or not b:
-        return out
-    if a == b:
-        return np.arange(len(a))
-    off = a.find(b)
-    if off >= 0:                       # fast path: b is a contiguous part of a
-        out[off:off + len(b)] = np.arange(len(b))
-        return out
-    off = b.find(a)
-    if off >= 0:
-        return np.arange(off, off + len(a))
-    aln = _aligner().align(a, b)[0]
-    for (s0, e0), (s1, _) in zip(*aln.aligned):
-        out[s0:e0] = np.arange(s1, s1 + e0 - s0)
-    return out
+def list_chains(path: str | Path, data=None) -> list[str]:
+    """Auth chain ids (first model) that contain at least one amino-acid residue. `data`: the
+    file already read by `protdp.data.atoms.read_structure` (else it is read here)."""
+    data = read_structure(Path(path)) if data is None else data
+    return [] if data.model is None else [c.strip() for c in _protein_chains(data.model)]
 
 
-def _open_structure(path: Path):
-    from Bio.PDB import MMCIFParser, PDBParser
-    ext = path.suffix.lower()
-    if ext in (".cif", ".mmcif"):
-        parser = MMCIFParser(QUIET=True)
-    elif ext in (".pdb", ".ent"):
-        parser = PDBParser(QUIET=True, PERMISSIVE=True)
-    else:
-        raise InputError(f"unknown structure extension '{ext}'; expected .pdb/.ent/.cif/.mmcif",
-                         path=path)
-    try:
-        structure = parser.get_structure(path.stem, str(path))
-    except Exception as exc:   # Biopython raises many types for malformed files
-        raise InputError(f"cannot parse structure: {type(exc).__name__}: {exc}",
-                         path=path) from None
-    return structure, getattr(parser, "_mmcif_dict", None)
-
-
-def list_chains(path: str | Path) -> list[str]:
-    """Auth chain ids (first model) that contain at least one amino-acid residue."""
-    path = Path(path)
-    structure, _ = _open_structure(path)
-    models = list(structure)
-    if not models:
-        return []
-    return [c.id.strip() for c in models[0]
-            if any(_keep_residue(_pick_residue(r)) for r in c)]
-
-
-def parse_structure(path: str | Path, chain: str | None = None) -> Chain:
-    """PDB/mmCIF chain -> Chain. `chain` is the author chain id; '' or None selects a blank id
-    or the only protein chain. Raises InputError for files without usable residues."""
-    path = Path(path)
-    structure, cif = _open_structure(path)
-    models = list(structure)
-    if not models:
+def _select_chain(data, chain: str | None, path: Path):
+    if data.model is None:
+        if data.dropped_atoms:
+            raise InputError(f"no usable coordinates: all {data.dropped_atoms} atom records "
+                             f"were invalid ({data.warnings[0]})", path=path)
         raise InputError("no ATOM/HETATM coordinates (header-only file?)", path=path)
-    model = models[0]                                      # first model of NMR ensembles
-    chains = {c.id: c for c in model}
-    protein = [cid for cid, c in chains.items()
-               if any(_keep_residue(_pick_residue(r)) for r in c)]
+    chains = {c.id: c for c in data.model}
+    protein = list(_protein_chains(data.model))
     if not protein:
         raise InputError("no amino-acid residues in the first model (only ions, ligands or "
                          "water)", path=path)
@@ -526,106 +565,131 @@ def parse_structure(path: str | Path, chain: str | None = None) -> Chain:
     else:
         raise InputError(f"no chain id given and the file has {len(protein)} protein chains "
                          f"{sorted(protein)}; pass one", path=path, field="chain")
-    residues = [r for r in (_pick_residue(r) for r in chains[cid]) if _keep_residue(r)]
+    residues = [r for r in (pick_residue(r) for r in chains[cid]) if is_amino_acid(r)]
     if not residues:
         raise InputError(f"chain '{cid.strip() or '<blank>'}' has no amino-acid residues "
                          f"(only ions, ligands or water)", path=path, field="chain")
+    return cid, residues
 
+
+def parse_structure(path: str | Path, chain: str | None = None, data=None) -> Chain:
+    """PDB/mmCIF chain (plain or .gz) -> Chain. `chain` is the author chain id; '' or None
+    selects a blank id or the only protein chain; `data` as in `list_chains`. InputError for
+    files without usable residues."""
+    path = Path(path)
+    data = read_structure(path) if data is None else data
+    cid, residues = _select_chain(data, chain, path)
     n = len(residues)
-    pos = np.zeros((n, 5, 3), np.float32)        # [L_obs, 5, 3]
-    mask = np.zeros((n, 5), bool)                # [L_obs, 5]
-    letters, authors = [], []
+    pos = np.zeros((n, 37, 3), np.float32)                      # [n_obs, 37, 3]
+    mask = np.zeros((n, 37), bool)                              # [n_obs, 37]
     for i, res in enumerate(residues):
-        letters.append(residue_name_to_letter(res.get_resname()))
-        _, num, ic = res.id
-        authors.append(f"{num}{ic.strip()}")
-        for j, atom in enumerate(BACKBONE_ATOMS):
-            if atom in res:
-                pos[i, j] = res[atom].get_coord()
-                mask[i, j] = True
-        if letters[-1] == "G" and mask[i, :3].all() and not mask[i, 4]:
-            pos[i, 4] = virtual_cb(pos[i, 0], pos[i, 1], pos[i, 2])
-            mask[i, 4] = True
-    observed = "".join(letters)
-
-    # Place the observed residues on the full sequence when the file has one.
-    ref, index = None, None
-    if cif is not None:
-        ref, mapping = _cif_reference(cif, cid.strip())
-        if ref is not None:
-            keys = [(res.id[1], res.id[2].strip()) for res in residues]
-            if all(k in mapping for k in keys):
-                index = np.array([mapping[k] for k in keys])
-        resolution = _float_or_nan([cif.get(k, [None])[0] for k in (
-            "_refine.ls_d_res_high", "_em_3d_reconstruction.resolution",
-            "_reflns.d_resolution_high")])
+        pos[i], mask[i] = residue_atom37(res)
+    observed = "".join(residue_letter(r) for r in residues)
+    authors = [(int(r.id[1]), r.id[2].strip()) for r in residues]
+    label_index = None
+    if data.cif is not None:
+        ref, mapping = _cif_reference(data.cif, cid.strip())
+        if ref and mapping and all(k in mapping for k in authors):
+            label_index = np.array([mapping[k] for k in authors])
     else:
-        ref = _pdb_seqres(_read_text(path), cid)
-        if ref is not None:
-            m = align_map(observed, ref)
-            if (m >= 0).all() and np.all(np.diff(m) > 0) and all(
-                    ref[k] == x or "X" in (ref[k], x) for k, x in zip(m, observed)):
-                index = m
-        resolution = _float_or_nan([structure.header.get("resolution")])
-    if index is None or len(set(index.tolist())) != n:
-        ref, index = observed, np.arange(n)
-    L = len(ref)
-    full_pos = np.zeros((L, 5, 3), np.float32)
-    full_mask = np.zeros((L, 5), bool)
+        ref = _pdb_seqres(data.text, cid)
+    placed = place_residues(observed, authors, pos[:, CA37], mask[:, CA37], ref, label_index)
+    L = len(placed.sequence)
+    full_pos = np.zeros((L, 37, 3), np.float32)
+    full_mask = np.zeros((L, 37), bool)
+    full_pos[placed.index], full_mask[placed.index] = pos, mask
     full_auth = [""] * L
-    full_pos[index], full_mask[index] = pos, mask
-    for k, a in zip(index, authors):
-        full_auth[k] = a
-    return Chain(sequence=ref, positions=full_pos, mask=full_mask,
-                 residue_index=np.arange(L, dtype=np.int32), author_ids=full_auth,
-                 resolution=resolution, chain_id=cid.strip(), source=str(path),
-                 has_seqres=ref is not observed)
+    for k, (num, ic) in zip(placed.index.tolist(), authors):
+        full_auth[k] = f"{num}{ic}"
+    return Chain(sequence=placed.sequence, all_atom_positions=full_pos, all_atom_mask=full_mask,
+                 residue_index=placed.residue_index, between_segment=placed.between_segment,
+                 author_ids=full_auth, resolution=data.resolution, chain_id=cid.strip(),
+                 source=str(path), has_seqres=placed.method != "observed",
+                 placement=placed.method, warnings=data.warnings + placed.warnings,
+                 dropped_atoms=data.dropped_atoms)
 
 
 # ----------------------------------------------------------------------------------- pairing
 
-def pair_msa_structure(query: str, chain: Chain, msa_path: str = "<msa>",
-                       structure_path: str | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
-    """Place the chain's atoms on the MSA query positions.
+@dataclass
+class Paired:
+    """A chain's atoms placed on the MSA query positions."""
+    all_atom_positions: np.ndarray  # float32 [Lq, 37, 3]
+    all_atom_mask: np.ndarray       # bool [Lq, 37]
+    residue_index: np.ndarray       # int32 [Lq] (jumps where a chain break is not filled)
+    between_segment: np.ndarray     # bool [Lq]
+    info: dict                      # aligned, identical, identity, coverage, dropped_terminal
 
-    Returns positions float32 [Lq, 5, 3], mask bool [Lq, 5] and info (aligned, dropped).
-    Terminal overhangs on either side are fine (residues outside the query are dropped);
-    a substitution (other than X) or a structure residue missing inside the query is an
-    InputError naming both files.
+
+def _carry_breaks(m: np.ndarray, chain: Chain) -> tuple[np.ndarray, np.ndarray]:
+    """Query residue_index / break flags: a break stays a break where two consecutive query
+    positions map to the residues on either side of it (the query does not fill the gap)."""
+    Lq = len(m)
+    steps = np.ones(Lq, np.int64)
+    steps[0] = 0
+    flags = np.zeros(Lq, bool)
+    both = (m[1:] >= 0) & (m[:-1] >= 0) & (m[1:] == m[:-1] + 1)              # [Lq - 1]
+    k = np.nonzero(both)[0]
+    brk = chain.between_segment[m[k + 1]]
+    jump = chain.residue_index[m[k + 1]] - chain.residue_index[m[k]]
+    steps[k[brk] + 1] = jump[brk]
+    flags[k[brk] + 1] = True
+    return np.cumsum(steps).astype(np.int32), flags
+
+
+def pair_msa_structure(query: str, chain: Chain, msa_path: str = "<msa>",
+                       structure_path: str | None = None, *, min_coverage: float = 0.5,
+                       min_identity: float = 1.0) -> Paired:
+    """Place the chain's atoms on the MSA query positions (alignment, free end gaps).
+
+    Coverage = aligned observed residues / min(query length, observed residues); identity =
+    identical / aligned pairs where neither residue is X. Terminal overhangs are fine; coverage
+    or identity below the minimum, or an observed residue inside the aligned region without a
+    query counterpart, is an InputError naming both files and the figures.
     """
     structure_path = structure_path or chain.source
     where = f"MSA query ({msa_path}) vs structure {structure_path} chain " \
             f"'{chain.chain_id or '<blank>'}'"
-    if chain.has_seqres:
-        target, tmask = chain.sequence, np.ones(len(chain.sequence), bool)
-    else:
-        target, tmask = chain.sequence, chain.observed | chain.mask.any(1)
+    target = chain.sequence
     m = align_map(query, target)                                    # [Lq] -> target index
+    obs = chain.all_atom_mask.any(1)                                # [L]
     hit = m >= 0
-    obs = chain.mask.any(1)
-    mapped_obs = obs[m[hit]]
-    if not mapped_obs.any():
+    pair = np.zeros(len(query), bool)
+    pair[hit] = obs[m[hit]]                                         # [Lq] aligned + observed
+    n_obs = int(obs.sum())
+    if not pair.any():
         raise InputError(f"{where}: no observed structure residue aligns to the query",
                          path=msa_path)
-    qi = np.nonzero(hit)[0]
-    mism = [(int(i), query[i], target[m[i]]) for i in qi
-            if obs[m[i]] and query[i] != target[m[i]] and "X" not in (query[i], target[m[i]])]
-    if mism:
+    qi = np.nonzero(pair)[0]
+    q_l = [query[i] for i in qi]
+    t_l = [target[m[i]] for i in qi]
+    nonx = [(i, a, b) for i, a, b in zip(qi, q_l, t_l) if a != "X" and b != "X"]
+    mism = [(int(i), a, b) for i, a, b in nonx if a != b]
+    identity = (len(nonx) - len(mism)) / len(nonx) if nonx else 0.0
+    coverage = len(qi) / max(1, min(len(query), n_obs))
+    info = {"aligned": len(qi), "identical": len(nonx) - len(mism),
+            "identity": round(identity, 4), "coverage": round(coverage, 4)}
+    if coverage < min_coverage:
+        raise InputError(f"{where}: only {len(qi)} residues pair (coverage {coverage:.2f} of "
+                         f"min(query {len(query)}, observed {n_obs}) < min_pairing_coverage "
+                         f"{min_coverage}); the MSA is not for this chain", path=msa_path)
+    if identity < min_identity:
         show = ", ".join(f"q{i + 1}:{a}>{b}" for i, a, b in mism[:5])
-        raise InputError(f"{where}: {len(mism)} residue mismatch(es) inside the alignment "
-                         f"({show})", path=msa_path)
+        raise InputError(f"{where}: identity {identity:.3f} < min_pairing_identity "
+                         f"{min_identity} ({len(mism)} residue mismatch(es) inside the "
+                         f"alignment{': ' + show if show else ''})", path=msa_path)
     lo, hi = m[hit].min(), m[hit].max()
-    inside = np.zeros(len(target), bool)
-    inside[lo:hi + 1] = True
-    unmatched = inside & obs & tmask
+    unmatched = np.zeros(len(target), bool)
+    unmatched[lo:hi + 1] = obs[lo:hi + 1]
     unmatched[m[hit]] = False
     if unmatched.any():
         k = int(np.nonzero(unmatched)[0][0])
         raise InputError(f"{where}: {int(unmatched.sum())} observed structure residue(s) inside "
                          f"the aligned region have no query counterpart (first: "
                          f"{target[k]} {chain.author_ids[k]})", path=msa_path)
-    positions = np.zeros((len(query), 5, 3), np.float32)
-    mask = np.zeros((len(query), 5), bool)
-    positions[hit], mask[hit] = chain.positions[m[hit]], chain.mask[m[hit]]
-    dropped = int(obs.sum() - obs[m[hit]].sum())
-    return positions, mask, {"aligned": int(mask[:, 1].sum()), "dropped_terminal": dropped}
+    positions = np.zeros((len(query), 37, 3), np.float32)
+    mask = np.zeros((len(query), 37), bool)
+    positions[hit], mask[hit] = chain.all_atom_positions[m[hit]], chain.all_atom_mask[m[hit]]
+    residue_index, flags = _carry_breaks(m, chain)
+    info["dropped_terminal"] = n_obs - int(obs[m[hit]].sum())
+    return Paired(positions, mask, residue_index, flags, info)

@@ -20,6 +20,7 @@ fresh run at the new world size.
 
 from __future__ import annotations
 
+import heapq
 import zlib
 from dataclasses import dataclass
 
@@ -59,16 +60,20 @@ def partition_items(costs: np.ndarray, world_size: int, rng: np.random.Generator
     cap = -(-S // world_size) if S else 0
     order = rng.permutation(S)
     order = order[np.argsort(-costs[order], kind="stable")]
-    load = np.zeros(world_size)
-    count = np.zeros(world_size, np.int64)
+    # min-heap of (load, rank) over ranks below the cap: the least-loaded open rank, ties to the
+    # lowest rank id (O(S log W); 100k families at dp=1024 plan in well under a second)
+    heap = [(0.0, r) for r in range(world_size)]
+    count = [0] * world_size
     owner = np.empty(S, np.int64)
-    for pos in order:
-        open_ranks = np.nonzero(count < cap)[0]
-        r = open_ranks[np.argmin(load[open_ranks])]
+    for pos, c in zip(order.tolist(), costs[order].tolist()):
+        load, r = heapq.heappop(heap)
         owner[pos] = r
-        load[r] += costs[pos]
         count[r] += 1
-    return [np.nonzero(owner == r)[0] for r in range(world_size)]
+        if count[r] < cap:
+            heapq.heappush(heap, (load + c, r))
+    ranks = np.argsort(owner, kind="stable")
+    bounds = np.searchsorted(owner[ranks], np.arange(world_size + 1))
+    return [ranks[bounds[r]:bounds[r + 1]] for r in range(world_size)]
 
 
 def micro_batches(mine: np.ndarray, costs: np.ndarray, micro_batch_size: int, num_batches: int,

@@ -11,16 +11,19 @@ gaps, digits, punctuation, control and non-ASCII characters are errors naming th
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from protdp.data.parse import MSA_EXTENSIONS as _MSA_FORMAT_EXTENSIONS
 from protdp.data.parse import Msa, merge_msas, parse_msa
 from protdp.data.residues import RESTYPES
+from protdp.data.safeio import check_readable, read_bytes
 from protdp.errors import InputError
 from protdp.inference.writers import printable, safe_name
 
-MSA_EXTENSIONS = (".a3m", ".sto", ".sth", ".stk", ".stockholm", ".fasta", ".fa", ".fas", ".afa",
-                  ".aln")
+# every MSA format extension, plain or gzip-compressed
+MSA_EXTENSIONS = _MSA_FORMAT_EXTENSIONS + tuple(f"{e}.gz" for e in _MSA_FORMAT_EXTENSIONS)
 _ASCII_WS = " \t\r\v\f"
 _ASCII_LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
@@ -40,17 +43,19 @@ class Target:
 
 
 def _read_text(path: Path) -> str:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read FASTA: {exc.strerror}", path=path) from None
+    """Regular file only (never blocks on a FIFO), gzip transparent, CRLF / CR line ends."""
+    data = read_bytes(path)
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
     # invalid UTF-8 becomes U+FFFD, which the sequence check then names; headers keep the rest
-    return data.decode("utf-8", errors="replace")
+    text = data.decode("utf-8", errors="replace")
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def read_targets(path: str | Path) -> list[Target]:
-    """FASTA -> targets. Lines split on '\\n' only (a control character inside a header stays
-    in that header). Sequence lines before the first header form a rejected record."""
+    """FASTA (plain or .gz) -> targets. Lines end at LF, CRLF or a lone CR; any other control
+    character inside a header stays in that header. Sequence lines before the first header
+    form a rejected record."""
     path = Path(path)
     text = _read_text(path)
     targets: list[Target] = []
@@ -140,20 +145,39 @@ def sha256_text(text: str) -> str:
 def find_msa_files(msa_dir: Path | None, file_name: str) -> list[Path]:
     """MSA files of a target: `DIR/<file_name>.<ext>` and every MSA file in `DIR/<file_name>/`
     (several database searches of one chain, merged). Only the sanitised name is used, so a
-    target id can never point the lookup outside DIR."""
+    target id can never point the lookup outside DIR. A matching name that is not a readable
+    regular file (FIFO, device, permission denied) is an InputError for this target: its MSA
+    must never silently go missing."""
     if msa_dir is None or not file_name:
         return []
     found = [msa_dir / f"{file_name}{ext}" for ext in MSA_EXTENSIONS
-             if (msa_dir / f"{file_name}{ext}").is_file()]
+             if os.path.lexists(msa_dir / f"{file_name}{ext}")]
     sub = msa_dir / file_name
     if sub.is_dir():
-        found += sorted(p for p in sub.iterdir() if p.is_file() and p.suffix.lower() in MSA_EXTENSIONS)
+        try:
+            found += sorted(p for p in sub.iterdir() if p.name.lower().endswith(MSA_EXTENSIONS))
+        except OSError:
+            raise InputError("cannot list the target's MSA folder (permission denied?)",
+                             path=sub) from None
+    for p in found:
+        check_readable(p)
     return found
 
 
 def load_msa(files: list[Path]) -> Msa | None:
-    """Parse (and merge, AF2-style) the target's MSA files; None when there are none."""
+    """Parse (and merge, AF2-style) the target's MSA files; None when there are none. Any
+    failure (including a reader's internal error) is one InputError naming the file."""
     if not files:
         return None
-    msas = [parse_msa(f) for f in files]
+    msas = []
+    for f in files:
+        try:
+            msas.append(parse_msa(f))
+        except InputError:
+            raise
+        except MemoryError:
+            raise InputError("out of memory while reading this MSA", path=f) from None
+        except Exception:   # noqa: BLE001  (a library bug must reject this target only)
+            raise InputError("could not be read as an MSA: the reader failed on its content "
+                             "(malformed or unsupported file)", path=f) from None
     return msas[0] if len(msas) == 1 else merge_msas(msas)
