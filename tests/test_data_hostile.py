@@ -482,7 +482,7 @@ def test_predict_rejects_bad_msas_and_finishes_the_batch(tmp_path, data_dir):
     fasta = tmp_path / "t.fasta"
     fasta.write_bytes("".join(f">{n}\r{seq}\r" for n in names).encode())
     with permissions_enforced():
-        result = predict(ckpt, fasta, tmp_path / "out", msa_dir=msa, progress=False,
+        result = predict(ckpt, fasta, tmp_path / "out", msa_dir=msa, progress=False, release_gate="off",
                          config=PredictConfig(max_length=120, max_msa_rows=16))
     rows = {r["target"]: r for r in result.rows}
     assert list(rows) == names and result.summary_path.is_file()

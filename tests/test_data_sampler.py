@@ -69,11 +69,21 @@ def test_cost_balance(lengths, ws, seed):
     assert loads.sum() == pytest.approx(costs.sum())
     # LPT under a cardinality cap: no rank exceeds the fair share by more than one item
     assert loads.max() <= costs.sum() / ws + costs.max() + 1e-6
-    # and it beats (or ties) a random equal-count split
-    rng = np.random.default_rng(seed)
-    perm = rng.permutation(len(costs))
-    random_max = max(costs[perm[r::ws]].sum() for r in range(ws))
-    assert loads.max() <= random_max + 1e-6
+    # (beating every random equal-count split is not a theorem: [242, 33, 23, 24, 240, 5, 5, 23,
+    # 241] on 3 ranks is a counterexample; the realistic-corpus test below checks the quality)
+
+
+def test_cost_balance_on_a_realistic_corpus():
+    """1000 families with log-normal lengths (a PDB-like spread) on 8 ranks: every rank within
+    1 % of the mean cost, far better than a random equal-count split."""
+    lengths = np.clip(np.random.default_rng(7).lognormal(5.3, 0.6, 1000), 20, 2000).astype(int)
+    fams = _families(list(lengths))
+    loads = np.array(FamilySampler(fams, 8, 0, 1, 0, crop_size=256).stats()["cost_per_rank"])
+    assert loads.max() / loads.mean() <= 1.01
+    costs = family_costs(list(fams.values()), 256)
+    perm = np.random.default_rng(0).permutation(len(costs))
+    random_max = max(costs[perm[r::8]].sum() for r in range(8))
+    assert loads.max() < random_max
 
 
 @settings(max_examples=25, deadline=None)

@@ -33,7 +33,7 @@ from protdp.data.atoms import (backbone_from_atom37, is_amino_acid, pick_residue
                                virtual_cb)  # noqa: F401  (virtual_cb re-exported)
 from protdp.data.placement import align_map, place_residues  # noqa: F401  (align_map re-exported)
 from protdp.data.residue_constants import ATOM_ORDER
-from protdp.data.residues import RESTYPES, residue_name_to_letter, sequence_to_ids
+from protdp.data.residues import RESTYPES, msa_row_to_ids, residue_name_to_letter
 from protdp.data.safeio import format_suffix, read_text
 from protdp.errors import InputError
 
@@ -77,10 +77,11 @@ class Msa:
         return len(self.sequences[0])
 
     def tokens(self) -> np.ndarray:
-        """AF2 token ids, uint8 [N, L]."""
+        """AF2 token ids, uint8 [N, L], letters read as HHblits / AlphaFold read MSA rows
+        (B -> D, Z -> E, U -> C; `protdp.data.residues.msa_row_to_ids`)."""
         if not self.sequences:
             return np.zeros((0, 0), np.uint8)
-        return np.stack([sequence_to_ids(s) for s in self.sequences])
+        return np.stack([msa_row_to_ids(s) for s in self.sequences])
 
 
 def _first_line(text: str) -> str:

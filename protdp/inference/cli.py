@@ -19,6 +19,7 @@ import os
 import sys
 from pathlib import Path
 
+from protdp.data.safeio import writable_folder
 from protdp.errors import ConfigError, DistributedError, InputError
 from protdp.inference.predictor import PredictConfig
 from protdp.msa.cli import add_search_arguments
@@ -140,6 +141,7 @@ def _search_missing_msas(args, config: PredictConfig, rank: int, world_size: int
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    writable_folder(args.out, "output folder (--out)")   # one clear line before any work
     try:
         config = PredictConfig(max_length=args.max_length, max_msa_rows=args.max_msa_rows,
                                num_recycles=args.num_recycles)

@@ -65,9 +65,14 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--comment", "-m", default="", required=action != "approve",
                        help="why (required to reject or escalate)")
 
-    s = sub.add_parser("export", parents=[common], help="decisions with their audit trail")
-    s.add_argument("--format", choices=EXPORT_FORMATS, default="jsonl")
+    s = sub.add_parser("export", parents=[common], help="decisions with their audit trail, or "
+                                                        "approved predictions as training data")
+    s.add_argument("--format", choices=EXPORT_FORMATS + ("store",), default="jsonl",
+                   help="jsonl / csv: decisions; store: approved predictions as an HDF5 family "
+                        "store for self-distillation (needs --out)")
     s.add_argument("--out", type=Path, default=None, help="file to write (default stdout)")
+    s.add_argument("--min-residue-plddt", type=float, default=0.0,
+                   help="store: mask residues predicted below this pLDDT (default: keep all)")
 
     s = sub.add_parser("stats", parents=[common], help="counts by state and reviewer")
     s.add_argument("--json", action="store_true")
@@ -263,6 +268,18 @@ def _show_cmd(store, args) -> None:
 
 
 def _export(store, args) -> None:
+    if args.format == "store":
+        from protdp.review.distill import export_distillation
+
+        if args.out is None:
+            raise InputError("--format store writes an HDF5 file: give --out FILE.h5",
+                             field="--out")
+        report = export_distillation(store, args.out, min_residue_plddt=args.min_residue_plddt)
+        for s in report.skipped:
+            print(f"skipped item {s['item_id']}: {s['reason']}", file=sys.stderr)
+        print(f"wrote {len(report.exported)} approved prediction(s) as distillation families to "
+              f"{args.out} ({len(report.skipped)} skipped)", file=sys.stderr)
+        return
     data = store.export(args.format)
     if args.out is None:
         sys.stdout.write(data)

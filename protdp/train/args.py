@@ -51,6 +51,12 @@ class TrainArgs(ParallelConfig):
     max_msa_rows: int = _f(128, "MSA rows sampled per example, query first (AF2 N_clust: 128)")
     max_extra_msa_rows: int = _f(1024, "extra-MSA rows per example for models with the extra-MSA "
                                  "stack (AF2 training: 1024)")
+    distillation_data: str | None = _f(None, "HDF5 store of self-distillation families (reviewer-"
+                                       "approved predictions: `protdp review export --format "
+                                       "store`), mixed into training")
+    distillation_fraction: float = _f(0.75, "fraction of micro-batches drawn from "
+                                      "--distillation-data (AF2: 75 %% distillation, 25 %% PDB)")
+    distillation_loss_weight: float = _f(1.0, "loss weight of distillation micro-batches")
     val_fraction: float = _f(0.1, "fraction of families held out for validation (at least one if > 0)")
     val_families: str | None = _f(None, "comma-separated family ids to hold out (overrides --val-fraction)")
     # --- parallelism: every ParallelConfig field (Megatron names), plus
@@ -121,6 +127,10 @@ class TrainArgs(ParallelConfig):
             bad("ema-decay", f"must be in [0, 1), got {self.ema_decay}")
         if self.clip_grad < 0:
             bad("clip-grad", f"must be >= 0, got {self.clip_grad}")
+        if not 0 <= self.distillation_fraction <= 1:
+            bad("distillation-fraction", f"must be in [0, 1], got {self.distillation_fraction}")
+        if self.distillation_loss_weight < 0:
+            bad("distillation-loss-weight", f"must be >= 0, got {self.distillation_loss_weight}")
         if not 0 <= self.val_fraction < 1:
             bad("val-fraction", f"must be in [0, 1), got {self.val_fraction}")
         if self.wandb_mode not in WANDB_MODES:

@@ -36,6 +36,7 @@ from protdp.train.ema import EMA
 from protdp.train.launch import launch_release_check, read_release_verdict
 from protdp.train.logging import PHASES, RunLogger, StepTimer, max_memory_mb
 from protdp.train.schedule import lr_for_args
+from protdp.train.sources import DISTILLATION, PDB, Source, pick_source
 
 DEFAULT_MODEL_CONFIG = "configs/model/small.yaml"
 
@@ -166,10 +167,16 @@ class Trainer:
         self.sampler = FamilySampler(
             {f: self.store.length(f) for f in self.train_ids}, world_size=self.world, rank=self.rank,
             micro_batch_size=args.micro_batch_size, seed=args.seed, crop_size=args.crop_size)
+        self.sources = {PDB: Source(PDB, self.store, self.sampler)}
+        if args.distillation_data:
+            dstore = FamilyStore(args.distillation_data)
+            self.sources[DISTILLATION] = Source(DISTILLATION, dstore, FamilySampler(
+                {f: dstore.length(f) for f in dstore.family_ids}, world_size=self.world,
+                rank=self.rank, micro_batch_size=args.micro_batch_size, seed=args.seed + 1,
+                crop_size=args.crop_size), args.distillation_loss_weight)
         self.iteration = 0
         self.resumed_from: str | None = None
         self._resume()
-        self._micro_iter = self._micro_batches()
         self.logger = RunLogger(
             args.run_dir, rank=self.rank, config={**args.to_dict(), "world_size": self.world,
                                                   "finetune_source": self.finetune_source},
@@ -229,9 +236,13 @@ class Trainer:
         self._engine_load(path / checkpointing.ENGINE, self.ddp, self.opt)
         self.ema.load_state_dict(ck.ema_state)
         same_world = ck.saved_world_size == self.world
-        sampler_state = (ck.rank_state if same_world else
-                         checkpointing.load_checkpoint(path, 0).rank_state)["sampler"]
-        self.sampler.load_state_dict(sampler_state)
+        states = (ck.rank_state if same_world else checkpointing.load_checkpoint(path, 0).rank_state)
+        for name, source in self.sources.items():
+            key = "sampler" if name == PDB else f"{name}_sampler"
+            if key not in states:
+                raise ConfigError(f"{path} has no {name} sampler state: resume with the corpora "
+                                  "the run was started with (--distillation-data)")
+            source.sampler.load_state_dict(states[key])
         if same_world:
             checkpointing.set_rng_state(ck.rank_state["rng"])
         else:  # resharded: ranks are new, derive their streams from (seed, iteration, rank)
@@ -242,19 +253,14 @@ class Trainer:
                     f"{ck.saved_world_size}, now dp={self.world}; restart #{self.restart_count})")
 
     # ------------------------------------------------------------------ data
-    def _micro_batches(self):
-        """This rank's micro-batches (lists of family ids), epoch after epoch."""
-        while True:
-            for fids in self.sampler:
-                yield list(fids)
-            self.sampler.set_epoch(self.sampler.epoch + 1)
-
-    def _batch(self, fids: list[str], seed: int, training: bool = True) -> dict:
+    def _batch(self, fids: list[str], seed: int, training: bool = True, store=None) -> dict:
         """Features of `fids`: one MSA sample per recycling pass (AF2 resample_msa_in_recycling;
-        the sampled number of recycles decides how many the model reads)."""
+        the sampled number of recycles decides how many the model reads); `store`: the
+        corpus they come from (default the training store)."""
         cfg = self.model_config
         passes = (cfg.max_recycles if training else cfg.num_recycles) + 1
-        examples = [self.featurize(self.store.read(f), crop_size=self.args.crop_size,
+        store = store if store is not None else self.store
+        examples = [self.featurize(store.read(f), crop_size=self.args.crop_size,
                                    max_msa_rows=self.args.max_msa_rows, seed=derive_seed(seed, k),
                                    training=training, msa_samples=passes,
                                    max_extra_msa_rows=self.args.max_extra_msa_rows if cfg.extra_msa
@@ -291,15 +297,21 @@ class Trainer:
         self.ddp.zero_grad_buffer()
         loss_sum, term_sums = 0.0, {}
         lddt_sum, lddt_n, samples, residues = 0.0, 0, 0, 0
+        per_source = dict.fromkeys(self.sources, 0)
         for micro in range(self.num_micro):
             with timer.phase("data_wait"):
-                fids = next(self._micro_iter)
-                batch = self._batch(fids, derive_seed(args.seed, it, micro, self.rank))
+                seed = derive_seed(args.seed, it, micro, self.rank)
+                source = self.sources[pick_source(derive_seed(seed, 11), args.distillation_fraction,
+                                                  DISTILLATION in self.sources)]
+                fids = source.next_micro_batch()
+                batch = self._batch(fids, seed, store=source.store)
+                per_source[source.name] += len(fids)
             last = micro == self.num_micro - 1
             with (contextlib.nullcontext() if last else self.ddp.no_sync()):
                 with timer.phase("forward"):
                     outputs = self.ddp(batch, recycle_generator=self._recycle_generator(it, micro))
                     total, terms = self._loss_or_poison(outputs, batch, it)
+                    total = total * source.loss_weight
                 with timer.phase("backward"):
                     if args.engine == "deepspeed":
                         self.ddp.backward(total)  # DeepSpeed divides by the accumulation
@@ -331,7 +343,8 @@ class Trainer:
         keys = self._term_keys
         phase = [timer.times[p] for p in PHASES] + [step_time]
         sums = torch.tensor([loss_sum, lddt_sum, lddt_n, samples, residues] + phase
-                            + [term_sums.get(k, float("nan")) for k in keys], dtype=torch.float64)
+                            + [term_sums.get(k, float("nan")) for k in keys]
+                            + [per_source[k] for k in self.sources], dtype=torch.float64)
         maxes = torch.tensor([step_time, max_memory_mb(self.device), self.ddp.last_grad_sync.get("comm_s", 0.0)],
                              dtype=torch.float64)
         if self.world > 1:
@@ -348,7 +361,9 @@ class Trainer:
                **{f"time/{p}": sums[5 + i].item() / self.world for i, p in enumerate(PHASES)},
                "time/step_mean": sums[5 + len(PHASES)].item() / self.world,
                "time/step": maxes[0].item(), "max_memory_mb": maxes[1].item(),
-               "comm/grad_sync_busy_s": maxes[2].item(), "restart": self.restart_count}
+               "comm/grad_sync_busy_s": maxes[2].item(), "restart": self.restart_count,
+               **{f"samples/{k}": int(sums[n_phase + len(keys) + i])
+                  for i, k in enumerate(self.sources)}}
         rec["samples_per_s"] = rec["samples"] / rec["time/step"]
         rec["residues_per_s"] = rec["residues"] / rec["time/step"]
         return rec
@@ -433,7 +448,9 @@ class Trainer:
             save_engine=lambda p: self._engine_save(p, self.ddp, self.opt))
         path = checkpointing.save_checkpoint(
             saver, self.args.save, self.iteration, ema_state=self.ema.state_dict(),
-            rank_state={"sampler": self.sampler.state_dict(), "iteration": self.iteration},
+            rank_state={"iteration": self.iteration, **{
+                ("sampler" if name == PDB else f"{name}_sampler"): s.sampler.state_dict()
+                for name, s in self.sources.items()}},
             config={**self.args.to_dict(), "model": dataclasses.asdict(self.model_config),
                     "finetune_source": self.finetune_source})
         self.logger.print(f"saved checkpoint {path}")
