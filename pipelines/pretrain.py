@@ -7,17 +7,11 @@
 Same flags as `protdp train` (see `protdp train --help`).
 """
 
+import runpy
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from protdp.errors import ProtdpError  # noqa: E402
-from protdp.train.cli import main  # noqa: E402
-
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except ProtdpError as exc:
-        print(f"pretrain: error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    runpy.run_module("protdp.train", run_name="__main__", alter_sys=True)

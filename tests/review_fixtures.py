@@ -11,6 +11,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
+import subprocess
+import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -21,6 +25,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
 from protdp.gating import GatePolicy, route
+from protdp.paths import REPO_ROOT
 
 PG_DEFAULT_URL = "postgresql://protdp:protdp@127.0.0.1:5432/protdp_test"
 
@@ -192,3 +197,39 @@ def predict_into_queue(out_dir: Path, queue_url: str, data_dir: Path, *, pae_hea
                   release_gate="review")   # a random test checkpoint: unreleased, to review
     assert res.rows[0]["route"] == "needs_review", res.rows[0]
     return out_dir / "pred" / "targets" / "2p90_A02"
+
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+@contextlib.contextmanager
+def review_server(url: str, log_path: Path):
+    """`protdp review serve` on a free loopback port in its own process; yields its base URL
+    once /healthz answers, stops it afterwards."""
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "protdp.cli", "review", "serve",
+                                 "--queue-url", url, "--host", "127.0.0.1", "--port", str(port)],
+                                cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        try:
+            base, deadline = f"http://127.0.0.1:{port}", time.time() + 60
+            while True:
+                try:
+                    if httpx.get(base + "/healthz", timeout=1).text == "ok":
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert proc.poll() is None, Path(log_path).read_text()
+                assert time.time() < deadline, "review server did not come up"
+                time.sleep(0.2)
+            yield base
+        finally:
+            proc.terminate()
+            proc.wait(20)

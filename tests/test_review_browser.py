@@ -8,30 +8,14 @@ appear in the export; an XSS payload in another target name must stay inert text
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 from playwright.sync_api import sync_playwright
-from review_fixtures import gated_item, queue_with
+from review_fixtures import CHROMIUM, CHROMIUM_ARGS, gated_item, queue_with, review_server
 
-from protdp.paths import REPO_ROOT
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 XSS = '<img src=x onerror="alert(document.cookie)"><script>alert(1)</script>'
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -42,27 +26,8 @@ def server(tmp_path):
     store.enqueue(**gated_item(1, target="KRAS_G12C", out_dir=tmp_path / "preds"))
     store.enqueue(**gated_item(2, target=XSS))
     store.enqueue(**gated_item(3, target="TP53_core"))
-    port = _free_port()
-    log = open(tmp_path / "server.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "protdp.cli", "review", "serve", "--queue-url",
-                             url, "--host", "127.0.0.1", "--port", str(port)],
-                            cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 60
-    while True:
-        try:
-            if httpx.get(base + "/healthz", timeout=1).text == "ok":
-                break
-        except httpx.HTTPError:
-            pass
-        assert proc.poll() is None, (tmp_path / "server.log").read_text()
-        assert time.time() < deadline, "review server did not come up"
-        time.sleep(0.2)
-    yield base, token, store, tmp_path
-    proc.terminate()
-    proc.wait(20)
-    log.close()
+    with review_server(url, tmp_path / "server.log") as base:
+        yield base, token, store, tmp_path
 
 
 def test_login_open_approve_and_export_in_chromium(server):

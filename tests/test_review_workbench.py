@@ -12,31 +12,17 @@ import json
 import os
 import re
 import shutil
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import gemmi
-import httpx
 import numpy as np
 import pytest
 from playwright.sync_api import sync_playwright
-from review_fixtures import gated_item, predict_into_queue, queue_with
+from review_fixtures import (CHROMIUM, CHROMIUM_ARGS, gated_item, predict_into_queue, queue_with,
+                             review_server)
 
-from protdp.paths import REPO_ROOT
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 N_SIMPLE = 6                      # gated items 3..8 besides the two structures
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -59,28 +45,10 @@ def bench(tmp_path_factory, data_dir):
                      "paths": {"pdb": allatom / "model.pdb"}})
     for i in range(3, 3 + N_SIMPLE):
         store.enqueue(**gated_item(i, out_dir=tmp / "preds"))
-    port = _free_port()
-    log = open(tmp / "server.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "protdp.cli", "review", "serve", "--queue-url",
-                             url, "--port", str(port)], cwd=REPO_ROOT, stdout=log,
-                            stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 60
-    while True:
-        try:
-            if httpx.get(base + "/healthz", timeout=1).text == "ok":
-                break
-        except httpx.HTTPError:
-            pass
-        assert proc.poll() is None, (tmp / "server.log").read_text()
-        assert time.time() < deadline, "review server did not come up"
-        time.sleep(0.2)
     shots = Path(os.environ.get("PROTDP_SCREENSHOT_DIR") or tmp / "shots")
     shots.mkdir(parents=True, exist_ok=True)
-    yield base, store, tokens, shots
-    proc.terminate()
-    proc.wait(20)
-    log.close()
+    with review_server(url, tmp / "server.log") as base:
+        yield base, store, tokens, shots
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +58,18 @@ def browser():
         b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield b
         b.close()
+
+
+def _wait_text(page, selector: str, pattern: str, timeout_s: float = 15.0) -> str:
+    """Poll an element's text until it matches (polled from Python: the page's CSP forbids the
+    eval that a string `wait_for_function` needs)."""
+    deadline = time.time() + timeout_s
+    while True:
+        text = page.inner_text(selector)
+        if re.search(pattern, text):
+            return text
+        assert time.time() < deadline, f"{selector}: {text!r} never matched {pattern!r}"
+        page.wait_for_timeout(100)
 
 
 def _page(browser, base: str, token: str, problems: list):
@@ -218,11 +198,11 @@ def test_keyboard_shortcuts_lease_renewal_drafts_and_batch(bench, browser):
     page.wait_for_url(base + "/items/2")
     page.keyboard.press("c")                               # claim this one
     page.wait_for_url(base + "/items/2")
-    lease = page.inner_text("#lease")
-    assert re.search(r"your lease: 1[45]:\d\d left", lease), lease
-    page.click("#renew")
-    page.wait_for_function("/your lease: 1[45]:\\d\\d left/.test(document.getElementById('lease')"
-                           ".textContent)")
+    # the countdown is drawn by the page's script once it runs (the server renders "N min left")
+    _wait_text(page, "#lease", r"your lease: 1[45]:\d\d left")
+    with page.expect_response(lambda r: r.request.method == "POST" and r.ok):
+        page.click("#renew")                               # the renewal's own request
+    _wait_text(page, "#lease", r"your lease: 1[45]:\d\d left")
     assert store.events(2)[-1]["action"] == "renewed"
     page.keyboard.press("r")                               # reject needs a comment
     assert "comment is required" in page.inner_text("#decide-hint")
