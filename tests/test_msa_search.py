@@ -91,6 +91,31 @@ def test_block_size_and_threads_do_not_change_results(family_db):
         assert x.searched_sequences == y.searched_sequences
 
 
+def test_hmmpgmd_database_gives_the_fasta_hits(family_db, tmp_path):
+    """HMMER's preformatted daemon database (a '#' statistics line, then FASTA records) is read
+    as such, plain or gzipped, and gives exactly the hits of the same sequences as FASTA."""
+    import gzip
+
+    text = gzip.decompress(family_db["gz"].read_bytes()).decode()
+    n_seq = text.count(">")
+    n_res = sum(len(ln.strip()) for ln in text.splitlines() if not ln.startswith(">"))
+    body = f"#{n_res} {n_seq} 1 {n_seq} {n_seq} 2026-12-03\n" + text
+    plain = tmp_path / "mini.hmmpgmd"
+    plain.write_text(body)
+    zipped = tmp_path / "mini2.hmmpgmd.gz"
+    zipped.write_bytes(gzip.compress(body.encode()))
+    queries = _queries(family_db, ("102m_A", "5zyh_A"))
+    settings = SearchSettings(iterations=2)
+    want = search_database(queries, SequenceDatabase.open(family_db["gz"]), settings, workers=2)
+    for path in (plain, zipped):
+        db = SequenceDatabase.open(path)
+        assert db.easel_format == "hmmpgmd" and db.name in ("mini", "mini2")
+        got = search_database(queries, db, settings, workers=2)
+        for x, y in zip(want, got):
+            assert _row_names(x.msa) == _row_names(y.msa)
+            assert alignment_to_a3m(x.msa, 10_000).text == alignment_to_a3m(y.msa, 10_000).text
+
+
 def test_database_is_streamed_in_bounded_blocks(family_db, data_dir):
     db = SequenceDatabase.open(family_db["gz"])
     longest = max(len(s) for _, s in family_records(data_dir))

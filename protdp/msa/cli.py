@@ -35,8 +35,9 @@ def add_search_arguments(p: argparse.ArgumentParser, *, db_required: bool,
     with prefix 'search-', e.g. --search-iterations)."""
     d = SearchSettings()
     p.add_argument("--db", action="append", required=db_required, metavar="SEQDB",
-                   help="sequence database, FASTA or FASTA.gz (streamed); repeat for several "
-                        "(one MSA per database, merged by the predictor)")
+                   help="sequence database: FASTA, FASTA.gz or HMMER's hmmpgmd format "
+                        "(streamed); repeat for several (one MSA per database, merged by the "
+                        "predictor)")
     p.add_argument(f"--{prefix}iterations", type=int, default=d.iterations, dest="iterations",
                    help="jackhmmer iterations -N (%(default)s, AF2)")
     p.add_argument(f"--{prefix}evalue", type=float, default=d.evalue, dest="evalue",

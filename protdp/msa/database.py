@@ -1,4 +1,6 @@
-"""Sequence databases: FASTA or FASTA.gz, streamed in bounded blocks, checksummed once.
+"""Sequence databases: FASTA, FASTA.gz or HMMER's preformatted daemon database (hmmpgmd: a
+`#` statistics line, then FASTA; what `hmmpgmd` serves), streamed in bounded blocks,
+checksummed once.
 
 A database is never loaded whole: `SequenceDatabase.blocks` yields `DigitalSequenceBlock`s of at
 most `residues` residues read by Easel (pyhmmer). A gzip file is decompressed by Python's `gzip`
@@ -22,7 +24,7 @@ from typing import Iterator
 from protdp.errors import ConfigError, InputError
 from protdp.fileio import sha256_file
 
-FASTA_SUFFIXES = (".fasta", ".fa", ".faa", ".fas", ".fsa", ".pep", ".seq")
+FASTA_SUFFIXES = (".fasta", ".fa", ".faa", ".fas", ".fsa", ".pep", ".seq", ".hmmpgmd")
 CACHE_NAME = "databases.json"
 DEFAULT_BLOCK_RESIDUES = 2_000_000   # ~2 MB of residues per block: memory, not results
 
@@ -72,14 +74,35 @@ class SequenceDatabase:
     def compressed(self) -> bool:
         return self.path.suffix.lower() == ".gz"
 
+    @property
+    def easel_format(self) -> str:
+        """'hmmpgmd' when the (decompressed) file starts with its '#' statistics line."""
+        opener = gzip.open if self.compressed else open
+        try:
+            with opener(self.path, "rb") as fh:
+                head = fh.read(4096).lstrip()
+        except (OSError, EOFError, zlib.error):
+            return "fasta"        # the stream itself reports the damage, naming the file
+        return "hmmpgmd" if head.startswith(b"#") else "fasta"
+
+    def _stream(self):
+        """(raw reader or None, what SequenceFile reads): a gzip file through the checked
+        reader; an hmmpgmd file past its '#' statistics line (the rest is FASTA, as Easel's own
+        hmmpgmd reader treats it)."""
+        raw = _CheckedGzip(self.path) if self.compressed else None
+        if self.easel_format != "hmmpgmd":
+            return raw, (io.BufferedReader(raw, 1 << 20) if raw is not None else str(self.path))
+        stream = io.BufferedReader(raw if raw is not None else io.FileIO(str(self.path)), 1 << 20)
+        stream.readline()                                  # '#<residues> <sequences> ...'
+        return raw, stream
+
     def blocks(self, residues: int = DEFAULT_BLOCK_RESIDUES) -> Iterator:
         """Stream the database as `DigitalSequenceBlock`s of about `residues` residues."""
         from pyhmmer.easel import Alphabet, SequenceFile
 
         alphabet = Alphabet.amino()
-        raw = _CheckedGzip(self.path) if self.compressed else None
+        raw, source = self._stream()
         try:
-            source = io.BufferedReader(raw, 1 << 20) if raw is not None else str(self.path)
             with SequenceFile(source, format="fasta", digital=True, alphabet=alphabet) as seqs:
                 while True:
                     block = seqs.read_block(residues=residues)
@@ -91,11 +114,13 @@ class SequenceDatabase:
             # inside the gzip reader surfaces as an unrelated ValueError or SystemError
             if raw is not None and raw.error is not None:
                 raise self._gzip_error(raw.error) from None
-            raise InputError(f"not a FASTA sequence database: {_easel_message(exc)}",
+            raise InputError(f"not a FASTA / hmmpgmd sequence database: {_easel_message(exc)}",
                              path=self.path) from None
         finally:
             if raw is not None:
                 raw.close()
+            elif not isinstance(source, str):
+                source.close()
 
     def _gzip_error(self, exc: BaseException) -> InputError:
         return InputError(f"corrupt or truncated gzip archive ({exc})", path=self.path)
