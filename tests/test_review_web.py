@@ -66,6 +66,18 @@ class Tags(HTMLParser):
         self.text.append(data)
 
 
+def test_band_colours_come_from_their_one_definition(env):
+    from protdp.gating import AFDB_BAND_COLORS
+
+    _, app, _ = env
+    client = TestClient(app)
+    css = client.get("/bands.css")
+    assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")
+    for band, colour in AFDB_BAND_COLORS.items():
+        assert f".band-{band} {{ background: {colour};" in css.text
+    assert '<link rel="stylesheet" href="/bands.css">' in client.get("/login").text
+
+
 def test_login_flow_and_server_side_logout(env):
     store, app, tokens = env
     client = TestClient(app)

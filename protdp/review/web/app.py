@@ -12,6 +12,7 @@ from fastapi.responses import (HTMLResponse, JSONResponse, PlainTextResponse, Re
 from fastapi.staticfiles import StaticFiles
 
 from protdp.errors import InputError
+from protdp.gating import AFDB_BAND_COLORS
 from protdp.review.errors import AuthError, ClaimConflict, ItemNotFound, QueueBusy, QueueError
 from protdp.review.store import SESSION_SECONDS, ReviewStore
 from protdp.review.web import routes_admin, routes_items, routes_queue
@@ -93,9 +94,16 @@ def create_app(store: ReviewStore | str, *, secret: bytes | None = None,
     app.add_api_route("/healthz", lambda: PlainTextResponse("ok"), methods=["GET"])
     app.add_api_route("/", lambda: RedirectResponse("/queue", status_code=303), methods=["GET"])
     app.add_api_route("/favicon.ico", lambda: Response(status_code=204), methods=["GET"])
+    app.add_api_route("/bands.css", lambda: Response(BANDS_CSS, media_type="text/css"),
+                      methods=["GET"])
     for router in (auth_router, routes_queue.router, routes_items.router, routes_admin.router):
         app.include_router(router)
     return app
+
+
+# the AFDB band colours, from their one definition (protdp.gating.bands)
+BANDS_CSS = "".join(f".band-{b} {{ background: {c};{' color: #fff;' if b == 'very_high' else ''} }}\n"
+                    for b, c in AFDB_BAND_COLORS.items())
 
 
 def serve(queue_url: str, *, host: str = "127.0.0.1", port: int = 8765,
