@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from data_fixtures import build_pairs_store
+from model_fixtures import af2_reference  # noqa: F401  (fixture)
 from protdp.paths import REPO_ROOT
 from protdp.train import checkpointing, report
 from protdp.train import cli as train_cli
@@ -347,3 +348,35 @@ def test_finetune_from_mismatched_config_is_one_clear_error(reference, store, tm
         capture_output=True, text=True, timeout=150)
     assert out.returncode != 0
     assert "--finetune-from" in out.stderr and "do not fit the model config" in out.stderr
+
+
+def test_finetune_from_imported_alphafold_weights(store, tmp_path, af2_reference):  # noqa: F811
+    """The published-weights path: AlphaFold's own npz (the reference fixture's model_3_ptm)
+    imported, then fine-tuned on 2 ranks with overlap + the distributed optimizer from the
+    fine-tuning recipe (configs/train/finetune.yaml, sized down): it starts from exactly the
+    imported weights (lr 1e-30) and trains all-atom with AF2's fine-tuning losses."""
+    from protdp.cli import main as protdp_main
+    from protdp.inference.checkpoint import load_model_checkpoint
+
+    root = af2_reference
+    ckpt = tmp_path / "af2"
+    assert protdp_main(["weights", "import", "--format", "alphafold",
+                        str(root / "params" / "params_model_3_ptm_small.npz"), "--out", str(ckpt),
+                        "--alphafold-config", str(root / "config_model_3_ptm_small.json")]) == 0
+    imported = load_model_checkpoint(ckpt)
+    small = {"config": "configs/train/finetune.yaml", "crop-size": 32, "max-msa-rows": 8,
+             "max-extra-msa-rows": 8, "global-batch-size": 2, "train-iters": 2,
+             "save-interval": 2, "eval-interval": 100, "wandb-mode": "disabled",
+             "distributed-timeout-minutes": 2, "finetune-from": ckpt, "data": store,
+             "no-release-check": None}
+    argv = [a for k, v in {**small, "lr": "1e-30", "save": tmp_path / "ft"}.items()
+            for a in ([f"--{k}"] if v is None else [f"--{k}", str(v)])]
+    out = run(torchrun_cmd(argv, nproc=2), timeout=400)
+    assert "fine-tuning from" in out and "model-file, raw weights" in out
+    want = {k: v for k, v in imported.model.state_dict().items()}
+    got = model_params(tmp_path / "ft" / "iter_0000002")
+    assert got.keys() == want.keys()
+    assert max((got[k] - want[k]).abs().max().item() for k in want) < 1e-20
+    train, _ = report.read_metrics(tmp_path / "ft" / "metrics.jsonl")
+    assert len(train) == 2 and all(r["loss/violation"] >= 0 for r in train)
+    assert all(r["loss/experimentally_resolved"] >= 0 for r in train)
