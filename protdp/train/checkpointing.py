@@ -235,8 +235,13 @@ def load_cpu(path: Path):
         return torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise InputError("checkpoint file not found", path=path) from None
+    except IsADirectoryError:
+        raise InputError("a directory, not a checkpoint file", path=path) from None
+    except PermissionError:
+        raise InputError("permission denied reading the checkpoint", path=path) from None
     except Exception as exc:  # corrupt/truncated/foreign pickle: say which file
-        raise InputError(f"cannot read checkpoint: {type(exc).__name__}: {exc}", path=path) from None
+        raise InputError("not a readable PyTorch checkpoint (truncated, corrupt or another "
+                         f"format; torch.load said {type(exc).__name__}: {exc})", path=path) from None
 
 
 def _files_digest(root: Path, files: list[Path]) -> str:
