@@ -263,10 +263,12 @@ def test_help(capsys):
 
 
 def test_netsim_three_nodes_names_the_slowed_link(tmp_path):
-    """benchmarks/netsim.sh with 3 namespaces in a veth mesh, link 1-2 at a quarter of the rate:
-    the preflight's per-link measurement names 1-2 as far below the others."""
+    """benchmarks/netsim.sh with 3 namespaces in a veth mesh, link 1-2 at an eighth of the rate:
+    the preflight's per-link measurement names 1-2 as far below the others. The unslowed links
+    are bounded by the CPU, not by tbf, on a busy 2-core host (measured down to 2 Gbit in CI), so
+    the slowed one is set far enough below that to be told apart on any host."""
     env = {**os.environ, "PYTHON": sys.executable, "NETSIM_OUT": str(tmp_path),
-           "NETSIM_PORT": str(free_port()), "NETSIM_NODES": "3", "NETSIM_SLOW": "1-2:1gbit",
+           "NETSIM_PORT": str(free_port()), "NETSIM_NODES": "3", "NETSIM_SLOW": "1-2:500mbit",
            "NETSIM_SCRIPT": "benchmarks/preflight_check.py", "NETSIM_PREFIX": "pf"}
     proc = subprocess.run(["bash", str(REPO_ROOT / "benchmarks" / "netsim.sh"), "4gbit", "--",
                            "--no-engines", "--width", "256", "--depth", "2", "--reps", "2",
@@ -277,13 +279,14 @@ def test_netsim_three_nodes_names_the_slowed_link(tmp_path):
         return
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     res = json.loads((tmp_path / "pf_4gbit.json").read_text())
-    assert res["world_size"] == 3 and "link 1-2 at 1gbit" in res["label"]
+    assert res["world_size"] == 3 and "link 1-2 at 500mbit" in res["label"]
     links = {tuple(r["ranks"]): r["bandwidth_Bps"] for r in res["runs"][0]["preflight"]
              ["network"]["links"]}
     assert set(links) == {(0, 1), (0, 2), (1, 2)}
     assert res["slowest_link"]["ranks"] == [1, 2] and res["slowest_link"]["far_below"]
     # the tbf rate in bytes/s (its 1 MB burst lets a 4 MiB message beat it a little)
-    assert 0.8e9 / 8 < links[(1, 2)] < 1.5e9 / 8 < 0.5 * min(links[(0, 1)], links[(0, 2)])
+    assert 0.4e9 / 8 < links[(1, 2)] < 0.75e9 / 8
+    assert links[(1, 2)] < 0.5 * min(links[(0, 1)], links[(0, 2)])
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert "protdp_" not in namespaces
 
