@@ -38,7 +38,8 @@ from protdp.inference.writers import safe_name  # noqa: E402
 from protdp.paths import data_root  # noqa: E402
 from protdp.resources import config_file  # noqa: E402
 from protdp.train.args import parse_args  # noqa: E402
-from protdp.train.checkpointing import RELEASE_FILE, latest_checkpoint  # noqa: E402
+from protdp.train.checkpointing import latest_checkpoint  # noqa: E402
+from protdp.train.release_record import RELEASE_FILE  # noqa: E402
 from protdp.train.launch import torchrun_cmd, worker_env  # noqa: E402
 from protdp.train.trainer import split_families  # noqa: E402
 from protdp.workflows import predict, review_commands  # noqa: E402

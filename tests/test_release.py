@@ -11,13 +11,14 @@ import subprocess
 import pytest
 import torch
 import yaml
-
 from data_fixtures import build_pairs_store
+
 from protdp.cli import main as protdp_main
-from protdp.gating.release import ReleasePolicy, read_release
+from protdp.gating.release import ReleasePolicy
 from protdp.paths import REPO_ROOT
 from protdp.safety.release import screening_check
 from protdp.train.launch import torchrun_cmd, worker_env
+from protdp.train.release_record import read_release
 
 PAIRS = ("7a4d_E", "2p90_A02", "2q2k_A", "5awl_A")
 LAX = {"min_spearman_residue": -1.0, "max_ece": 1.0, "band_tolerance": 1000.0,
@@ -123,6 +124,13 @@ def test_training_run_launches_the_check_after_its_save(store, tmp_path):
     screening = next(c for c in doc["checks"] if c["name"] == "training_data_screening")
     assert screening["value"] == 0 and screening["passed"]      # the run's store was screened
     assert (it / "release.log").stat().st_size > 0
+    # the trainer reports the record's verdict for these exact weights
+    from protdp.train.checkpointing import checkpoint_digest
+    assert doc["checkpoint"]["sha256"] == checkpoint_digest(it)
+    failed = [c["name"] for c in doc["checks"] if not c["passed"]]
+    expected = ("released" if doc["verdict"] == "released" and not failed
+                else "not released: failed release checks: " + ", ".join(failed or ["verdict"]))
+    assert f"release check of {it}: {expected}\n" in proc.stdout
 
 
 def _permissive_gate(tmp_path) -> str:

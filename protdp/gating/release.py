@@ -2,22 +2,18 @@
 
 `protdp.safety.release` evaluates a checkpoint (held-out calibration, the red-team suite, the
 screening-list check of its training data) against `ReleasePolicy` and writes `release.json`
-beside it; this module defines the policy (its numbers live in `protdp/configs/release.yaml`)
-and reads the record back for `protdp predict`. A record counts only for the exact weights it
-was made for: its checkpoint sha256 must equal the loaded checkpoint's.
+beside it; this module defines the policy (its numbers live in `protdp/configs/release.yaml`).
+The record's format and its one reader (`read_release`) live with the checkpoint layout in
+`protdp.train.release_record`, so the trainer can report a verdict too.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 from protdp.config import read_yaml
 from protdp.resources import config_file
-from protdp.train.checkpointing import RELEASE_FILE
 
-RELEASE_FORMAT = "protdp-release-v1"
 DEFAULT_RELEASE = config_file("release.yaml")
 _DEFAULTS = read_yaml(DEFAULT_RELEASE)
 
@@ -52,42 +48,3 @@ class ReleasePolicy:
             raise ValueError(f"min_spearman_residue must be in [-1, 1], got {self.min_spearman_residue}")
         if not 0.0 <= self.max_ece <= 1.0:
             raise ValueError(f"max_ece must be in [0, 1], got {self.max_ece}")
-
-
-@dataclass
-class ReleaseStatus:
-    """What `protdp predict` needs to know about a checkpoint's release record."""
-
-    released: bool
-    path: Path
-    failed: list[str] = field(default_factory=list)     # names of failed checks
-    reason: str = ""                                     # one line for people
-
-    def to_dict(self) -> dict:
-        return {"released": self.released, "record": str(self.path), "failed": self.failed,
-                "reason": self.reason}
-
-
-def read_release(home: str | Path, checkpoint_sha256: str) -> ReleaseStatus:
-    """The release status of the checkpoint whose reports live in `home` (never raises for a
-    missing or broken record: that is an unreleased checkpoint, with the reason)."""
-    path = Path(home) / RELEASE_FILE
-    if not path.is_file():
-        return ReleaseStatus(False, path, ["release_record"],
-                             f"no release record ({RELEASE_FILE}); run `protdp release {home}`")
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        return ReleaseStatus(False, path, ["release_record"], f"unreadable release record: {exc}")
-    if not isinstance(doc, dict) or doc.get("format") != RELEASE_FORMAT:
-        return ReleaseStatus(False, path, ["release_record"],
-                             f"not a release record (expected format '{RELEASE_FORMAT}')")
-    if (doc.get("checkpoint") or {}).get("sha256") != checkpoint_sha256:
-        return ReleaseStatus(False, path, ["release_record"],
-                             "the release record is for other weights (checkpoint sha256 differs)")
-    checks = doc.get("checks") or []
-    failed = [c.get("name", "?") for c in checks if not c.get("passed")]
-    if not checks or failed or doc.get("verdict") != "released":
-        return ReleaseStatus(False, path, failed or ["verdict"],
-                             "failed release checks: " + ", ".join(failed or ["verdict"]))
-    return ReleaseStatus(True, path)

@@ -37,12 +37,12 @@ from protdp.data.residues import GAP_ID
 from protdp.data.screening import ScreeningList
 from protdp.errors import ConfigError, InputError, ProtdpError
 from protdp.gating import ROUTES, GateDecision, GatePolicy, band_of, load_gate_policy, route
-from protdp.gating.release import read_release
 from protdp.inference.checkpoint import (LoadedModel, checkpoint_home, load_model_checkpoint,
                                         sha256_file)
 from protdp.inference.targets import (Target, clean_sequence, find_msa_files, load_msa,
                                       read_targets, sha256_text)
 from protdp.inference.writers import round_plddt, write_json, write_structures, write_summary
+from protdp.train.release_record import read_release
 
 CLINICAL_NOTICE = ("Computational prediction for research use. NOT for clinical or diagnostic "
                    "decisions without review by a qualified person; see the gate route and reasons.")

@@ -21,13 +21,14 @@ from protdp.data.screening import ScreeningList
 from protdp.data.store import FamilyStore
 from protdp.errors import InputError
 from protdp.gating.bands import AFDB_BAND_FLOORS, AFDB_BANDS
-from protdp.gating.release import RELEASE_FILE, RELEASE_FORMAT, ReleasePolicy
+from protdp.gating.release import ReleasePolicy
 from protdp.inference.checkpoint import LoadedModel, checkpoint_home, load_model_checkpoint
 from protdp.resources import resolve_config
 from protdp.safety.calibration import evaluate_families, summarize
 from protdp.safety.redteam import run_suite
 from protdp.train.args import TrainArgs
 from protdp.train.checkpointing import read_any_weights
+from protdp.train.release_record import RELEASE_FILE, RELEASE_FORMAT
 from protdp.train.trainer import split_families
 
 

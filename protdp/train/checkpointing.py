@@ -51,7 +51,6 @@ META = "meta.json"          # written last: a folder holding it is a complete ch
 EMA_FILE = "ema.pt"
 MODEL_FILE_FORMAT = "protdp-model-v1"
 IMPORTED_MODEL_FILE = "model.pt"   # `protdp weights import` writes CKPT/model.pt + provenance.json
-RELEASE_FILE = "release.json"   # the release record beside a checkpoint (protdp.gating.release)
 _ITER_RE = re.compile(r"^iter_(\d{7})$")
 
 
@@ -250,6 +249,18 @@ def _files_digest(root: Path, files: list[Path]) -> str:
     return hashlib.sha256("".join(lines).encode()).hexdigest()
 
 
+def _weight_files(it_dir: Path) -> list[Path]:
+    """The files a training checkpoint's weights are read from (and digested over)."""
+    files = [it_dir / META, it_dir / ENGINE / MODEL_FILE]
+    return files + [it_dir / EMA_FILE] if (it_dir / EMA_FILE).is_file() else files
+
+
+def checkpoint_digest(path: str | Path) -> str:
+    """The sha256 `read_weights` gives a training checkpoint, without loading its tensors."""
+    it_dir = resolve_iteration_dir(path)
+    return _files_digest(it_dir, _weight_files(it_dir))
+
+
 def read_weights(path: str | Path) -> TrainedWeights:
     """Model weights (+ EMA) and meta of a run folder's newest, or one iter_N, checkpoint."""
     it_dir = resolve_iteration_dir(path)
@@ -264,13 +275,12 @@ def read_weights(path: str | Path) -> TrainedWeights:
     blob = load_cpu(model_pt)
     if not isinstance(blob, dict) or "model" not in blob:
         raise InputError("expected a dict with key 'model'", path=model_pt)
-    files, ema = [meta_path, model_pt], None
-    ema_pt = it_dir / EMA_FILE
+    ema, ema_pt = None, it_dir / EMA_FILE
     if ema_pt.is_file():
         ema_blob = load_cpu(ema_pt)
         ema = ema_blob.get("shadow") if isinstance(ema_blob, dict) else None
-        files.append(ema_pt)
-    return TrainedWeights(it_dir, meta, blob["model"], ema, _files_digest(it_dir, files))
+    return TrainedWeights(it_dir, meta, blob["model"], ema,
+                          _files_digest(it_dir, _weight_files(it_dir)))
 
 
 def save_model_file(path: str | Path, *, model_config: dict, state_dict: dict,

@@ -7,7 +7,6 @@ everyone runs the same entry point the README documents.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -16,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import protdp
-from protdp.train.checkpointing import RELEASE_FILE
 
 TRAIN_MODULE = "protdp.train"
 # the folder this protdp is imported from: launched workers import the same code
@@ -73,13 +71,3 @@ def launch_release_check(checkpoint: Path) -> ReleaseJob:
                                 stdout=fh, stderr=subprocess.STDOUT, env=worker_env(),
                                 start_new_session=True)
     return ReleaseJob(Path(checkpoint), log, proc)
-
-
-def read_release_verdict(checkpoint: Path) -> str:
-    """'released', 'refused (<failed checks>)' or why there is no record."""
-    try:
-        doc = json.loads((Path(checkpoint) / RELEASE_FILE).read_text())
-    except (OSError, ValueError):
-        return "no release record (see release.log)"
-    failed = [c["name"] for c in doc.get("checks", []) if not c.get("passed")]
-    return doc.get("verdict", "?") + (f" (failed: {', '.join(failed)})" if failed else "")

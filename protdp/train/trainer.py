@@ -14,12 +14,12 @@ checkpointed.
 from __future__ import annotations
 
 import contextlib
-import sys
 import dataclasses
 import json
 import math
 import os
 import random
+import sys
 
 import numpy as np
 import torch
@@ -33,8 +33,9 @@ from protdp.resources import resolve_config
 from protdp.train import checkpointing
 from protdp.train.args import TrainArgs
 from protdp.train.ema import EMA
-from protdp.train.launch import launch_release_check, read_release_verdict
+from protdp.train.launch import launch_release_check
 from protdp.train.logging import PHASES, RunLogger, StepTimer, max_memory_mb
+from protdp.train.release_record import read_release
 from protdp.train.schedule import lr_for_args
 from protdp.train.sources import DISTILLATION, PDB, Source, pick_source
 
@@ -465,7 +466,8 @@ class Trainer:
         job = self._release_jobs[-1]
         self.logger.print(f"waiting for the release check of {job.path} (log: {job.log})")
         job.proc.wait()
-        verdict = read_release_verdict(job.path)
+        status = read_release(job.path, checkpointing.checkpoint_digest(job.path))
+        verdict = "released" if status.released else f"not released: {status.reason}"
         self.logger.print(f"release check of {job.path}: {verdict}")
 
     # ------------------------------------------------------------------ the loop
