@@ -21,8 +21,8 @@ from protdp.train.launch import torchrun_cmd, worker_env
 from protdp.train.release_record import read_release
 
 PAIRS = ("7a4d_E", "2p90_A02", "2q2k_A", "5awl_A")
-LAX = {"min_spearman_residue": -1.0, "max_ece": 1.0, "band_tolerance": 1000.0,
-       "max_redteam_failures": 1000, "min_targets": 1}
+LAX = {"min_spearman_residue": -1.0, "min_mean_lddt_ca": 0.0, "max_ece": 1.0,
+       "band_tolerance": 1000.0, "max_redteam_failures": 1000, "min_targets": 1}
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +61,8 @@ def test_verdict_follows_the_thresholds_and_binds_to_the_weights(ckpt, store, tm
     rc, doc = _release(ckpt, store, _policy(tmp_path, **LAX))
     assert rc == 0 and doc["verdict"] == "released" and doc["checkpoint"]["sha256"] == sha
     names = [c["name"] for c in doc["checks"]]
-    assert names == ["calibration_spearman", "calibration_ece", "calibration_band_accuracy",
-                     "redteam", "training_data_screening"]
+    assert names == ["held_out_accuracy", "calibration_spearman", "calibration_ece",
+                     "calibration_band_accuracy", "redteam", "training_data_screening"]
     assert doc["calibration"]["n_targets"] == len(PAIRS) and 0 <= doc["calibration"]["ece"] <= 1
     screening = doc["checks"][-1]
     assert screening["passed"] and "not applicable" in screening["detail"]   # a model file
@@ -75,10 +75,18 @@ def test_verdict_follows_the_thresholds_and_binds_to_the_weights(ckpt, store, tm
     assert not status.released and status.failed == ["calibration_spearman"]
     assert "calibration_spearman" in capsys.readouterr().out
 
+    # an untrained model, whatever its calibration, is not accurate enough to serve
+    rc, doc = _release(ckpt, store, _policy(tmp_path, **{**LAX, "min_mean_lddt_ca": 0.5}))
+    accuracy = doc["checks"][0]
+    assert rc == 1 and accuracy["name"] == "held_out_accuracy" and not accuracy["passed"]
+    assert 0 <= accuracy["value"] < 0.5 and read_release(ckpt.parent, sha).failed == [
+        "held_out_accuracy"]
+
     # too few held-out families: no evidence, no release
     rc, doc = _release(ckpt, store, _policy(tmp_path, **{**LAX, "min_targets": 10}))
     assert rc == 1 and {c["name"] for c in doc["checks"] if not c["passed"]} == {
-        "calibration_spearman", "calibration_ece", "calibration_band_accuracy"}
+        "held_out_accuracy", "calibration_spearman", "calibration_ece",
+        "calibration_band_accuracy"}
 
 
 def test_record_counts_only_for_its_own_weights(ckpt, store, tmp_path):

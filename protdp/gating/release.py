@@ -26,6 +26,9 @@ class ReleasePolicy:
     """Spearman of per-residue pLDDT vs true lDDT-Cα on held-out families, at least."""
     max_ece: float = _DEFAULTS["max_ece"]
     """Expected calibration error of pLDDT (0-1 scale, 10 pLDDT bins), at most."""
+    min_mean_lddt_ca: float = _DEFAULTS["min_mean_lddt_ca"]
+    """Mean lDDT-Cα (0-1) of the held-out predictions, at least: calibration alone would release
+    a model that predicts noise and says so."""
     band_tolerance: float = _DEFAULTS["band_tolerance"]
     """Each AFDB band's mean true lDDT-Cα (x100) must reach its floor minus this."""
     min_band_residues: int = _DEFAULTS["min_band_residues"]
@@ -46,5 +49,7 @@ class ReleasePolicy:
                 raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
         if not -1.0 <= self.min_spearman_residue <= 1.0:
             raise ValueError(f"min_spearman_residue must be in [-1, 1], got {self.min_spearman_residue}")
+        if not 0.0 <= self.min_mean_lddt_ca <= 1.0:
+            raise ValueError(f"min_mean_lddt_ca must be in [0, 1], got {self.min_mean_lddt_ca}")
         if not 0.0 <= self.max_ece <= 1.0:
             raise ValueError(f"max_ece must be in [0, 1], got {self.max_ece}")

@@ -144,8 +144,8 @@ def release(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(
         prog="protdp release",
-        description="release gate of a checkpoint: held-out calibration, red-team suite and "
-                    "training-data screening; writes release.json beside it")
+        description="release gate of a checkpoint: held-out accuracy and calibration, red-team "
+                    "suite and training-data screening; writes release.json beside it")
     ap.add_argument("checkpoint", help="training run / iter_N folder or model file (imported "
                                        "AlphaFold/OpenFold weights included)")
     ap.add_argument("--data", default=None,

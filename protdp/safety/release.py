@@ -1,7 +1,7 @@
 """The release gate of a checkpoint (`protdp release CKPT`; the trainer launches it after each
-save): held-out calibration, the red-team suite and the screening-list check of the training
-data, each against `protdp.gating.release.ReleasePolicy`; the verdict and every figure go to
-`release.json` beside the checkpoint, where `protdp predict` looks for it.
+save): held-out accuracy and calibration, the red-team suite and the screening-list check of
+the training data, each against `protdp.gating.release.ReleasePolicy`; the verdict and every
+figure go to `release.json` beside the checkpoint, where `protdp predict` looks for it.
 
 Held-out families: for a training checkpoint, the run's own validation split (recomputed from
 its recorded config: the same store, seed and fraction); otherwise `--data` / `--families`.
@@ -58,7 +58,8 @@ def held_out(trained_meta: dict, data: str | Path | None, families: list[str] | 
 
 def calibration_checks(loaded: LoadedModel, store: Path, families: list[str],
                        policy: ReleasePolicy) -> tuple[list[dict], dict]:
-    """Spearman, ECE and per-band accuracy of pLDDT on the held-out families."""
+    """Accuracy (mean lDDT-Cα), and Spearman, ECE and per-band accuracy of pLDDT, on the
+    held-out families."""
     with FamilyStore(store) as s:
         missing = [f for f in families if f not in s]
         if missing:
@@ -68,7 +69,10 @@ def calibration_checks(loaded: LoadedModel, store: Path, families: list[str],
     enough = len(per_target) >= policy.min_targets
     why = "" if enough else f"only {len(per_target)} held-out families (< {policy.min_targets})"
     rho, ece = report["spearman"]["residue"], report["ece"]
+    mean_lddt = (sum(r["lddt_ca"] for r in per_target) / len(per_target)) if per_target else None
     checks = [
+        _check("held_out_accuracy", mean_lddt, policy.min_mean_lddt_ca, "mean lDDT-Ca >=",
+               enough and mean_lddt is not None and mean_lddt >= policy.min_mean_lddt_ca, why),
         _check("calibration_spearman", rho, policy.min_spearman_residue, ">=",
                enough and rho is not None and rho >= policy.min_spearman_residue, why),
         _check("calibration_ece", ece, policy.max_ece, "<=",
