@@ -37,10 +37,11 @@ from protdp.inference.predictor import PredictConfig, RunResult  # noqa: E402
 from protdp.inference.writers import safe_name  # noqa: E402
 from protdp.paths import data_root  # noqa: E402
 from protdp.resources import config_file  # noqa: E402
+from protdp.safety.release import check_line  # noqa: E402
 from protdp.train.args import parse_args  # noqa: E402
-from protdp.train.checkpointing import latest_checkpoint  # noqa: E402
-from protdp.train.release_record import RELEASE_FILE  # noqa: E402
+from protdp.train.checkpointing import checkpoint_digest, latest_checkpoint  # noqa: E402
 from protdp.train.launch import torchrun_cmd, worker_env  # noqa: E402
+from protdp.train.release_record import RELEASE_FILE, read_release  # noqa: E402
 from protdp.train.trainer import split_families  # noqa: E402
 from protdp.workflows import predict, review_commands  # noqa: E402
 
@@ -132,11 +133,10 @@ def show_release_record(run_dir: Path) -> bool:
     doc = json.loads(record.read_text())
     print(f"release record {record}:")
     for c in doc["checks"]:
-        value = "per band" if isinstance(c["value"], dict) else c["value"]
-        print(f"  {'pass' if c['passed'] else 'FAIL'}  {c['name']:<26} {value!s:<22} "
-              f"({c['op']} {c['threshold']}) {c['detail']}")
-    print(f"  verdict: {doc['verdict']}")
-    return doc["verdict"] == "released"
+        print("  " + check_line(c))
+    status = read_release(ckpt, checkpoint_digest(ckpt))     # what `protdp predict` will decide
+    print(f"  verdict: {doc['verdict']}" + ("" if status.released else f" ({status.reason})"))
+    return status.released
 
 
 def banner(text: str) -> None:

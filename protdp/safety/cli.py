@@ -140,7 +140,7 @@ def _calibrate_from_reviews(args) -> int:
 def release(argv: list[str] | None = None) -> int:
     """`protdp release CKPT`: exit 0 when released, 1 when a check failed."""
     from protdp.gating.release import DEFAULT_RELEASE, ReleasePolicy
-    from protdp.safety.release import evaluate_release
+    from protdp.safety.release import check_line, evaluate_release
 
     ap = argparse.ArgumentParser(
         prog="protdp release",
@@ -164,8 +164,6 @@ def release(argv: list[str] | None = None) -> int:
                             device=args.device)
     doc = json.loads(path.read_text())
     for c in doc["checks"]:
-        value = c["value"] if not isinstance(c["value"], dict) else "per band"
-        print(f"{'pass' if c['passed'] else 'FAIL'}  {c['name']:<26} {value!s:<22} "
-              f"({c['op']} {c['threshold']}) {c['detail']}")
+        print(check_line(c))
     print(f"protdp release: {doc['verdict']}; record: {path}")
     return 0 if doc["verdict"] == "released" else 1

@@ -37,6 +37,15 @@ def _check(name: str, value, threshold, op: str, passed: bool, detail: str = "")
             "detail": detail}
 
 
+def check_line(check: dict) -> str:
+    """One line of a release record's check for people: pass/FAIL, name, figure, threshold."""
+    value = check["value"]
+    shown = "per band" if isinstance(value, dict) else (f"{value:.4g}" if isinstance(value, float)
+                                                         else str(value))
+    return (f"{'pass' if check['passed'] else 'FAIL'}  {check['name']:<26} {shown:<10} "
+            f"({check['op']} {check['threshold']}) {check['detail']}").rstrip()
+
+
 def held_out(trained_meta: dict, data: str | Path | None, families: list[str] | None
              ) -> tuple[Path, list[str]]:
     """(store, held-out family ids): explicit ones, or the training run's validation split."""
