@@ -133,7 +133,7 @@ def test_bad_parameter_files_give_one_clear_error(fixture_params, tmp_path):
     with pytest.raises(InputError, match="parameter file not found"):
         import_params(tmp_path / "nope.npz", "alphafold")
     (tmp_path / "junk.pt").write_bytes(b"PK\x03\x04" + b"\0" * 64)
-    with pytest.raises(InputError, match="junk.pt: cannot read an OpenFold checkpoint"):
+    with pytest.raises(InputError, match="junk.pt: not a readable checkpoint"):
         import_params(tmp_path / "junk.pt", "openfold")
     torch.save({"evoformer.blocks.0.msa_att_row.nonsense.weight": torch.zeros(2)}, tmp_path / "odd.pt")
     with pytest.raises(InputError, match="unexpected OpenFold parameter"):
@@ -194,3 +194,30 @@ def test_non_finite_parameters_are_refused(fixture_params, tmp_path):
     bad = dict(fixture_params, **{key: np.full_like(fixture_params[key], np.nan)})
     with pytest.raises(InputError, match=f"field '{key}': 50 non-finite"):
         import_params(_write(tmp_path, bad), "alphafold")
+
+
+@pytest.mark.parametrize("kind, reason", [
+    ("text", "not a PyTorch checkpoint"), ("empty", "empty, truncated or corrupt"),
+    ("truncated", "empty, truncated or corrupt"), ("pickled_object", "argparse.Namespace")])
+def test_a_file_torch_cannot_load_is_one_line_naming_it(tmp_path, kind, reason):
+    """OpenFold import and every checkpoint reader (predict, release, fine-tune) say in one line
+    why torch.load refused the file, never torch's advice to unpickle it with weights_only=False."""
+    import argparse
+
+    from protdp.train.checkpointing import read_any_weights
+    path = tmp_path / f"{kind}.pt"
+    if kind == "text":
+        path.write_text(">a\nMKV\n")
+    elif kind == "empty":
+        path.write_bytes(b"")
+    else:
+        torch.save({"w": torch.zeros(4096), "args": argparse.Namespace(lr=1)}, path)
+        if kind == "truncated":
+            path.write_bytes(path.read_bytes()[:2000])
+    for read in (lambda: import_params(path, "openfold"), lambda: read_any_weights(path)):
+        with pytest.raises(InputError) as err:
+            read()
+        message = str(err.value)
+        assert message.startswith(str(path)) and reason in message, message
+        assert "\n" not in message and "weights_only" not in message
+

@@ -34,6 +34,7 @@ import re
 import shutil
 import subprocess
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -42,7 +43,7 @@ import numpy as np
 import torch
 
 from protdp.errors import ConfigError, InputError
-from protdp.fileio import sha256_file
+from protdp.fileio import sha256_file, torch_load_refusal
 from protdp.parallel.checkpoint import MODEL_FILE
 
 TRACKER = "latest_checkpointed_iteration.txt"
@@ -231,7 +232,9 @@ class TrainedWeights:
 def load_cpu(path: Path):
     """torch.load onto the CPU, weights only; a missing or corrupt file is an InputError naming it."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():    # torch warns about the pickle protocol of foreign files
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise InputError("checkpoint file not found", path=path) from None
     except IsADirectoryError:
@@ -239,8 +242,8 @@ def load_cpu(path: Path):
     except PermissionError:
         raise InputError("permission denied reading the checkpoint", path=path) from None
     except Exception as exc:  # corrupt/truncated/foreign pickle: say which file
-        raise InputError("not a readable PyTorch checkpoint (truncated, corrupt or another "
-                         f"format; torch.load said {type(exc).__name__}: {exc})", path=path) from None
+        raise InputError(f"not a readable checkpoint: {torch_load_refusal(exc)}",
+                         path=path) from None
 
 
 def _files_digest(root: Path, files: list[Path]) -> str:

@@ -20,6 +20,7 @@ import torch
 
 from protdp.errors import InputError
 from protdp.model.config import ModelConfig
+from protdp.train.checkpointing import load_cpu
 from protdp.weights import alphafold
 
 _STACK_COMMON = [
@@ -111,11 +112,7 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     path = Path(path)
     if not path.is_file():
         raise InputError("OpenFold checkpoint not found", path=path)
-    try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:   # truncated, foreign, pickled code: one clear line
-        raise InputError(f"cannot read an OpenFold checkpoint ({type(exc).__name__}: {exc})",
-                         path=path) from None
+    blob = load_cpu(path)          # truncated, foreign, pickled code: one clear line
     if isinstance(blob, dict) and isinstance(blob.get("ema"), dict) and "params" in blob["ema"]:
         blob = blob["ema"]["params"]
     elif isinstance(blob, dict) and isinstance(blob.get("state_dict"), dict):
