@@ -19,6 +19,15 @@ from protdp.errors import ConfigError
 T = TypeVar("T")
 
 
+def yaml_error_line(path: Path, exc: yaml.YAMLError) -> str:
+    """PyYAML's several-line message as one line: FILE:LINE:COLUMN: invalid YAML: problem."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    context = getattr(exc, "context", None)
+    return f"{where}: invalid YAML: {problem}" + (f" ({context})" if context else "")
+
+
 def read_yaml(path: str | Path) -> dict:
     """Read a YAML mapping; a clear error names the file on syntax problems."""
     path = Path(path)
@@ -27,8 +36,14 @@ def read_yaml(path: str | Path) -> dict:
             data = yaml.safe_load(fh)
     except FileNotFoundError:
         raise ConfigError(f"{path}: config file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: a directory, not a config file") from None
+    except PermissionError:
+        raise ConfigError(f"{path}: permission denied reading the config file") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not a text (UTF-8) YAML file (byte {exc.start})") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: invalid YAML: {exc}") from None
+        raise ConfigError(yaml_error_line(path, exc)) from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -76,6 +76,21 @@ def test_unknown_yaml_key_and_bad_value(tmp_path):
         parse_args(["--train-iters", "many"])
 
 
+@pytest.mark.parametrize("content, expected", [
+    (b"model: [unclosed\n", r"t.yaml:2:1: invalid YAML: expected ',' or ']'"),
+    (b"a: 1\n a: 2\n", r"t.yaml:2:3: invalid YAML: mapping values are not allowed here"),
+    (b">a\nMKV\n", r"t.yaml:1:2: invalid YAML: "),              # a FASTA given as --config
+    (b"\x00\xff\xfe", r"t.yaml: not a text \(UTF-8\) YAML file"),
+    (b"- 1\n- 2\n", r"t.yaml: expected a mapping at the top level"),
+    (None, r"t.yaml: a directory, not a config file")])
+def test_a_broken_config_file_is_one_line_with_its_line_and_column(tmp_path, content, expected):
+    cfg = tmp_path / "t.yaml"
+    cfg.mkdir() if content is None else cfg.write_bytes(content)
+    with pytest.raises(ConfigError, match=expected) as err:
+        parse_args(["--config", str(cfg)])
+    assert "\n" not in str(err.value)
+
+
 def test_world_size_must_match_dp():
     a = parse_args(["--data-parallel-size", "2"])
     with pytest.raises(ConfigError, match="world size 1"):
