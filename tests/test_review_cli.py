@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from review_fixtures import gated_item, pg_schema_url, sqlite_url  # noqa: F401
@@ -116,6 +117,14 @@ def test_review_workflow(sqlite_url, capsys, monkeypatch, tmp_path):
     recs = [json.loads(line) for line in out_file.read_text().splitlines()]
     assert [(r["item_id"], r["decision"]) for r in recs] == [(1, "approved"), (2, "rejected"),
                                                              (3, "escalated")]
+    # a folder given as --out, or one that cannot be written: one line, nothing written beside it
+    for bad in (tmp_path, Path("/proc/decisions.csv")):
+        before = sorted(bad.parent.iterdir()) if bad.parent != Path("/proc") else None
+        code, _, err = run(capsys, "export", "--format", "csv", "--out", str(bad))
+        assert code == 2 and len(err.strip().splitlines()) == 1 and str(bad.parent) in err, err
+        assert before is None or sorted(bad.parent.iterdir()) == before
+    code, _, err = run(capsys, "export", "--format", "store", "--out", str(tmp_path))
+    assert code == 2 and "is a directory" in err
     code, out, _ = run(capsys, "export", "--format", "csv")
     rows = list(csv.DictReader(io.StringIO(out)))
     assert rows[1]["comment"].startswith("'=")

@@ -268,6 +268,10 @@ def _show_cmd(store, args) -> None:
 
 
 def _export(store, args) -> None:
+    from protdp.data.safeio import atomic_write_text, writable_output
+
+    if args.out is not None:     # before any work: a directory or an unwritable folder is one line
+        writable_output(args.out, "export")
     if args.format == "store":
         from protdp.review.distill import export_distillation
 
@@ -284,9 +288,7 @@ def _export(store, args) -> None:
     if args.out is None:
         sys.stdout.write(data)
     else:
-        tmp = args.out.with_name(args.out.name + ".tmp")
-        tmp.write_text(data)
-        tmp.replace(args.out)  # a crash never leaves a half-written export
+        atomic_write_text(args.out, data)  # a crash never leaves a half-written export
         print(f"wrote {args.format} export to {args.out}", file=sys.stderr)
 
 
