@@ -51,6 +51,11 @@ def test_alphafold_round_trip_is_bit_identical(af2_reference, fixture_params, tm
     second = import_params(out, "alphafold", sm_layers=2, num_recycles=1)
     _same_state(_state(first.model), _state(second.model))
     assert second.config == first.config
+    # a folder as the output: one clear error before any work, nothing written beside it
+    before = sorted(tmp_path.parent.iterdir())
+    with pytest.raises(InputError, match="export is a directory"):
+        weights_cli.main(["export", "--format", "alphafold", str(tmp_path / "ck"), str(tmp_path)])
+    assert sorted(tmp_path.parent.iterdir()) == before
 
 
 def test_openfold_round_trip_and_consistency_with_alphafold(af2_reference, tmp_path):  # noqa: F811

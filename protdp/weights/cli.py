@@ -103,12 +103,13 @@ def _import(args) -> int:
 def _export(args) -> int:
     import torch
 
+    from protdp.data.safeio import writable_output
     from protdp.inference.checkpoint import load_model_checkpoint
     from protdp.weights.convert import export_arrays, export_openfold
     from protdp.weights.store import write_npz
 
+    out = writable_output(args.out, "export")       # a folder or unwritable place: before the work
     loaded = load_model_checkpoint(args.checkpoint)
-    out = Path(args.out)
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     try:
         if args.format == "alphafold":
