@@ -260,7 +260,7 @@ def test_verify_and_readers_on_hostile_stores(tmp_path, data_dir, capsys):
     with h5py.File(tmp_path / "v1.h5", "w") as h5:
         h5.attrs["format_version"] = 1
         h5.create_group("families")
-    cases = {"junk.h5": "cannot open the store", "dir.h5": "cannot open the store",
+    cases = {"junk.h5": "cannot open the store", "dir.h5": "a directory, not a store file",
              "missing.h5": "not found", "v1.h5": "rebuild it: protdp data build"}
     for name, what in cases.items():
         for argv in (["data", "verify", str(tmp_path / name)],

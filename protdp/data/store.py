@@ -188,6 +188,9 @@ def store_attrs(h5, path: str | Path) -> dict:
 def open_store_h5(path: Path):
     """h5py.File opened read-only, with unreadable files turned into one clear line."""
     import h5py
+    if Path(path).is_dir():
+        raise InputError("a directory, not a store file (the HDF5 file `protdp data build "
+                         "--out` wrote)", path=path)
     try:
         return h5py.File(path, "r")
     except (OSError, ValueError):
