@@ -40,4 +40,6 @@ def resolve_config(path: str | Path, kind: str | None = None) -> Path:
         packaged = Path(str(resources.files("protdp").joinpath("configs", rel)))
         if packaged.is_file():
             return packaged
+    if p.is_dir():
+        raise ConfigError(f"{path}: a directory, not a config file")
     raise ConfigError(f"{path}: config file not found")
