@@ -22,8 +22,8 @@ SUBCOMMANDS = {
     "review": ("protdp.review.cli", "human review queue: reviewers, claims, decisions, web UI"),
     "redteam": ("protdp.safety.cli:redteam", "adversarial cases against the predictor and gate"),
     "calibrate": ("protdp.safety.cli:calibrate", "pLDDT vs true lDDT calibration report"),
-    "release": ("protdp.safety.cli:release", "release gate of a checkpoint (calibration, red-team, "
-                                             "screening) -> release.json"),
+    "release": ("protdp.safety.cli:release", "release gate of a checkpoint (accuracy, calibration, "
+                                             "red-team, screening) -> release.json"),
     "plan": ("protdp.planning.cli", "memory and parallelism planner"),
     "weights": ("protdp.weights.cli", "AlphaFold2/OpenFold weights: import, export, compare to "
                                       "AlphaFold"),
