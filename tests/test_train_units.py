@@ -149,9 +149,9 @@ def test_ema_matches_closed_form_and_swaps_back():
     assert on_meta.shadow["0.weight"].shape == ema.shadow["0.weight"].shape
 
 
-def _fake_save(tmp_path, its, keep=2):
+def _fake_save(tmp_path, its, keep=2, in_use=set):
     saver = checkpointing.Saver(rank=0, world_size=1, barrier=lambda: None,
-                                save_engine=lambda p: p.mkdir(), keep_last=keep)
+                                save_engine=lambda p: p.mkdir(), keep_last=keep, in_use=in_use)
     for it in its:
         checkpointing.save_checkpoint(saver, tmp_path, it, ema_state={"decay": 0.9, "shadow": {
                                           "w": torch.full((2,), float(it))}}, rank_state={"sampler": it},
@@ -176,6 +176,59 @@ def test_checkpoints_keep_last_k_and_are_atomic(tmp_path):
     # tracker pointing at a missing folder falls back to a scan
     (tmp_path / checkpointing.TRACKER).write_text("99")
     assert checkpointing.latest_checkpoint(tmp_path).name == "iter_0000015"
+
+
+def test_pruning_spares_a_checkpoint_that_is_being_read(tmp_path):
+    """keep-last pruning leaves the folder a running release check reads; a later save prunes it."""
+    _fake_save(tmp_path, [5, 10, 15, 20], in_use=lambda: {tmp_path / "iter_0000005"})
+    assert checkpointing.list_checkpoints(tmp_path) == [5, 15, 20]
+    _fake_save(tmp_path, [25])
+    assert checkpointing.list_checkpoints(tmp_path) == [20, 25]
+
+
+def test_release_checks_run_one_at_a_time_newest_next(tmp_path):
+    """Real processes stand in for `protdp release` (each writes its folder's name to a file and
+    waits for a go file), so the order and overlap of the checks can be read back."""
+    import sys
+    import time
+
+    from protdp.train.release_jobs import ReleaseChecks
+
+    go, ran = tmp_path / "go", tmp_path / "ran.txt"
+    script = ("import pathlib, sys, time\n"
+              f"go = pathlib.Path({str(go)!r})\n"
+              "name = pathlib.Path(sys.argv[1]).name\n"
+              f"open({str(ran)!r}, 'a').write(name + ' start\\n')\n"
+              "while not go.exists(): time.sleep(0.02)\n"
+              f"open({str(ran)!r}, 'a').write(name + ' end\\n')\n")
+    lines: list[str] = []
+    checks = ReleaseChecks(log=lines.append,
+                           command=lambda ck: [sys.executable, "-c", script, str(ck)])
+    ckpts = [tmp_path / f"iter_{i}" for i in range(4)]
+    for c in ckpts:
+        c.mkdir()
+    checks.submit(ckpts[0])
+    assert checks.in_use() == {ckpts[0]}
+    checks.submit(ckpts[1])                  # waits
+    checks.submit(ckpts[2])                  # replaces the waiting one
+    assert checks.waiting == ckpts[2] and checks.skipped == [ckpts[1]]
+    assert "iter_1 skipped" in lines[0] and "iter_2 is newer" in lines[0]
+    checks.poll()                            # iter_0 still running: nothing starts
+    assert checks.launched == [ckpts[0]]
+    go.touch()
+    deadline = time.monotonic() + 60
+    while checks.launched == [ckpts[0]] and time.monotonic() < deadline:
+        time.sleep(0.05)
+        checks.poll()                        # iter_0 ended: the waiting iter_2 starts
+    assert checks.launched == [ckpts[0], ckpts[2]]
+    checks.submit(ckpts[3])
+    last = checks.finish()                   # waits for iter_2, then checks iter_3
+    assert last.path == ckpts[3] and last.proc.returncode == 0
+    assert checks.running is None and checks.waiting is None and checks.in_use() == set()
+    # never two at once, the skipped one never ran, the newest ran last
+    assert ran.read_text().splitlines() == [f"iter_{i} {e}" for i in (0, 2, 3)
+                                            for e in ("start", "end")]
+    assert (ckpts[3] / "release.log").is_file()
 
 
 def test_rng_state_round_trip():

@@ -85,8 +85,9 @@ class TrainArgs(ParallelConfig):
     load: str | None = _f(None, "checkpoint directory to resume from (latest complete checkpoint)")
     keep_last: int = _f(3, "number of most recent checkpoints kept in --save")
     release_check: bool = _f(True, "after each save rank 0 runs `protdp release` on the checkpoint "
-                             "as a background job (log: iter_N/release.log; the last is waited "
-                             "for): calibration, red-team, screening -> iter_N/release.json")
+                             "as a background job, one at a time, newest next (log: "
+                             "iter_N/release.log; the final one is waited for): accuracy, "
+                             "calibration, red-team, screening -> iter_N/release.json")
     # --- evaluation and logging
     eval_interval: int = _f(50, "validate every N iterations on held-out families (EMA weights)")
     eval_iters: int = _f(8, "held-out examples evaluated per rank per validation")

@@ -125,6 +125,9 @@ class Saver:
     barrier: Callable[[], None]
     save_engine: Callable[[Path], None]  # collective: model once + every rank's optimizer shard
     keep_last: int = 3
+    # folders to keep beyond keep_last while something reads them (a running release check);
+    # they are pruned at a later save
+    in_use: Callable[[], set[Path]] = lambda: set()
 
 
 def save_checkpoint(saver: Saver, save_dir: str | Path, iteration: int, *, ema_state: dict,
@@ -153,8 +156,10 @@ def save_checkpoint(saver: Saver, save_dir: str | Path, iteration: int, *, ema_s
         tracker_tmp = save_dir / (TRACKER + ".tmp")
         tracker_tmp.write_text(str(iteration))
         tracker_tmp.replace(save_dir / TRACKER)
+        in_use = {p.resolve() for p in saver.in_use()}
         for old in list_checkpoints(save_dir)[:-saver.keep_last]:
-            shutil.rmtree(save_dir / iter_dir_name(old), ignore_errors=True)
+            if (save_dir / iter_dir_name(old)).resolve() not in in_use:
+                shutil.rmtree(save_dir / iter_dir_name(old), ignore_errors=True)
     saver.barrier()
     return final
 

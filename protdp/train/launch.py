@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import protdp
@@ -53,21 +51,3 @@ def worker_env(threads: int = 1) -> dict:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_PARENT), env.get("PYTHONPATH")]))
     env.setdefault("WANDB_SILENT", "true")
     return env
-
-
-@dataclass
-class ReleaseJob:
-    path: Path                   # the checkpoint folder under evaluation
-    log: Path
-    proc: subprocess.Popen
-
-
-def launch_release_check(checkpoint: Path) -> ReleaseJob:
-    """Start `protdp release CHECKPOINT` as a background process (rank 0, after a save): the
-    evaluation never stalls training; its record goes to CHECKPOINT/release.json."""
-    log = Path(checkpoint) / "release.log"
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "protdp.cli", "release", str(checkpoint)],
-                                stdout=fh, stderr=subprocess.STDOUT, env=worker_env(),
-                                start_new_session=True)
-    return ReleaseJob(Path(checkpoint), log, proc)

@@ -33,8 +33,8 @@ from protdp.resources import resolve_config
 from protdp.train import checkpointing
 from protdp.train.args import TrainArgs
 from protdp.train.ema import EMA
-from protdp.train.launch import launch_release_check
 from protdp.train.logging import PHASES, RunLogger, StepTimer, max_memory_mb
+from protdp.train.release_jobs import RELEASE_LOG, ReleaseChecks
 from protdp.train.release_record import read_release
 from protdp.train.schedule import lr_for_args
 from protdp.train.sources import DISTILLATION, PDB, Source, pick_source
@@ -187,7 +187,9 @@ class Trainer:
         self.timer = StepTimer(self.device)
         self.records: list[dict] = []
         self.last_val: dict | None = None
-        self._release_jobs: list = []
+        # rank 0's background release checks, one at a time (protdp.train.release_jobs)
+        self.release_checks = (ReleaseChecks(log=self.logger.print)
+                               if self.rank == 0 and args.release_check else None)
 
     # ------------------------------------------------------------------ set-up helpers
     def _build_model(self, build_model) -> tuple[torch.nn.Module, dict | None]:
@@ -445,6 +447,7 @@ class Trainer:
             self.ddp.finish_param_sync()
         saver = checkpointing.Saver(
             rank=self.rank, world_size=self.world, keep_last=self.args.keep_last,
+            in_use=self.release_checks.in_use if self.release_checks is not None else set,
             barrier=lambda: _collective("barrier(checkpoint)", dist.barrier, self.rank),
             save_engine=lambda p: self._engine_save(p, self.ddp, self.opt))
         path = checkpointing.save_checkpoint(
@@ -455,17 +458,18 @@ class Trainer:
             config={**self.args.to_dict(), "model": dataclasses.asdict(self.model_config),
                     "finetune_source": self.finetune_source})
         self.logger.print(f"saved checkpoint {path}")
-        if self.rank == 0 and self.args.release_check:
-            self._release_jobs.append(launch_release_check(path))
+        if self.release_checks is not None:
+            self.release_checks.submit(path)
 
     def _wait_for_release_checks(self) -> None:
-        """The last checkpoint's release job decides whether it may serve predictions: wait for
-        it (earlier ones run on; their records land beside their checkpoints)."""
-        if not self._release_jobs:
+        """The last checkpoint's release check decides whether it may serve predictions: wait
+        for the running check, then for the final checkpoint's."""
+        checks = self.release_checks
+        if checks is None or not checks.launched:
             return
-        job = self._release_jobs[-1]
-        self.logger.print(f"waiting for the release check of {job.path} (log: {job.log})")
-        job.proc.wait()
+        final = checks.waiting or checks.launched[-1]
+        self.logger.print(f"waiting for the release check of {final} (log: {final / RELEASE_LOG})")
+        job = checks.finish()
         status = read_release(job.path, checkpointing.checkpoint_digest(job.path))
         verdict = "released" if status.released else f"not released: {status.reason}"
         self.logger.print(f"release check of {job.path}: {verdict}")
@@ -484,6 +488,8 @@ class Trainer:
             while self.iteration < args.train_iters:
                 rec = self.train_step()
                 self.records.append(rec)
+                if self.release_checks is not None:
+                    self.release_checks.poll()      # start a waiting check once one has ended
                 self.logger.step(rec)
                 if self.iteration % args.eval_interval == 0 and self.iteration < args.train_iters:
                     self._eval_and_log()
