@@ -182,3 +182,14 @@ def test_predict_refuses_unreleased_and_allow_unreleased_sends_all_to_review(ckp
         prov = json.loads((tdir / "provenance.json").read_text())
         assert prov["gate"]["route"] == "accepted"
         assert prov["config"]["release"]["released"] is True
+
+
+@pytest.mark.parametrize("field, value", [
+    ("min_mean_lddt_ca", "abc"), ("min_mean_lddt_ca", 2), ("min_mean_lddt_ca", float("nan")),
+    ("max_ece", [1]), ("min_spearman_residue", True), ("band_tolerance", -3)])
+def test_a_bad_threshold_is_one_line_naming_it(tmp_path, capsys, field, value):
+    with pytest.raises(ValueError, match=f"{field} must be a number in"):
+        ReleasePolicy(**{field: value})
+    rc = protdp_main(["release", str(tmp_path), "--config", _policy(tmp_path, **{field: value})])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and f"{field} must be a number" in err

@@ -16,6 +16,9 @@ from protdp.resources import config_file
 
 DEFAULT_RELEASE = config_file("release.yaml")
 _DEFAULTS = read_yaml(DEFAULT_RELEASE)
+# the allowed range of each real-valued threshold
+_RANGES = {"min_spearman_residue": (-1.0, 1.0), "min_mean_lddt_ca": (0.0, 1.0),
+           "max_ece": (0.0, 1.0), "band_tolerance": (0.0, float("inf"))}
 
 
 @dataclass
@@ -47,9 +50,7 @@ class ReleasePolicy:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
-        if not -1.0 <= self.min_spearman_residue <= 1.0:
-            raise ValueError(f"min_spearman_residue must be in [-1, 1], got {self.min_spearman_residue}")
-        if not 0.0 <= self.min_mean_lddt_ca <= 1.0:
-            raise ValueError(f"min_mean_lddt_ca must be in [0, 1], got {self.min_mean_lddt_ca}")
-        if not 0.0 <= self.max_ece <= 1.0:
-            raise ValueError(f"max_ece must be in [0, 1], got {self.max_ece}")
+        for name, (low, high) in _RANGES.items():
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not low <= v <= high:
+                raise ValueError(f"{name} must be a number in [{low:g}, {high:g}], got {v!r}")
