@@ -19,15 +19,19 @@ Identical chains (one entity) share one block whose rows span all their copies (
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from protdp.data.parse import Msa
 from protdp.data.residue_constants import RESTYPE_ATOM37_MASK
+from protdp.data.safeio import atomic_write_text
 from protdp.data.residues import GAP_ID, HHBLITS_ORDER, RESTYPES, UNK_ID, sequence_to_ids
-from protdp.multimer.pairing import (Pairing, UniprotChainMsa, paired_chain_msa, pair_rows,
+from protdp.multimer.pairing import (MAX_ROWS_PER_SPECIES, MAX_UNIPROT_HITS, Pairing,
+                                     UniprotChainMsa, paired_chain_msa, pair_rows,
                                      pairing_report)
 
 MSA_CROP_SIZE = 2048        # feature_processing.MSA_CROP_SIZE: rows per chain, paired + unpaired
@@ -242,3 +246,20 @@ def _merge(feats: list[dict], order, paired: bool) -> dict:
             x[k] = np.pad(x[k], ((0, n_pad), (0, 0)))
         x["cluster_bias_mask"] = np.pad(x["cluster_bias_mask"], (0, n_pad))
     return x
+
+
+def write_pairing_report(path: str | Path, complex_id: str, report: dict) -> Path:
+    """The pairing of one complex as JSON (temporary file + rename): chains with their AlphaFold
+    asym/entity/sym ids, every paired row with its species and the row (index and name) of each
+    chain's UniProt alignment, rows removed as duplicates, and the limits that applied."""
+    doc = {"complex_id": complex_id,
+           "method": "AlphaFold-Multimer v2.3.2 msa_pairing (species from UniProt entry "
+                     "names; rows ranked by identity to the query)",
+           "limits": {"max_uniprot_hits": MAX_UNIPROT_HITS,
+                      "max_rows_per_species": MAX_ROWS_PER_SPECIES,
+                      "msa_crop_size": MSA_CROP_SIZE, "max_templates": MAX_TEMPLATES,
+                      "min_msa_rows": MIN_MSA_ROWS},
+           **report}
+    path = Path(path)
+    atomic_write_text(path, json.dumps(doc, indent=1) + "\n")
+    return path
