@@ -88,6 +88,40 @@ def read_queries(fasta: str, targets=None, *, max_length: int = MAX_QUERY_LENGTH
     return good, bad
 
 
+def read_complex_queries(fasta: str, *, max_length: int = MAX_QUERY_LENGTH
+                         ) -> tuple[list[Query], list[tuple[Query, str]]]:
+    """Complexes (protdp.multimer.inputs.read_complexes) -> one query per distinct chain,
+    named `<complex>_<chain id>` (`chain_msa_names`); a bad complex is one rejected line."""
+    from protdp.inference.targets import clean_sequence
+    from protdp.inference.writers import safe_name
+    from protdp.multimer.inputs import chain_msa_names, read_complexes
+
+    good, bad, owner = [], [], {}
+    for t in read_complexes(fasta):
+        if t.error:
+            bad.append((Query(t.complex_id, "", ""), t.error))
+            continue
+        names = chain_msa_names(t)
+        for c in t.chains:
+            if names[c.chain_id] != f"{t.complex_id}_{c.chain_id}":
+                continue                                    # identical to an earlier chain
+            q = Query(names[c.chain_id], safe_name(names[c.chain_id]), "")
+            key = q.stem.casefold()
+            try:
+                if key in owner:
+                    raise InputError(f"MSA folder name '{q.stem}' collides with that of "
+                                     f"'{owner[key]}'")
+                q.sequence = clean_sequence(c.sequence, max_length=max_length,
+                                            max_unknown_fraction=MAX_UNKNOWN_FRACTION)
+            except InputError as exc:
+                bad.append((q, f"{t.path}:{c.line}: complex '{t.complex_id}' chain "
+                               f"{c.chain_id}: {exc}"))
+                continue
+            owner[key] = q.name
+            good.append(q)
+    return good, bad
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="protdp msa", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -98,6 +132,11 @@ def _parser() -> argparse.ArgumentParser:
     add_search_arguments(s, db_required=True)
     s.add_argument("--max-length", type=int, default=MAX_QUERY_LENGTH,
                    help="reject longer targets (%(default)s)")
+    s.add_argument("--complexes", action="store_true",
+                   help="the FASTA holds complexes (ColabFold 'A:B' records, one complex per "
+                        "file, or a folder of such files): every distinct chain is searched as "
+                        "<complex>_<chain id>; for AlphaFold-Multimer pairing search UniProt "
+                        "with --max-sequences 50000 and pair <chain>/stockholm/<db>.sto")
     s.add_argument("--force", action="store_true", help="search finished targets again")
     s.add_argument("--no-progress", action="store_true", help="no progress bars")
     return p
@@ -108,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = settings_from_args(args)
     if args.max_length < 1:
         raise ConfigError(f"--max-length must be >= 1, got {args.max_length}")
-    queries, rejected = read_queries(args.fasta, max_length=args.max_length)
+    read = read_complex_queries if args.complexes else read_queries
+    queries, rejected = read(args.fasta, max_length=args.max_length)
     report = search_targets(queries, args.db, args.out, settings=settings, workers=args.workers,
                             batch_size=args.batch_size, progress=not args.no_progress,
                             force=args.force, failed=rejected)

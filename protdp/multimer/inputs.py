@@ -188,3 +188,12 @@ def read_complexes(path: str | Path) -> list[ComplexTarget]:
     if any(CHAIN_SEPARATOR in seq for _, seq, _ in _records(text, path)):
         return read_colabfold_fasta(path)
     return [read_alphafold_fasta(path)]
+
+
+def chain_msa_names(t: ComplexTarget) -> dict[str, str]:
+    """chain id -> the name its MSAs are searched and stored under, `<complex id>_<chain id>`
+    of the first chain with the same sequence (identical chains share one search, as
+    AlphaFold's `DataPipeline.process` reuses the features of an identical chain)."""
+    first: dict[str, str] = {}
+    return {c.chain_id: first.setdefault(c.sequence, f"{t.complex_id}_{c.chain_id}")
+            for c in t.chains}
