@@ -18,6 +18,8 @@ SUBCOMMANDS = {
     "train": ("protdp.train.cli", "pretrain with Megatron-style flags (same as pipelines/pretrain.py)"),
     "report": ("protdp.train.cli:report", "render loss/lDDT curves and the step-time breakdown of a run"),
     "msa": ("protdp.msa.cli", "MSA search with pyhmmer (AF2 jackhmmer settings) for FASTA targets"),
+    "complex": ("protdp.multimer.cli", "complexes (AlphaFold-Multimer): paired MSA features and "
+                                       "the pairing per complex"),
     "predict": ("protdp.inference.cli", "batch structure prediction with the confidence gate"),
     "review": ("protdp.review.cli", "human review queue: reviewers, claims, decisions, web UI"),
     "redteam": ("protdp.safety.cli:redteam", "adversarial cases against the predictor and gate"),

@@ -1,0 +1,137 @@
+"""`protdp complex features`: AlphaFold-Multimer model inputs and the MSA pairing, per complex.
+
+    protdp msa search --complexes --fasta complexes.fasta --db uniref90.fasta.gz --out msas/
+    protdp msa search --complexes --fasta complexes.fasta --db uniprot.fasta.gz \
+        --max-sequences 50000 --out msas/
+    protdp complex features --fasta complexes.fasta --msa-dir msas/ --out features/
+
+Complexes are read as `protdp.multimer.inputs.read_complexes` reads them (ColabFold 'A:B'
+records, one file per complex, or a folder of such files). Each distinct chain's MSAs are
+those `protdp msa search --complexes` wrote under `<msa-dir>/<complex>_<chain id>/` (every
+database except the pairing one, merged as `protdp predict` merges them); the pairing reads
+`<msa-dir>/<complex>_<chain id>/stockholm/<pairing-db>.sto`. Per complex, OUT/<complex>/ gets
+`features.npz` (AlphaFold's multimer `np_example`) and `pairing.json` (which rows were paired by
+which species); OUT/complex_features.tsv lists every complex with its status. A bad complex is
+one line there (and on stderr) and the others go on. Templates are not searched here (zero
+template slots).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from protdp.data.parse import parse_msa
+from protdp.errors import InputError, ProtdpError
+from protdp.inference.targets import clean_sequence, find_msa_files, load_msa
+from protdp.inference.writers import printable, safe_name
+from protdp.msa.writers import atomic_write
+from protdp.multimer.features import ChainInput, complex_features, write_pairing_report
+from protdp.multimer.inputs import ComplexTarget, chain_msa_names, read_complexes
+
+MAX_LENGTH = 10_000                 # per chain, as `protdp msa search`
+MAX_UNKNOWN_FRACTION = 0.5
+SUMMARY = "complex_features.tsv"
+COLUMNS = ("index", "complex", "chains", "length", "paired_rows", "msa_rows", "status",
+           "detail")
+
+
+def _chain_inputs(t: ComplexTarget, msa_dir: Path, pairing_db: str) -> list[ChainInput]:
+    names = chain_msa_names(t)
+    out = []
+    for c in t.chains:
+        where = f"complex '{t.complex_id}' chain {c.chain_id}"
+        try:
+            seq = clean_sequence(c.sequence, max_length=MAX_LENGTH,
+                                 max_unknown_fraction=MAX_UNKNOWN_FRACTION)
+        except InputError as exc:
+            raise InputError(f"{where}: {exc}", path=t.path, line=c.line) from None
+        stem = safe_name(names[c.chain_id])
+        files = [f for f in find_msa_files(msa_dir, stem)
+                 if not f.name.startswith(f"{pairing_db}.")]
+        if not files:
+            raise InputError(f"{where}: no MSA under {msa_dir / stem} (run `protdp msa search "
+                             f"--complexes` first)", path=t.path, line=c.line)
+        msa = load_msa(files)
+        if msa.query != seq:
+            raise InputError(f"{where}: the MSA's query is not the chain's sequence",
+                             path=files[0])
+        uniprot = None
+        if not t.is_homomer:
+            sto = msa_dir / stem / "stockholm" / f"{pairing_db}.sto"
+            if not sto.is_file():
+                raise InputError(f"{where}: no pairing alignment {sto} (search the "
+                                 f"'{pairing_db}' database with --complexes)", path=t.path,
+                                 line=c.line)
+            uniprot = parse_msa(sto)
+        out.append(ChainInput(c.chain_id, seq, msa, uniprot, None))
+    return out
+
+
+def _save_npz(path: Path, arrays: dict) -> None:
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    atomic_write(path, buf.getvalue())
+
+
+def run(fasta: str, msa_dir: str, out: str, pairing_db: str) -> list[dict]:
+    out_dir = Path(out)
+    rows = []
+    for t in read_complexes(fasta):
+        row = {"index": t.index, "complex": printable(t.complex_id),
+               "chains": len(t.chains), "length": sum(len(s) for s in t.sequences),
+               "paired_rows": "", "msa_rows": "", "status": "error", "detail": t.error or ""}
+        rows.append(row)
+        if t.error:
+            continue
+        try:
+            cf = complex_features(_chain_inputs(t, Path(msa_dir), pairing_db))
+        except (ProtdpError, ValueError) as exc:
+            row["detail"] = str(exc).replace("\n", " ")
+            continue
+        folder = out_dir / safe_name(t.complex_id)
+        _save_npz(folder / "features.npz", cf.features)
+        write_pairing_report(folder / "pairing.json", t.complex_id, cf.report)
+        row.update(status="ok", msa_rows=int(cf.features["num_alignments"]),
+                   paired_rows=len(cf.report.get("paired_rows", [])))
+    buf = io.StringIO()
+    w = csv.writer(buf, delimiter="\t", lineterminator="\n")
+    w.writerow(COLUMNS)
+    w.writerows([[r[c] for c in COLUMNS] for r in rows])
+    atomic_write(out_dir / SUMMARY, buf.getvalue().encode())
+    return rows
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="protdp complex", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("features", help="paired AlphaFold-Multimer features per complex",
+                       description=__doc__.split("\n\n", 1)[1],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.add_argument("--fasta", required=True, help="complexes (file or folder)")
+    s.add_argument("--msa-dir", required=True, help="output of `protdp msa search --complexes`")
+    s.add_argument("--out", required=True, help="output folder")
+    s.add_argument("--pairing-db", default="uniprot",
+                   help="database whose Stockholm alignment is paired (%(default)s)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    rows = run(args.fasta, args.msa_dir, args.out, args.pairing_db)
+    ok = sum(r["status"] == "ok" for r in rows)
+    print(f"protdp complex features: {len(rows)} complexes: {ok} ok, {len(rows) - ok} rejected; "
+          f"summary: {Path(args.out) / SUMMARY}")
+    for r in rows:
+        if r["status"] != "ok":
+            print(f"  rejected: {r['detail']}", file=sys.stderr)
+    return 1 if rows and not ok else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
