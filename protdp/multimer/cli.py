@@ -1,4 +1,4 @@
-"""`protdp complex features`: AlphaFold-Multimer model inputs and the MSA pairing, per complex.
+r"""`protdp complex features`: AlphaFold-Multimer model inputs and the MSA pairing, per complex.
 
     protdp msa search --complexes --fasta complexes.fasta --db uniref90.fasta.gz --out msas/
     protdp msa search --complexes --fasta complexes.fasta --db uniprot.fasta.gz \
