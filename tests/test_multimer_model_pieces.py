@@ -55,6 +55,15 @@ def test_ptm_iptm_ranking_match_alphafold(outputs):
     conf = complex_confidence(logits, centres, asym)
     for key in ("ptm", "iptm", "ranking_confidence"):
         assert abs(float(conf[key]) - float(outputs[f"confidence/{key}"])) < 1e-6, key
+    pae = outputs["confidence/predicted_aligned_error"]
+    assert np.abs(conf["pae"].numpy() - pae).max() < 1e-4
+    a = asym.numpy()
+    cross = a[:, None] != a[None, :]
+    assert abs(float(conf["interface_pae"]) - pae[cross].mean()) < 1e-4
+    for i, ci in enumerate((1.0, 2.0)):
+        for j, cj in enumerate((1.0, 2.0)):
+            block = pae[np.ix_(a == ci, a == cj)]
+            assert abs(float(conf["chain_pair_pae"][i, j]) - block.mean()) < 1e-4
     # the tolerance holds in bf16 logits too (read-outs run in float32)
     bf = complex_confidence(logits.to(torch.bfloat16), centres, asym)
     assert abs(float(bf["iptm"]) - float(outputs["confidence/iptm"])) < 1e-2

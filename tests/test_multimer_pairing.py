@@ -167,3 +167,10 @@ def test_heteromer_without_uniprot_alignment_is_refused():
     with pytest.raises(ValueError, match="chain B: a heteromer needs"):
         complex_features([ChainInput("A", "MKV", a, a), ChainInput("B", "GSH", b, None)])
 
+
+
+def test_pairing_alignment_of_another_sequence_is_refused():
+    a = _msa(["MKV"], ["qa"])
+    b = _msa(["GSH"], ["qb"])
+    with pytest.raises(ValueError, match="chain B: the UniProt alignment's query"):
+        complex_features([ChainInput("A", "MKV", a, a), ChainInput("B", "GSH", b, a)])

@@ -7,6 +7,8 @@
           N = number of residues weighted, w_ij = w_i w_j (all ones for the whole complex);
 * ipTM  = the same with w_ij = 0 for i, j in the same chain (interface pairs only);
 * ranking confidence = 0.8 ipTM + 0.2 pTM (`RANKING_IPTM_WEIGHT`);
+* interface PAE: the mean expected aligned error over residue pairs in different chains (the
+  off-diagonal blocks of the PAE matrix), and per chain pair [C, C] (diagonal: within a chain);
 * chain-pair ipTM matrix [C, C]: entry (a, b), a != b, is the ipTM of the complex restricted to
   chains a and b (w = 1 on their residues, so d0 counts both); the diagonal is the pTM of chain
   a alone. AlphaFold v2.3.2 has no such matrix (ColabFold and AlphaFold 3 report one with this
@@ -53,6 +55,25 @@ def predicted_tm(logits: torch.Tensor, centres: torch.Tensor,
     return per_frame.gather(-1, best)[..., 0]
 
 
+def expected_aligned_error(logits: torch.Tensor, centres: torch.Tensor) -> torch.Tensor:
+    """PAE (confidence.compute_predicted_aligned_error): [*, L, L, bins] -> [*, L, L] (Å)."""
+    probs = torch.softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
+    return (probs * centres.to(probs)).sum(-1)
+
+
+def interface_pae(pae: torch.Tensor, asym_id: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """pae [L, L], asym_id [L] -> (mean PAE over cross-chain pairs (NaN for one chain),
+    per chain pair mean [C, C] in ascending asym id order)."""
+    chains = torch.unique(asym_id)
+    member = (asym_id[None, :] == chains[:, None]).to(pae.dtype)                # [C, L]
+    sums = member @ pae @ member.T                                              # [C, C]
+    counts = member.sum(-1)
+    per_pair = sums / (counts[:, None] * counts[None, :])
+    cross = asym_id[:, None] != asym_id[None, :]
+    return pae[cross].mean(), per_pair
+
+
 def ranking_confidence(iptm: torch.Tensor, ptm: torch.Tensor) -> torch.Tensor:
     return RANKING_IPTM_WEIGHT * iptm + (1.0 - RANKING_IPTM_WEIGHT) * ptm
 
@@ -75,9 +96,13 @@ def chain_pair_iptm(logits: torch.Tensor, centres: torch.Tensor, asym_id: torch.
 
 def complex_confidence(logits: torch.Tensor, centres: torch.Tensor, asym_id: torch.Tensor
                        ) -> dict[str, torch.Tensor]:
-    """pTM, ipTM, ranking confidence and the chain-pair ipTM matrix of one complex."""
+    """pTM, ipTM, ranking confidence, the chain-pair ipTM matrix and the interface PAE of one
+    complex."""
     ptm = predicted_tm(logits, centres)
+    pae = expected_aligned_error(logits, centres)
+    iface, iface_pairs = interface_pae(pae, asym_id)
     iptm = predicted_tm(logits, centres, asym_id=asym_id)
     matrix, chains = chain_pair_iptm(logits, centres, asym_id)
     return {"ptm": ptm, "iptm": iptm, "ranking_confidence": ranking_confidence(iptm, ptm),
-            "chain_pair_iptm": matrix, "chain_asym_ids": chains}
+            "chain_pair_iptm": matrix, "chain_asym_ids": chains, "pae": pae,
+            "interface_pae": iface, "chain_pair_pae": iface_pairs}

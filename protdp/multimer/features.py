@@ -194,7 +194,13 @@ def _pair(chains, order, feats, report) -> None:
         if chains[i].uniprot is None:
             raise ValueError(f"chain {chains[i].chain_id}: a heteromer needs every chain's "
                              f"UniProt alignment for pairing")
-        uniprot.append(UniprotChainMsa.from_msa(chains[i].uniprot))
+        u = UniprotChainMsa.from_msa(chains[i].uniprot)
+        if u.tokens.shape[1] != len(chains[i].sequence) or \
+                chains[i].uniprot.query != chains[i].msa.query:
+            raise ValueError(f"chain {chains[i].chain_id}: the UniProt alignment's query "
+                             f"({chains[i].uniprot.query[:20]}..., {u.tokens.shape[1]} aa) is not "
+                             f"the chain's sequence ({len(chains[i].sequence)} aa)")
+        uniprot.append(u)
     pairing: Pairing = pair_rows(uniprot)
     for k, (f, u) in enumerate(zip(feats, uniprot)):
         f["msa_all_seq"], f["deletion_matrix_all_seq"] = paired_chain_msa(u, pairing.rows[:, k])
