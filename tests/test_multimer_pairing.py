@@ -174,3 +174,43 @@ def test_pairing_alignment_of_another_sequence_is_refused():
     b = _msa(["GSH"], ["qb"])
     with pytest.raises(ValueError, match="chain B: the UniProt alignment's query"):
         complex_features([ChainInput("A", "MKV", a, a), ChainInput("B", "GSH", b, a)])
+
+
+def test_complex_features_cli_reproduces_alphafold_from_an_msa_folder(tmp_path, capsys):
+    """The fixture's raw files laid out as `protdp msa search --complexes` writes them; the
+    CLI's features equal AlphaFold's in every field but the templates (the CLI adds none). A
+    second complex whose pairing alignment has a malformed UniProt name gets a warning line."""
+    import shutil
+
+    from protdp.cli import main as protdp_main
+
+    inputs, msas = tmp_path / "complexes", tmp_path / "msas"
+    inputs.mkdir()
+    for cx in ("hb", "hb2"):
+        (inputs / f"{cx}.fasta").write_text((RAW / "4hhb_hbA1-36_hbB1-40.fasta").read_text())
+        for cid, name in (("A", "hbA_1-36"), ("B", "hbB_1-40")):
+            folder = msas / f"{cx}_{cid}"
+            (folder / "stockholm").mkdir(parents=True)
+            shutil.copy(RAW / f"{name}.a3m", folder / "bfd.a3m")
+            shutil.copy(RAW / f"{name}.uniprot_hits.sto", folder / "stockholm" / "uniprot.sto")
+    sto = msas / "hb2_A" / "stockholm" / "uniprot.sto"
+    first = next(ln.split()[0] for ln in sto.read_text().splitlines() if ln.startswith("tr|"))
+    sto.write_text(sto.read_text().replace(first, "tr|BAD|HEADER_"))
+    rc = protdp_main(["complex", "features", "--fasta", str(inputs), "--msa-dir", str(msas),
+                      "--out", str(tmp_path / "out")])
+    cap = capsys.readouterr()
+    assert rc == 0 and "2 complexes: 2 ok, 0 rejected" in cap.out, cap
+    warn = [ln for ln in cap.err.splitlines() if "warning" in ln]
+    assert warn == ["  warning: hb2: chain A: 1 UniProt-style row name(s) without a readable "
+                    "species (first: 'tr|BAD|HEADER_'), left unpaired"]
+    got = np.load(tmp_path / "out" / "hb" / "features.npz")
+    ref = np.load(FIXTURE / "features_4hhb_hbA1-36_hbB1-40.npz")
+    assert sorted(got.files) == sorted(ref.files)
+    for key in ref.files:
+        if key.startswith("template_") or key == "num_templates":
+            continue
+        assert got[key].dtype == ref[key].dtype and np.array_equal(got[key], ref[key]), key
+    assert int(got["num_templates"]) == 0 and not got["template_all_atom_mask"].any()
+    doc = json.loads((tmp_path / "out" / "hb2" / "pairing.json").read_text())
+    assert doc["uniprot_msas"]["A"]["malformed_uniprot_names"] == 1
+    assert len(doc["paired_rows"]) < 23        # the malformed row's species lost a pair

@@ -73,6 +73,17 @@ def _chain_inputs(t: ComplexTarget, msa_dir: Path, pairing_db: str) -> list[Chai
     return out
 
 
+def _malformed_note(report: dict) -> str:
+    """One line naming UniProt-style row names whose species could not be read (not paired)."""
+    bad = {c: u for c, u in report.get("uniprot_msas", {}).items()
+           if u["malformed_uniprot_names"]}
+    if not bad:
+        return ""
+    return "; ".join(f"chain {c}: {u['malformed_uniprot_names']} UniProt-style row name(s) "
+                     f"without a readable species (first: '{printable(u['first_malformed'])}'),"
+                     f" left unpaired" for c, u in bad.items())
+
+
 def _save_npz(path: Path, arrays: dict) -> None:
     buf = io.BytesIO()
     np.savez_compressed(buf, **arrays)
@@ -98,7 +109,8 @@ def run(fasta: str, msa_dir: str, out: str, pairing_db: str) -> list[dict]:
         _save_npz(folder / "features.npz", cf.features)
         write_pairing_report(folder / "pairing.json", t.complex_id, cf.report)
         row.update(status="ok", msa_rows=int(cf.features["num_alignments"]),
-                   paired_rows=len(cf.report.get("paired_rows", [])))
+                   paired_rows=len(cf.report.get("paired_rows", [])),
+                   detail=_malformed_note(cf.report))
     buf = io.StringIO()
     w = csv.writer(buf, delimiter="\t", lineterminator="\n")
     w.writerow(COLUMNS)
@@ -128,8 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"protdp complex features: {len(rows)} complexes: {ok} ok, {len(rows) - ok} rejected; "
           f"summary: {Path(args.out) / SUMMARY}")
     for r in rows:
-        if r["status"] != "ok":
-            print(f"  rejected: {r['detail']}", file=sys.stderr)
+        if r["detail"]:
+            what = "rejected" if r["status"] != "ok" else "warning"
+            print(f"  {what}: {r['complex']}: {r['detail']}", file=sys.stderr)
     return 1 if rows and not ok else 0
 
 
