@@ -193,13 +193,16 @@ def test_complex_features_cli_reproduces_alphafold_from_an_msa_folder(tmp_path, 
             (folder / "stockholm").mkdir(parents=True)
             shutil.copy(RAW / f"{name}.a3m", folder / "bfd.a3m")
             shutil.copy(RAW / f"{name}.uniprot_hits.sto", folder / "stockholm" / "uniprot.sto")
+    (inputs / "hb3.fasta").write_text((RAW / "4hhb_hbA1-36_hbB1-40.fasta").read_text())
     sto = msas / "hb2_A" / "stockholm" / "uniprot.sto"
     first = next(ln.split()[0] for ln in sto.read_text().splitlines() if ln.startswith("tr|"))
     sto.write_text(sto.read_text().replace(first, "tr|BAD|HEADER_"))
     rc = protdp_main(["complex", "features", "--fasta", str(inputs), "--msa-dir", str(msas),
                       "--out", str(tmp_path / "out")])
     cap = capsys.readouterr()
-    assert rc == 0 and "2 complexes: 2 ok, 0 rejected" in cap.out, cap
+    assert rc == 0 and "3 complexes: 2 ok, 1 rejected" in cap.out, cap
+    assert f"rejected: hb3: {inputs / 'hb3.fasta'}:1: complex 'hb3' chain A: no MSA under " \
+           f"{msas / 'hb3_A'} (run `protdp msa search --complexes` first)" in cap.err
     warn = [ln for ln in cap.err.splitlines() if "warning" in ln]
     assert warn == ["  warning: hb2: chain A: 1 UniProt-style row name(s) without a readable "
                     "species (first: 'tr|BAD|HEADER_'), left unpaired"]
