@@ -142,3 +142,12 @@ def test_relative_chain_encoding_loads_alphafold_parameters():
     # heterodimer: chains differ in entity, so every cross-chain pair reads the same row sum
     cross = f[0, 40]
     assert cross[65] == 1 and cross[66] == 0 and cross[72] == 1
+
+
+def test_weights_import_names_multimer_parameters_as_unsupported():
+    from protdp.errors import InputError
+    from protdp.weights.alphafold import infer_config
+
+    p = np.load(FIXTURE / "params" / "params_model_1_multimer_v3_small.npz")
+    with pytest.raises(InputError, match="AlphaFold-Multimer parameters .* not supported yet"):
+        infer_config({k: p[k].shape for k in p.files})

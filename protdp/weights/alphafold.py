@@ -232,6 +232,9 @@ def _ratio(num: int, den: int, what: str, key: str) -> int:
     return num // den
 
 
+MULTIMER_MARK = "~_relative_encoding/position_activations//weights"   # multimer-only array
+
+
 def infer_config(shapes: Mapping[str, tuple], *, sm_layers: int = 8,
                  num_recycles: int = 3) -> ModelConfig:
     """The ModelConfig of an AF2 parameter set from its array shapes {key: shape} alone (any
@@ -239,6 +242,10 @@ def infer_config(shapes: Mapping[str, tuple], *, sm_layers: int = 8,
     the defaults (8 layers, 3 recycles)."""
     if not any(k.startswith(PREFIX) for k in shapes):
         raise InputError(f"not an AlphaFold parameter set: no '{PREFIX}...' arrays")
+    if EVO + MULTIMER_MARK in shapes:
+        raise InputError("AlphaFold-Multimer parameters (they have "
+                         f"'{EVO + MULTIMER_MARK}'): importing multimer weights is not "
+                         "supported yet (issue #32); use a monomer params_model_N[_ptm].npz")
     s = lambda key: _shape(shapes, key)                                     # noqa: E731
     row = EVO + "evoformer_iteration/msa_row_attention_with_pair_bias/attention//query_w"
     tri = EVO + "evoformer_iteration/triangle_attention_starting_node/attention//query_w"
