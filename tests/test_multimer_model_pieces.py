@@ -151,3 +151,36 @@ def test_weights_import_names_multimer_parameters_as_unsupported():
     p = np.load(FIXTURE / "params" / "params_model_1_multimer_v3_small.npz")
     with pytest.raises(InputError, match="AlphaFold-Multimer parameters .* not supported yet"):
         infer_config({k: p[k].shape for k in p.files})
+
+
+def test_multimer_input_embedder_with_alphafold_parameters():
+    """AlphaFold's arrays load by name; m / z / extra activations are the linear maps of
+    one_hot(aatype, 21), the recorded msa_feat and the relative encoding, written out here."""
+    from protdp.model.multimer_embedders import MultimerInputEmbedder
+    from protdp.model.multimer_msa import extra_msa_feat
+
+    p = np.load(FIXTURE / "params" / "params_model_1_multimer_v3_small.npz")
+    f = np.load(FIXTURE / "features_4hhb_hbA1-36_hbB1-40.npz")
+    rec = np.load(FIXTURE / "sampled_msa_4hhb_hbA1-36_hbB1-40.npz")
+    arrays = {k: p[k] for k in p.files}
+    emb = MultimerInputEmbedder(c_m=32, c_z=16, c_e=8)
+    emb.load_alphafold(arrays)
+    ids = [torch.from_numpy(f[k]) for k in ("residue_index", "asym_id", "entity_id", "sym_id")]
+    order = rec["index_order"][0]
+    ef, _ = extra_msa_feat(torch.from_numpy(f["msa"][order[16:]]),
+                           torch.from_numpy(f["deletion_matrix"][order[16:]]),
+                           torch.from_numpy(f["msa_mask"][order[16:]]), 32)
+    m, z, e = emb(torch.from_numpy(f["aatype"]), *ids, torch.from_numpy(rec["msa_feat"][0]), ef)
+    E = "alphafold/alphafold_iteration/evoformer/"
+    lin = lambda name, x: x @ arrays[E + name + "//weights"] + arrays[E + name + "//bias"]  # noqa: E731
+    tf = np.eye(21, dtype=np.float32)[f["aatype"]]
+    assert np.allclose(m.detach().numpy(), lin("preprocess_1d", tf)[None] +
+                       lin("preprocess_msa", rec["msa_feat"][0]), atol=1e-5)
+    rel = relative_chain_features(*ids).numpy()
+    z_ref = (lin("left_single", tf)[:, None] + lin("right_single", tf)[None] +
+             lin("~_relative_encoding/position_activations", rel))
+    assert np.allclose(z.detach().numpy(), z_ref, atol=1e-5)
+    assert np.allclose(e.detach().numpy(), lin("extra_msa_activations", ef.numpy()), atol=1e-5)
+    arrays[E + "left_single//weights"] = arrays[E + "left_single//weights"][:20]
+    with pytest.raises(ValueError, match="left_single: shape"):
+        emb.load_alphafold(arrays)

@@ -60,3 +60,56 @@ class RelativeChainEncoding(nn.Module):
                                         self.max_relative_idx, self.max_relative_chain,
                                         dtype=self.linear.weight.dtype)
         return self.linear(feats)
+
+
+TARGET_FEAT_DIM_MULTIMER = 21      # one_hot(aatype, 21): no between-segment bit (AF2 has 22)
+MSA_FEAT_DIM = 49                  # create_msa_feat: 23 + 1 + 1 + 23 + 1
+EXTRA_MSA_FEAT_DIM = 25            # create_extra_msa_feature: 23 + 1 + 1
+
+
+class MultimerInputEmbedder(nn.Module):
+    """AlphaFold-Multimer's input embedding (`EmbeddingsAndEvoformer.__call__` up to the
+    recycling terms): target_feat = one_hot(aatype, 21);
+    m = preprocess_1d(target_feat) + preprocess_msa(msa_feat)            [*, S, L, C_m]
+    z = left_single(target_feat)_i + right_single(target_feat)_j + relative encoding
+                                                                        [*, L, L, C_z]
+    and the extra-MSA activations extra_msa_activations(extra_msa_feat) [*, E, L, C_e].
+    `ALPHAFOLD_NAMES` maps each parameter to its AlphaFold array (under
+    `alphafold/alphafold_iteration/evoformer/`; AlphaFold stores weights [in, out])."""
+
+    ALPHAFOLD_NAMES = {
+        "preprocess_1d": "preprocess_1d", "preprocess_msa": "preprocess_msa",
+        "left_single": "left_single", "right_single": "right_single",
+        "extra_msa_activations": "extra_msa_activations",
+        "relative.linear": "~_relative_encoding/position_activations",
+    }
+
+    def __init__(self, c_m: int, c_z: int, c_e: int):
+        super().__init__()
+        self.preprocess_1d = Linear(TARGET_FEAT_DIM_MULTIMER, c_m)
+        self.preprocess_msa = Linear(MSA_FEAT_DIM, c_m)
+        self.left_single = Linear(TARGET_FEAT_DIM_MULTIMER, c_z)
+        self.right_single = Linear(TARGET_FEAT_DIM_MULTIMER, c_z)
+        self.extra_msa_activations = Linear(EXTRA_MSA_FEAT_DIM, c_e)
+        self.relative = RelativeChainEncoding(c_z)
+
+    def forward(self, aatype, residue_index, asym_id, entity_id, sym_id, msa_feat,
+                extra_msa_feat):
+        dtype = self.preprocess_1d.weight.dtype
+        tf = F.one_hot(aatype.long(), TARGET_FEAT_DIM_MULTIMER).to(dtype)      # [*, L, 21]
+        m = self.preprocess_1d(tf)[..., None, :, :] + self.preprocess_msa(msa_feat.to(dtype))
+        z = self.left_single(tf)[..., :, None, :] + self.right_single(tf)[..., None, :, :]
+        z = z + self.relative(residue_index, asym_id, entity_id, sym_id)
+        return m, z, self.extra_msa_activations(extra_msa_feat.to(dtype))
+
+    def load_alphafold(self, arrays, prefix: str = "alphafold/alphafold_iteration/evoformer/"):
+        """Copy AlphaFold's arrays {flat name: array} into this module (shapes checked)."""
+        with torch.no_grad():
+            for mod, af in self.ALPHAFOLD_NAMES.items():
+                lin = self.get_submodule(mod)
+                w, b = arrays[f"{prefix}{af}//weights"], arrays[f"{prefix}{af}//bias"]
+                if tuple(w.shape) != tuple(lin.weight.shape[::-1]):
+                    raise ValueError(f"{prefix}{af}: shape {tuple(w.shape)}, expected "
+                                     f"{tuple(lin.weight.shape[::-1])}")
+                lin.weight.copy_(torch.as_tensor(w).T)
+                lin.bias.copy_(torch.as_tensor(b))
