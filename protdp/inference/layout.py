@@ -10,6 +10,8 @@
 - `provenance.json` is written last (after the review item exists): it marks the prediction
   complete. A folder without it was renamed into place but not yet handed to the queue: the
   rerun enqueues it again (idempotent per prediction id) without touching its files.
+- A published folder that lost a file (someone deleted it) is never written into: it is
+  renamed aside to `.<id>.damaged-<time>` (kept for audit) and the prediction redone.
 - `OUT/targets/<target>/CURRENT` (one line: the prediction id) names the latest prediction.
 """
 
@@ -80,3 +82,12 @@ def current_prediction(tdir: str | Path) -> Path | None:
     except OSError:
         return None
     return tdir / pid if pid and "/" not in pid and pid not in (".", "..") else None
+
+
+def set_aside_damaged(pdir: Path) -> Path:
+    """Rename a damaged published prediction folder out of the way (never delete or write
+    into it); returns its new path."""
+    import time
+    dest = pdir.with_name(f".{pdir.name}.damaged-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+    os.replace(pdir, dest)
+    return dest

@@ -45,7 +45,7 @@ from protdp.inference.targets import (Target, clean_sequence, find_msa_files, lo
 from protdp.inference.af_outputs import write_af_files, write_summary_csv
 from protdp.inference.ensemble import members, run_member, ensemble_stops
 from protdp.inference.layout import (current_prediction, prediction_id, publish_build,
-                                     start_build, write_current)
+                                     set_aside_damaged, start_build, write_current)
 from protdp.inference.memory import TargetSize
 from protdp.inference.modelcif_out import write_modelcif
 from protdp.inference.plots import write_plots
@@ -322,8 +322,10 @@ class Predictor:
             pid = prediction_id(fp)
             pdir = tdir / pid
             done = self._complete(pdir, fp)
-            if done is None and (pdir / PENDING_FILE).is_file():
-                return self._finish_pending(t, tdir, pdir, fp)
+            if done is None and pdir.exists():
+                if self._intact_pending(pdir, fp):
+                    return self._finish_pending(t, tdir, pdir, fp)
+                set_aside_damaged(pdir)
             if done is None:
                 t0 = time.perf_counter()
                 msa = load_msa(msa_paths)
@@ -446,6 +448,16 @@ class Predictor:
         write_json(build / PENDING_FILE, provenance)
         publish_build(build, pdir)
         return self._complete_published(t, tdir, pdir, fp, provenance, scores)
+
+    @staticmethod
+    def _intact_pending(pdir: Path, fp: str) -> bool:
+        """Published, not yet complete, every file present (no provenance.json)."""
+        try:
+            data = json.loads((pdir / PENDING_FILE).read_text())
+        except (OSError, json.JSONDecodeError):
+            return False
+        return (not (pdir / "provenance.json").exists() and data.get("fingerprint") == fp
+                and all((pdir / n).is_file() for n in data.get("outputs", {}).values()))
 
     def _finish_pending(self, t, tdir, pdir, fp) -> dict:
         """A published folder whose run stopped before the queue / completion mark."""
