@@ -59,7 +59,7 @@ def _csv_targets(path: Path, start: int) -> list[Target]:
             continue
         t = Target(start + len(out), row[i_id].strip() if len(row) > i_id else "", "", "", lineno)
         t.header = t.target_id
-        if len(row) <= max(i_id, i_seq) or not t.target_id:
+        if len(row) <= max(i_id, i_seq) or not t.target_id or not row[i_seq].strip():
             t.error = f"{path}:{lineno}: expected an id and a sequence"
         else:
             t.raw_sequence = row[i_seq].replace(":", "")

@@ -9,8 +9,9 @@ element counts come from the planner's accounting of the same modules
 - streams alive throughout: MSA m [S, L, c_m], extra MSA [S_e, L, c_e], pair z [L, L, c_z];
 - the largest transient step, one of
   * triangle multiplication (Alg. 11/12, not chunked): LN(z), a, b, gates [L, L, 4 c_z + 8 t];
-  * triangle attention (Alg. 13/14) over rows of z: probabilities [C, H, L, L] for C rows at
-    a time (C = chunk size, L without chunking) plus q, k, v, gate [C, L, 4 h c];
+  * triangle attention (Alg. 13/14) over rows of z: logits and probabilities [C, H, L, L]
+    (both alive during the softmax) for C rows at a time (C = chunk size, L without chunking)
+    plus q, k, v, gate [C, L, 4 h c];
   * MSA row attention (Alg. 7): [C, H, L, L] for C MSA rows; column attention (Alg. 8)
     [C, H, S, S] for C columns;
   * outer-product mean (Alg. 10): [C, L, c_opm^2] for C rows.
@@ -28,6 +29,7 @@ import torch
 from protdp.model.config import ModelConfig
 
 BYTES = 4                                  # fp32 activations (see planning.memory)
+LOGIT_COPIES = 2        # logits and softmax probabilities [C, H, Q, Q] are alive together
 CHUNK_CHOICES = (None, 256, 128, 64, 32, 16, 8, 4, 2, 1)   # tried in this order
 
 
@@ -54,13 +56,14 @@ def working_set_elements(cfg: ModelConfig, size: TargetSize, chunk: int | None) 
     streams = S * L * cm + Se * L * cfg.c_e + 3 * P * cz    # m, extra m, z + residual + update
     steps = {
         "triangle_multiplication": P * (4 * cz + 8 * t),
-        "triangle_attention": _rows(chunk, L) * (hp * L * L + 4 * L * hcp) + P * hp,
-        "msa_row_attention": _rows(chunk, S) * (hm * L * L + 4 * L * hcm) + P * hm,
-        "msa_column_attention": _rows(chunk, L) * (hm * S * S + 4 * S * hcm),
+        "triangle_attention": _rows(chunk, L) * (LOGIT_COPIES * hp * L * L + 4 * L * hcp)
+        + P * hp,
+        "msa_row_attention": _rows(chunk, S) * (LOGIT_COPIES * hm * L * L + 4 * L * hcm) + P * hm,
+        "msa_column_attention": _rows(chunk, L) * (LOGIT_COPIES * hm * S * S + 4 * S * hcm),
         "outer_product_mean": _rows(chunk, L) * L * o * o + 2 * S * L * o,
     }
     if Se:
-        steps["extra_msa_row_attention"] = (_rows(chunk, Se) * (hm * L * L) + P * hm)
+        steps["extra_msa_row_attention"] = _rows(chunk, Se) * LOGIT_COPIES * hm * L * L + P * hm
     # the structure module and heads: pair-sized logits (distogram, PAE) at the end
     steps["heads"] = P * (cfg.distogram_bins + (cfg.pae_bins if cfg.pae_head else 0))
     return {"streams": streams, **steps}

@@ -541,7 +541,7 @@ def predict_batch(checkpoint: str | Path | LoadedModel | list, fasta: str | Path
     `sort_by_length`. `release_gate`: "enforce" (an unreleased checkpoint is refused),
     "review" (it runs, every prediction to review) or "off" (evaluation tools only)."""
     from protdp.inference.inputs import read_inputs
-    from protdp.inference.sharding import run_order, shard_by_cost
+    from protdp.inference.sharding import run_order, shard_by_cost, target_lengths
 
     fasta = Path(fasta)
     targets, input_sha = read_inputs(fasta)
@@ -560,8 +560,7 @@ def predict_batch(checkpoint: str | Path | LoadedModel | list, fasta: str | Path
                      release_gate=release_gate)
     info = {"path": str(fasta.resolve()), "sha256": input_sha,
             "msa_dir": None if msa_dir is None else Path(msa_dir).resolve()}
-    lengths = [None if t.error else sum(1 for ch in t.raw_sequence if not ch.isspace())
-               for t in targets]
+    lengths = target_lengths(targets)
     order = run_order(shard_by_cost(lengths, world_size)[rank], lengths, sort_by_length)
     rows = []
     try:

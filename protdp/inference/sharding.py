@@ -36,3 +36,10 @@ def run_order(indices: list[int], lengths: list[int | None], sort_by_length: boo
     if not sort_by_length:
         return sorted(indices)
     return sorted(indices, key=lambda i: (lengths[i] or 0, i))
+
+
+def target_lengths(targets) -> list[int | None]:
+    """Residue counts for sharding (None for a target already known to be bad); every rank
+    and the MSA-search step compute the same list."""
+    return [None if t.error else sum(1 for ch in t.raw_sequence if not ch.isspace())
+            for t in targets]
