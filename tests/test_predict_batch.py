@@ -30,7 +30,7 @@ from protdp.review.store import ReviewStore
 from protdp.workflows import predict
 
 TINY = yaml.safe_load((REPO_ROOT / "configs" / "model" / "tiny.yaml").read_text())
-CFG = dict(max_length=120, max_msa_rows=16)
+CFG = dict(max_length=120, max_msa_rows=16, plots=False)
 SEQS = {"short": "MKTAYIAKQRQISFV", "long": "GSHMLEDPVDAFQKLAEEALRRAVEEGK", "mid": "MQIFVKTLTGKTITLE"}
 
 
@@ -59,7 +59,7 @@ def _fasta(tmp_path, names=("short", "long", "mid")):
 def test_ensemble_outputs_read_back(tmp_path, ckpts):
     out = tmp_path / "out"
     res = predict(ckpts, _fasta(tmp_path, ("long",)), out, progress=False, release_gate="off",
-                  config=PredictConfig(**CFG, num_seeds=2, seed=7))
+                  config=PredictConfig(**{**CFG, "plots": True}, num_seeds=2, seed=7))
     pdir = current_prediction(out / "targets" / "long")
     assert pdir.parent == out / "targets" / "long" and len(pdir.name) == 16
     names = [f"model_{m}_seed_{s:03d}" for m in (1, 2) for s in (7, 8)]
@@ -205,18 +205,19 @@ def test_early_stop_and_stop_at_score(tmp_path, ckpts):
     assert "mean pLDDT" in runs["score"]["ensemble"][0]["early_stop"]["stopped_early"]
 
 
-def test_folder_and_csv_inputs_single_sequence_and_sorting(tmp_path, ckpts, data_dir):
+def test_folder_and_csv_inputs_single_sequence_and_sorting(tmp_path, ckpts):
     inp = tmp_path / "in"
     inp.mkdir()
     (inp / "a.fasta").write_text(f">long\n{SEQS['long']}\n")
     (inp / "b.csv").write_text(f"id,sequence\nshort,{SEQS['short']}\nbad,\n")
-    msa = data_dir / "msa" / "2p90_A02.hhblits_subsample.a3m"
-    (inp / "c2p90.a3m").write_bytes(msa.read_bytes())
+    (inp / "c2p90.a3m").write_text(f">c2p90\n{SEQS['mid']}\n>hom1\nMQIFVKTLTGKaTITLD\n"
+                                   f">hom2\nMQLFVKTLTGK-ITLE\n")
     res = predict(ckpts[0], inp, tmp_path / "out", progress=False, release_gate="off",
                   config=PredictConfig(**CFG), sort_by_length=True)
     by = {r["target"]: r for r in res.rows}
     assert by["bad"]["route"] == "rejected" and "b.csv:3" in by["bad"]["detail"]
-    assert by["c2p90"]["msa_depth"] > 1 and by["short"]["msa_depth"] == 1
+    assert by["c2p90"]["msa_depth"] == 3 and by["short"]["msa_depth"] == 1
+    assert [r["target"] for r in res.rows] == ["long", "short", "bad", "c2p90"]   # input order
     prov = json.loads((current_prediction(tmp_path / "out" / "targets" / "c2p90") / "provenance.json").read_text())
     assert prov["inputs"]["msa_files"][0]["path"].endswith("c2p90.a3m")
     single = predict(ckpts[0], inp, tmp_path / "out1", progress=False, release_gate="off",

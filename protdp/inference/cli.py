@@ -76,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(out-of-memory errors retry with smaller chunks either way)")
     e.add_argument("--save-distogram", action="store_true",
                    help="keep the distogram logits in result_*.npz")
+    e.add_argument("--no-plots", action="store_true",
+                   help="no pLDDT / PAE / MSA-coverage PNGs")
     s = p.add_argument_group("MSA search for targets without an MSA (protdp msa search)")
     add_search_arguments(s, db_required=False, prefix="search-")
     s.add_argument("--msa-search-dir", default=None,
@@ -188,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
                                num_seeds=args.seeds, msa_mode=args.msa_mode,
                                recycle_early_stop_tolerance=args.recycle_early_stop_tolerance,
                                stop_at_score=args.stop_at_score, max_memory_gib=args.max_memory,
-                               save_distogram=args.save_distogram)
+                               save_distogram=args.save_distogram, plots=not args.no_plots)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     from protdp.parallel.env import detect_launch_env

@@ -12,7 +12,7 @@ import numpy as np
 
 def _save(fig, path: Path) -> Path:
     tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, dpi=100, bbox_inches="tight")
+    fig.savefig(tmp, dpi=80)
     os.replace(tmp, path)
     return path
 
@@ -26,7 +26,7 @@ def write_plots(folder: Path, name: str, preds: dict[str, dict], order: list[str
     from matplotlib.figure import Figure
 
     out = {}
-    fig = Figure(figsize=(6, 3))
+    fig = Figure(figsize=(6, 3), layout="constrained")
     ax = fig.subplots()
     for k, n in enumerate(order):
         ax.plot(np.arange(1, len(preds[n]["plddt"]) + 1), preds[n]["plddt"], lw=1,
@@ -36,13 +36,13 @@ def write_plots(folder: Path, name: str, preds: dict[str, dict], order: list[str
     out["plddt_png"] = _save(fig, folder / f"{name}_plddt.png").name
     top = preds[order[0]]
     if top.get("pae") is not None:
-        fig = Figure(figsize=(4, 3.5))
+        fig = Figure(figsize=(4.5, 3.5), layout="constrained")
         ax = fig.subplots()
         im = ax.imshow(top["pae"], cmap="bwr", vmin=0, vmax=30)
         fig.colorbar(im, ax=ax, label="expected position error (Å)")
         ax.set(xlabel="scored residue", ylabel="aligned residue", title=f"{name}: PAE ({order[0]})")
         out["pae_png"] = _save(fig, folder / f"{name}_pae.png").name
-    fig = Figure(figsize=(6, 3))
+    fig = Figure(figsize=(6, 3), layout="constrained")
     ax = fig.subplots()
     ax.plot(np.arange(1, len(coverage) + 1), coverage, color="black", lw=1)
     ax.set(xlabel="query position", ylabel="sequences", title=f"{name}: MSA coverage")
