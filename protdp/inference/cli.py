@@ -76,6 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "(out-of-memory errors retry with smaller chunks either way)")
     e.add_argument("--save-distogram", action="store_true",
                    help="keep the distogram logits in result_*.npz")
+    e.add_argument("--relax", action="store_true",
+                   help="Amber-relax the top-ranked model (pip install 'protdp[relax]'); "
+                        "a failure keeps the unrelaxed model and is reported in relax.json")
+    e.add_argument("--relax-timeout", type=float, default=d.relax_timeout_s,
+                   help="seconds one relaxation may take (%(default)s)")
     e.add_argument("--no-plots", action="store_true",
                    help="no pLDDT / PAE / MSA-coverage PNGs")
     s = p.add_argument_group("MSA search for targets without an MSA (protdp msa search)")
@@ -190,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
                                num_seeds=args.seeds, msa_mode=args.msa_mode,
                                recycle_early_stop_tolerance=args.recycle_early_stop_tolerance,
                                stop_at_score=args.stop_at_score, max_memory_gib=args.max_memory,
-                               save_distogram=args.save_distogram, plots=not args.no_plots)
+                               save_distogram=args.save_distogram, plots=not args.no_plots,
+                               relax=args.relax, relax_timeout_s=args.relax_timeout)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     from protdp.parallel.env import detect_launch_env

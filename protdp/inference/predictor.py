@@ -42,16 +42,15 @@ from protdp.inference.checkpoint import (LoadedModel, checkpoint_home, load_mode
                                         sha256_file)
 from protdp.inference.targets import (Target, clean_sequence, find_msa_files, load_msa,
                                       read_targets, sha256_text)
-from protdp.inference.af_outputs import write_af_files, write_summary_csv
+from protdp.inference.af_outputs import write_summary_csv
 from protdp.inference.ensemble import members, run_member, ensemble_stops
 from protdp.inference.layout import (current_prediction, prediction_id, publish_build,
                                      set_aside_damaged, start_build, write_current)
 from protdp.inference.memory import TargetSize
-from protdp.inference.modelcif_out import write_modelcif
-from protdp.inference.plots import write_plots
+from protdp.inference.prediction_files import write_prediction_files
 from protdp.inference.ranking import ensemble_spread, rank
 from protdp.inference.recycling import RecycleEarlyStop
-from protdp.inference.writers import round_plddt, write_json, write_structures, write_summary
+from protdp.inference.writers import round_plddt, write_json, write_summary
 from protdp.train.release_record import read_release
 
 CLINICAL_NOTICE = ("Computational prediction for research use. NOT for clinical or diagnostic "
@@ -93,6 +92,11 @@ class PredictConfig:
     """"auto": the target's MSA files when found; "single_sequence": never an MSA."""
     save_distogram: bool = False
     """Keep the distogram logits in result_*.npz (--save-distogram)."""
+    relax: bool = False
+    """Amber-relax the top-ranked model (`protdp.relax`, needs the `relax` extra): written as
+    relaxed_<model>.pdb next to the unrelaxed files; a failure is reported, never fatal."""
+    relax_timeout_s: float = 300.0
+    """Time bound of one relaxation (--relax-timeout)."""
     plots: bool = True
     """Write the pLDDT / PAE / MSA-coverage PNGs (--no-plots: ~1 s less per target on CPU)."""
 
@@ -391,7 +395,8 @@ class Predictor:
         outputs = write_prediction_files(build, t.file_name, seq, preds, order, ranking_debug,
                                          timings, coverage, self.loaded.config,
                                          save_distogram=self.config.save_distogram,
-                                         plots=self.config.plots,
+                                         plots=self.config.plots, relax=self.config.relax,
+                                         relax_timeout_s=self.config.relax_timeout_s,
                                          msa_paths=[m["path"] for m in msa_files],
                                          details={"checkpoint_sha256": top["checkpoint_sha256"],
                                                   "seed": top["seed"],
@@ -482,45 +487,6 @@ class Predictor:
         write_current(tdir, pdir.name)
         row["paths"]["provenance"] = str(pdir / "provenance.json")
         return row
-
-
-def write_prediction_files(folder: Path, name: str, seq: str, preds: dict, order: list[str],
-                           ranking_debug: dict, timings: dict, coverage: list[int], model_config,
-                           *, save_distogram: bool, plots: bool, msa_paths: list[str],
-                           details: dict) -> dict[str, str]:
-    """Every file of one prediction into `folder`; returns {kind: file name}. The top-ranked
-    model is `<name>.pdb` (pLDDT B-factors) and `<name>.cif` (ModelCIF with QA metrics)."""
-    import shutil
-
-    from protdp.model.heads import pae_bin_centres
-    top = preds[order[0]]
-    plddt = round_plddt(top["plddt"])
-    outputs = {}
-    if np.isfinite(top["positions"]).all() and np.isfinite(plddt).all():
-        files = write_structures(folder, name, seq, top["positions"], plddt, top["atom_mask"])
-        outputs["pdb"] = files["pdb"].name
-        outputs["cif"] = write_modelcif(files["cif"], name, seq, top["positions"],
-                                        top["atom_mask"], plddt, top.get("ptm"), details).name
-    for k, n in enumerate(order):
-        p = preds[n]
-        if not (np.isfinite(p["positions"]).all() and np.isfinite(p["plddt"]).all()):
-            continue
-        for kind, fname in ((f"unrelaxed_{n}", f"unrelaxed_{n}"), (f"ranked_{k}", f"ranked_{k}")):
-            f = write_structures(folder, fname, seq, p["positions"], round_plddt(p["plddt"]),
-                                 p["atom_mask"], kinds=("pdb",))
-            outputs[kind] = f["pdb"].name
-    max_pae = float(pae_bin_centres(model_config)[-1]) if top.get("pae") is not None else None
-    edges = np.linspace(model_config.distogram_min, model_config.distogram_max,
-                        model_config.distogram_bins - 1)
-    outputs.update(write_af_files(folder, name, preds, order, ranking_debug, timings, max_pae,
-                                  save_distogram=save_distogram, distogram_edges=edges))
-    if plots:
-        outputs.update(write_plots(folder, name, preds, order, coverage))
-    for i, src in enumerate(msa_paths):   # the prediction's own copy of its MSA inputs
-        dst = folder / f"msa_{i}_{Path(src).name}"
-        shutil.copyfile(src, dst)
-        outputs[f"msa_{i}"] = dst.name
-    return outputs
 
 
 def _counts(rows: list[dict]) -> dict:
