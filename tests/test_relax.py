@@ -12,7 +12,7 @@ import pytest
 from protdp.data.residues import RESTYPES
 from protdp.inference.writers import write_structures
 from protdp.relax import RelaxConfig, relax_pdb, structure_violations
-from protdp.relax.amber import _heavy_rmsd
+from protdp.relax.amber import heavy_atom_rmsd
 
 
 def _clashing_chain(data_dir, tmp_path):
@@ -30,11 +30,11 @@ def _clashing_chain(data_dir, tmp_path):
             a.pos = gemmi.Position(*(np.array(a.pos.tolist()) * 0.15 + np.array(target.tolist()) * 0.85))
     path = tmp_path / "clash.pdb"
     st.write_pdb(str(path))
-    return path
+    return path, i
 
 
 def test_relax_reduces_clashes_within_the_restraint(tmp_path, data_dir):
-    src = _clashing_chain(data_dir, tmp_path)
+    src, moved = _clashing_chain(data_dir, tmp_path)
     before = structure_violations(src)
     assert before["clashes"] > 0
     res = relax_pdb(src, tmp_path / "relaxed.pdb")
@@ -42,9 +42,11 @@ def test_relax_reduces_clashes_within_the_restraint(tmp_path, data_dir):
     after = structure_violations(tmp_path / "relaxed.pdb")
     assert after["clashes"] < before["clashes"] and after == res.after
     assert res.energy_kcal["final"] < res.energy_kcal["initial"]
-    # heavy atoms outside the clash stay within AlphaFold's restraint (~0.3 Å)
-    assert res.heavy_atom_rmsd == pytest.approx(_heavy_rmsd(src, tmp_path / "relaxed.pdb"), abs=1e-3)
-    assert res.heavy_atom_rmsd < 0.6
+    # the heavy atoms stay within AlphaFold's restraint (~0.3 Å) apart from the residue that
+    # was pushed into its neighbour
+    relaxed = tmp_path / "relaxed.pdb"
+    assert res.heavy_atom_rmsd == pytest.approx(heavy_atom_rmsd(src, relaxed), abs=1e-3)
+    assert heavy_atom_rmsd(src, relaxed, exclude=(moved,)) < 0.3 < heavy_atom_rmsd(src, relaxed)
 
 
 def test_unsafe_or_slow_relaxation_is_never_fatal(tmp_path, data_dir):

@@ -141,12 +141,14 @@ def run_protocol(src: Path, dst: Path, cfg: RelaxConfig) -> dict:
     return {"outer_iterations": it, "energy_kcal": energies}
 
 
-def _heavy_rmsd(a: Path, b: Path) -> float:
-    """Heavy-atom RMSD (Å) between two models of one chain, atoms matched by (residue, name)."""
+def heavy_atom_rmsd(a: Path, b: Path, exclude: tuple[int, ...] = ()) -> float:
+    """Heavy-atom RMSD (Å) between two models of one chain, atoms matched by (residue, name),
+    residues `exclude` (0-based) left out."""
     xa, _, ra, na = heavy_atoms(a)
     xb, _, rb, nb = heavy_atoms(b)
     ib = {(int(r), n): i for i, (r, n) in enumerate(zip(rb, nb))}
-    pairs = [(i, ib[(int(r), n)]) for i, (r, n) in enumerate(zip(ra, na)) if (int(r), n) in ib]
+    pairs = [(i, ib[(int(r), n)]) for i, (r, n) in enumerate(zip(ra, na))
+             if (int(r), n) in ib and int(r) not in exclude]
     d = xa[[p[0] for p in pairs]] - xb[[p[1] for p in pairs]]
     return float(np.sqrt((d ** 2).sum(-1).mean()))
 
@@ -188,7 +190,7 @@ def relax_pdb(src: str | Path, dst: str | Path, cfg: RelaxConfig | None = None) 
                            seconds=round(time.perf_counter() - t0, 2))
     stats = json.loads(proc.stdout.strip().splitlines()[-1])
     after = structure_violations(dst)
-    rmsd = _heavy_rmsd(src, dst)
+    rmsd = heavy_atom_rmsd(src, dst)
     res = RelaxResult(True, None, round(rmsd, 3), before, after, stats["outer_iterations"],
                       stats["energy_kcal"], round(time.perf_counter() - t0, 2))
     worse = after["clashes"] + after["bond_violations"] > before["clashes"] + before["bond_violations"]
