@@ -252,3 +252,14 @@ def test_gate_ensemble_disagreement():
     assert d.route == "needs_review" and d.reasons == ["ensemble_disagreement"]
     with pytest.raises(ValueError, match="max_ensemble_ca_rmsd"):
         GatePolicy(max_ensemble_ca_rmsd=0)
+
+
+def test_checkpoint_folder_of_models_expands_in_order(tmp_path):
+    from protdp.inference.cli import expand_checkpoints
+    for name in ("model_2_ptm", "model_10", "model_1", "notes"):
+        (tmp_path / name).mkdir()
+    single = tmp_path / "one.pt"
+    single.write_bytes(b"")
+    assert expand_checkpoints([str(tmp_path), str(single)]) == [
+        str(tmp_path / "model_1"), str(tmp_path / "model_2_ptm"), str(tmp_path / "model_10"),
+        str(single)]

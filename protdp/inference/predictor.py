@@ -360,7 +360,7 @@ class Predictor:
         row = {**done["summary"], "index": t.index, "status": "skipped"}
         if row["route"] == "needs_review":
             scores = json.loads((pdir / "scores.json").read_text())
-            row["review_item"] = self._enqueue(t, fp, scores, row["paths"])
+            row["review_item"] = self._enqueue(t, fp, scores, _item_paths(row["paths"], pdir))
         if current_prediction(tdir) != pdir:
             write_current(tdir, pdir.name)
         return row
@@ -475,11 +475,8 @@ class Predictor:
 
     def _complete_published(self, t, tdir, pdir, fp, provenance, scores) -> dict:
         row = {**provenance["summary"], "index": t.index}
-        paths = dict(row["paths"])
         if row["route"] == "needs_review":
-            # every file of the prediction goes with the item (the queue hashes them)
-            paths["pending"] = str(pdir / PENDING_FILE)
-            row["review_item"] = self._enqueue(t, fp, scores, paths)
+            row["review_item"] = self._enqueue(t, fp, scores, _item_paths(row["paths"], pdir))
         provenance.update(review_queue=self.sink.display if "review_item" in row else None,
                           review_item=row.get("review_item"),
                           summary={k: v for k, v in row.items() if k != "gate"})
@@ -487,6 +484,14 @@ class Predictor:
         write_current(tdir, pdir.name)
         row["paths"]["provenance"] = str(pdir / "provenance.json")
         return row
+
+
+def _item_paths(paths: dict, pdir: Path) -> dict:
+    """Every file of a prediction for its review item (the queue hashes them): the outputs and
+    pending.json, the record provenance.json repeats once the item id is known."""
+    out = {k: v for k, v in paths.items() if k != "provenance"}
+    out["pending"] = str(pdir / PENDING_FILE)
+    return out
 
 
 def _counts(rows: list[dict]) -> dict:
