@@ -26,6 +26,7 @@ from sqlalchemy.exc import OperationalError
 
 from protdp.gating import GatePolicy, route
 from protdp.paths import REPO_ROOT
+from protdp.inference.layout import current_prediction
 
 PG_DEFAULT_URL = "postgresql://protdp:protdp@127.0.0.1:5432/protdp_test"
 
@@ -196,7 +197,7 @@ def predict_into_queue(out_dir: Path, queue_url: str, data_dir: Path, *, pae_hea
                   config=PredictConfig(max_length=200, max_msa_rows=16), progress=False,
                   release_gate="review")   # a random test checkpoint: unreleased, to review
     assert res.rows[0]["route"] == "needs_review", res.rows[0]
-    return out_dir / "pred" / "targets" / "2p90_A02"
+    return current_prediction(out_dir / "pred" / "targets" / "2p90_A02")
 
 
 CHROMIUM = "/usr/bin/chromium"

@@ -22,6 +22,7 @@ FLOORS = {
     "parallel": 3,
     "train": 4,
     "gating": 5,
+    "relax": 5.5,
     "inference": 6, "review": 6,
     "workflows": 7,
     "safety": 8, "planning": 8, "weights": 8,

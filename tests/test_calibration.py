@@ -158,5 +158,5 @@ def test_predict_uses_calibration_beside_checkpoint(tiny_checkpoint, tmp_path, c
                              "--out", str(out),
                              "--no-progress"]) == 0
     assert "mean pLDDT >= 97.5 (calibrated" in capsys.readouterr().out
-    prov = json.loads(next(out.glob("targets/*/provenance.json")).read_text())
+    prov = json.loads(next(out.glob("targets/*/*/provenance.json")).read_text())
     assert "97.5" in json.dumps(prov)

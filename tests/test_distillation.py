@@ -23,6 +23,7 @@ from protdp.paths import REPO_ROOT
 from protdp.train import report
 from protdp.train.launch import torchrun_cmd, worker_env
 from protdp.train.sources import DISTILLATION, PDB, pick_source
+from protdp.inference.layout import current_prediction
 
 CHAINS = {"2p90_A02": "msa/2p90_A02.hhblits_subsample.a3m", "2q2k_A": "msa/2q2k_A.bfd_uniclust.a3m",
           "7a4d_E": "msa/7a4d_E.colabfold.a3m", "5awl_A": "msa/5awl_A.single_seq.a3m"}
@@ -84,7 +85,7 @@ def test_export_writes_only_approved_predictions_with_provenance(reviewed, data_
         np.testing.assert_array_equal(fam["msa"], msa.tokens())
         np.testing.assert_array_equal(fam["deletion_matrix"], msa.deletion_matrix)
         # the predicted atoms as the label: every atom of the written PDB, via gemmi
-        pdb = tmp / "pred" / "targets" / target / f"{target}.pdb"
+        pdb = current_prediction(tmp / "pred" / "targets" / target) / f"{target}.pdb"
         residues = gemmi.read_structure(str(pdb))[0][0]
         n_atoms = 0
         for i, res in enumerate(residues):

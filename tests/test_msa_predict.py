@@ -22,6 +22,7 @@ from protdp.inference.checkpoint import save_model_checkpoint
 from protdp.model import build_model
 from protdp.msa import SearchSettings
 from protdp.paths import REPO_ROOT
+from protdp.inference.layout import current_prediction
 
 TINY = REPO_ROOT / "configs" / "model" / "tiny.yaml"
 MIN_DEPTH = load_gate_policy().min_msa_depth
@@ -64,7 +65,7 @@ def test_fasta_without_msas_goes_through_predict_db(tmp_path, ckpt, seqdb, data_
     assert "2 targets" in cap.out
     db_sha = hashlib.sha256(Path(seqdb).read_bytes()).hexdigest()
     for name, seq in (("T1055", t1055), ("2p90_A02", p2p90)):
-        tdir = out / "targets" / name
+        tdir = current_prediction(out / "targets" / name)
         prov = json.loads((tdir / "provenance.json").read_text())
         scores = json.loads((tdir / "scores.json").read_text())
         search = prov["config"]["msa_search"]
@@ -106,7 +107,7 @@ def test_user_msas_win_and_only_the_rest_is_searched(tmp_path, ckpt, seqdb, data
     assert rc == 0, cap.err
     assert not (out / "msa_search" / "myo").exists()
     assert (out / "msa_search" / "T1055" / "uniref_mini.a3m").is_file()
-    prov = json.loads((out / "targets" / "myo" / "provenance.json").read_text())
+    prov = json.loads((current_prediction(out / "targets" / "myo") / "provenance.json").read_text())
     [f] = prov["inputs"]["msa_files"]
     assert f["sha256"] == hashlib.sha256((msa_dir / "myo.a3m").read_bytes()).hexdigest()
     assert Path(f["path"]).resolve() == (msa_dir / "myo.a3m").resolve()

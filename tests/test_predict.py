@@ -34,6 +34,7 @@ from protdp.inference.writers import ONE_TO_THREE, read_summary, safe_name
 from protdp.model import build_model
 from protdp.paths import REPO_ROOT
 from protdp.review.store import ReviewStore
+from protdp.inference.layout import current_prediction
 
 sys.path.insert(0, str(REPO_ROOT / "pipelines"))
 from demo import chains_from_pairs, predict_chains  # noqa: E402  (the demo's own glue)
@@ -83,7 +84,7 @@ def test_end_to_end_real_chain(tmp_path, ckpt, chain_2p90):
     out = tmp_path / "out"
     res = predict(ckpt, fasta, out, msa_dir=msa_dir, config=CFG, progress=False, release_gate="off")
 
-    tdir = out / "targets" / "2p90_A02"
+    tdir = current_prediction(out / "targets" / "2p90_A02")
     scores = json.loads((tdir / "scores.json").read_text())
     prov = json.loads((tdir / "provenance.json").read_text())
     plddt = np.array(scores["plddt"])
@@ -146,22 +147,22 @@ def test_resume_skips_complete_targets(tmp_path, ckpt, data_dir):
     out = tmp_path / "out"
     first = predict(ckpt, fasta, out, msa_dir=msa_dir, config=CFG, progress=False, release_gate="off")
     assert [r["status"] for r in first.rows] == ["predicted"] * 3
-    stamp = {t: os.stat(out / "targets" / t / "provenance.json").st_mtime_ns for t in "abc"}
+    stamp = {t: os.stat(current_prediction(out / "targets" / t) / "provenance.json").st_mtime_ns for t in "abc"}
     n_items = len(ReviewStore(first.queue_url).list(state=None))
 
     again = predict(ckpt, fasta, out, msa_dir=msa_dir, config=CFG, progress=False, release_gate="off")
     assert [r["status"] for r in again.rows] == ["skipped"] * 3
     assert [r["route"] for r in again.rows] == [r["route"] for r in first.rows]
-    assert {t: os.stat(out / "targets" / t / "provenance.json").st_mtime_ns for t in "abc"} == stamp
+    assert {t: os.stat(current_prediction(out / "targets" / t) / "provenance.json").st_mtime_ns for t in "abc"} == stamp
     assert len(ReviewStore(first.queue_url).list(state=None)) == n_items
 
     # an incomplete target (lost structure file) and a changed input (new MSA) are redone
-    (out / "targets" / "a" / "a.pdb").unlink()
+    (current_prediction(out / "targets" / "a") / "a.pdb").unlink()
     (msa_dir / "b.a3m").write_text(">b\nGSHMLEDPVDAFQ\n>hom\nGSHMLEDPVDAYQ\n")
     third = predict(ckpt, fasta, out, msa_dir=msa_dir, config=CFG, progress=False, release_gate="off")
     assert [r["status"] for r in third.rows] == ["predicted", "predicted", "skipped"]
-    assert (out / "targets" / "a" / "a.pdb").is_file()
-    assert json.loads((out / "targets" / "b" / "scores.json").read_text())["msa_depth"] == 2
+    assert (current_prediction(out / "targets" / "a") / "a.pdb").is_file()
+    assert json.loads((current_prediction(out / "targets" / "b") / "scores.json").read_text())["msa_depth"] == 2
 
     # a re-run against another queue skips the work but still queues every flagged target
     other = predict(ckpt, fasta, out, msa_dir=msa_dir, config=CFG, progress=False, release_gate="off",
@@ -181,7 +182,7 @@ def test_pae_head_scores_and_masked_queue_password(tmp_path):
     ckpt = save_model_checkpoint(build_model(cfg, verbose=False), None, tmp_path / "pae.pt")
     fasta, _ = write_inputs(tmp_path, [("p", "MKTAYIAKQRQISF")])
     res = predict(ckpt, fasta, tmp_path / "out", config=CFG, progress=False, release_gate="off")
-    scores = json.loads((tmp_path / "out" / "targets" / "p" / "scores.json").read_text())
+    scores = json.loads((current_prediction(tmp_path / "out" / "targets" / "p") / "scores.json").read_text())
     pae = np.array(scores["pae"])
     assert pae.shape == (14, 14) and np.all(pae >= 0) and 0 <= scores["ptm"] <= 1
     assert res.rows[0]["ptm"] == pytest.approx(scores["ptm"])
@@ -214,7 +215,7 @@ def test_bad_targets_are_recorded_and_the_batch_goes_on(tmp_path, ckpt, data_dir
     assert [r["target"] for r in rows] == [t for t, _ in records]
     assert all(r["reasons"] == "invalid_input" for r in rows if r["route"] == "rejected")
     # lowercase and whitespace are normalised, not rejected
-    assert json.loads((out / "targets" / "ok2" / "scores.json").read_text())["sequence"] == "GSHMLEDPVDAFQ"
+    assert json.loads((current_prediction(out / "targets" / "ok2") / "scores.json").read_text())["sequence"] == "GSHMLEDPVDAFQ"
     # nothing is written for rejected targets
     assert sorted(p.name for p in (out / "targets").iterdir()) == ["ok1", "ok2"]
 
@@ -240,7 +241,7 @@ def test_target_ids_never_write_outside_out(tmp_path, ckpt):
     for r in res.rows:
         name = r["file_name"]
         assert re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}", name) and ".." not in name
-        assert json.loads((out / "targets" / name / "scores.json").read_text())["target"] == r["target"]
+        assert json.loads((current_prediction(out / "targets" / name) / "scores.json").read_text())["target"] == r["target"]
     tsv = (out / "summary.tsv").read_text()
     assert "\x1b" not in tsv and "ctl\\x1b[2Jid" in tsv
 
@@ -300,7 +301,7 @@ def test_screening_hit_is_routed_to_review(tmp_path, ckpt):
                   screening=demo, progress=False, release_gate="off")
     assert [(r["route"], r["reasons"]) for r in res.rows] == [
         ("needs_review", ["screening"]), ("needs_review", ["screening"]), ("accepted", [])]
-    scores = json.loads((tmp_path / "out" / "targets" / "fused" / "scores.json").read_text())
+    scores = json.loads((current_prediction(tmp_path / "out" / "targets" / "fused") / "scores.json").read_text())
     assert scores["screening_hits"][0]["query_start"] == 6 and "UBC_HUMAN" in scores["details"]["screening"]
     items = ReviewStore(res.queue_url).list(reason="screening")
     assert sorted(i["target"] for i in items) == ["fused", "ubq"]
@@ -317,7 +318,7 @@ def test_demo_hook_counts_and_review_command(tmp_path, ckpt, data_dir):
               ("bad", "MK?", None)]
     demo = predict_chains(ckpt, chains, tmp_path / "demo", progress=False, release_gate="off")
     assert demo.counts == {"accepted": 0, "needs_review": 2, "rejected": 1}
-    scores = json.loads((tmp_path / "demo" / "targets" / "2q2k_A" / "scores.json").read_text())
+    scores = json.loads((current_prediction(tmp_path / "demo" / "targets" / "2q2k_A") / "scores.json").read_text())
     merged = {parse_msa(m).sequences[i] for m in msas for i in range(parse_msa(m).depth)}
     assert 1 < scores["msa_depth"] <= len(merged)            # the four MSAs were merged
     with pytest.raises(InputError, match="not in"):
@@ -358,8 +359,11 @@ def test_unreachable_queue_stops_the_batch(tmp_path, ckpt, capsys):
                       "postgresql://nobody:pw@127.0.0.1:9/none"])
     err = capsys.readouterr().err
     assert rc == 2 and "review queue" in err and "pw@" not in err
-    assert (out / "targets" / "a" / "scores.json").is_file()
-    assert not (out / "targets" / "a" / "provenance.json").exists()
+    # the prediction folder is published but not complete (no provenance.json, no CURRENT)
+    published = [p for p in (out / "targets" / "a").iterdir() if not p.name.startswith(".")]
+    assert len(published) == 1 and (published[0] / "scores.json").is_file()
+    assert not (published[0] / "provenance.json").exists()
+    assert current_prediction(out / "targets" / "a") is None
 
 
 def test_flagged_prediction_opens_in_the_review_ui(tmp_path, ckpt):

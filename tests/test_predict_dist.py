@@ -23,6 +23,7 @@ from protdp.parallel import save_checkpoint as engine_save
 from protdp.paths import REPO_ROOT
 from protdp.train import checkpointing
 from protdp.train.ema import EMA
+from protdp.inference.layout import current_prediction
 
 TINY = REPO_ROOT / "configs" / "model" / "tiny.yaml"
 
@@ -85,7 +86,7 @@ def test_loads_training_checkpoint_prefers_ema(tmp_path, world_of_one):
     fasta = tmp_path / "t.fasta"
     fasta.write_text(">a\nMKTAYIAKQRQISFVKSHFSRQIEEKLGLIEVQAPILSRVGDGTQDNLSGAEK\n")
     res = predict(run, fasta, tmp_path / "out", progress=False, release_gate="off")
-    prov = json.loads((tmp_path / "out" / "targets" / "a" / "provenance.json").read_text())
+    prov = json.loads((current_prediction(tmp_path / "out" / "targets" / "a") / "provenance.json").read_text())
     assert prov["checkpoint"]["kind"] == "training-checkpoint" and prov["checkpoint"]["iteration"] == 9
     assert "length_beyond_training_crop" in res.rows[0]["reasons"]     # 52 > crop 40
 
@@ -108,7 +109,9 @@ def test_torchrun_two_ranks_shard_targets(tmp_path):
     rows = read_summary(out / "summary.tsv")
     assert [r["target"] for r in rows] == [f"t{i}" for i in range(5)]
     assert [r["route"] for r in rows] == ["needs_review"] * 4 + ["rejected"]
-    for i in range(4):
-        prov = json.loads((out / "targets" / f"t{i}" / "provenance.json").read_text())
-        assert (prov["rank"], prov["world_size"]) == (i % 2, 2)
+    # dealt by cost L^2, longest first to the least-loaded rank: t3 (100) -> 0, t0 (64) -> 1,
+    # t1 (64) -> 1 (64 < 100), t2 (64) -> 0 (100 < 128), t4 (bad, 1) -> 1
+    for i, rank in enumerate((1, 1, 0, 0)):
+        prov = json.loads((current_prediction(out / "targets" / f"t{i}") / "provenance.json").read_text())
+        assert (prov["rank"], prov["world_size"]) == (rank, 2)
     assert "5 targets: 0 accepted, 4 need review, 1 rejected" in proc.stdout

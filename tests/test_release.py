@@ -19,6 +19,7 @@ from protdp.paths import REPO_ROOT
 from protdp.safety.release import screening_check
 from protdp.train.launch import torchrun_cmd, worker_env
 from protdp.train.release_record import read_release
+from protdp.inference.layout import current_prediction
 
 PAIRS = ("7a4d_E", "2p90_A02", "2q2k_A", "5awl_A")
 LAX = {"min_spearman_residue": -1.0, "min_mean_lddt_ca": 0.0, "max_ece": 1.0,
@@ -166,7 +167,7 @@ def test_predict_refuses_unreleased_and_allow_unreleased_sends_all_to_review(ckp
 
     # --allow-unreleased: runs, every prediction to review, recorded
     assert protdp_main([*base, "--out", str(tmp_path / "allowed"), "--allow-unreleased"]) == 0
-    for tdir in (tmp_path / "allowed" / "targets").iterdir():
+    for tdir in map(current_prediction, (tmp_path / "allowed" / "targets").iterdir()):
         prov = json.loads((tdir / "provenance.json").read_text())
         assert prov["gate"]["route"] == "needs_review"
         assert prov["gate"]["reasons"] == ["unreleased_checkpoint"]
@@ -178,7 +179,7 @@ def test_predict_refuses_unreleased_and_allow_unreleased_sends_all_to_review(ckp
     rc, _ = _release(ckpt, store, _policy(tmp_path, **LAX))
     assert rc == 0
     assert protdp_main([*base, "--out", str(tmp_path / "released")]) == 0
-    for tdir in (tmp_path / "released" / "targets").iterdir():
+    for tdir in map(current_prediction, (tmp_path / "released" / "targets").iterdir()):
         prov = json.loads((tdir / "provenance.json").read_text())
         assert prov["gate"]["route"] == "accepted"
         assert prov["config"]["release"]["released"] is True

@@ -19,6 +19,7 @@ from protdp.errors import InputError
 from protdp.gating import CalibratedGatePolicy, GatePolicy, load_calibrated_policy, route
 from protdp.gating.policy import REVIEWED_CALIBRATION_FORMAT, load_reviewed_policy
 from protdp.safety import review_calibration as rc
+from protdp.inference.layout import current_prediction
 
 
 def true_approval(mean, vlf, depth):
@@ -173,7 +174,7 @@ def test_predict_applies_the_reviewed_calibration_and_records_it(sqlite_url, tmp
     assert protdp_main(["predict", "--checkpoint", str(ckpt), "--fasta", str(fasta), "--out",
                         str(out), "--no-progress", "--allow-unreleased"]) == 0
     assert f"(calibrated: {cal})" in capsys.readouterr().out
-    prov = json.loads((out / "targets" / "t1" / "provenance.json").read_text())
+    prov = json.loads((current_prediction(out / "targets" / "t1") / "provenance.json").read_text())
     gate = prov["config"]["gate_policy"]
     assert gate["accept_mean_plddt"] == max(70.0, doc["policy"]["accept_mean_plddt"])
     assert gate["min_msa_depth"] == max(30, doc["policy"]["min_msa_depth"])
@@ -185,7 +186,7 @@ def test_predict_applies_the_reviewed_calibration_and_records_it(sqlite_url, tmp
     assert protdp_main(["predict", "--checkpoint", str(ckpt), "--fasta", str(fasta), "--out",
                         str(tmp_path / "out2"), "--no-progress", "--allow-unreleased", "--calibration",
                         str(tmp_path / "explicit.json")]) == 0
-    prov = json.loads((tmp_path / "out2" / "targets" / "t1" / "provenance.json").read_text())
+    prov = json.loads((current_prediction(tmp_path / "out2" / "targets" / "t1") / "provenance.json").read_text())
     assert [c["path"] for c in prov["config"]["gate_policy"]["calibrations"]] == [
         str((tmp_path / "explicit.json").resolve())]
 

@@ -17,6 +17,7 @@ from protdp.weights import cli as weights_cli
 from protdp.weights import openfold
 from protdp.weights.alphafold import TEMPLATE_REASON, infer_config
 from protdp.weights.convert import export_arrays, export_openfold, import_params
+from protdp.inference.layout import current_prediction
 
 PARAMS = "params/params_model_3_ptm_small.npz"
 
@@ -190,7 +191,7 @@ def test_imported_checkpoint_runs_predict(af2_reference, tmp_path):  # noqa: F81
     res = predict(ck, fasta, tmp_path / "out", msa_dir=msa_dir, progress=False, release_gate="off")
     row = res.rows[0]
     assert row["status"] == "predicted", row
-    pdb = (tmp_path / "out" / "targets" / "syn" / "syn.pdb").read_text()
+    pdb = (current_prediction(tmp_path / "out" / "targets" / "syn") / "syn.pdb").read_text()
     assert sum(1 for line in pdb.splitlines() if line.startswith("ATOM")) > 5 * len(seq)
 
 

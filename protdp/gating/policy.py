@@ -48,7 +48,14 @@ class GatePolicy:
     """Shannon entropy of the residue composition (bits) below which a sequence of at least
     20 residues is low-complexity (natural proteins: ~4.2 bits; a dipeptide repeat: 1 bit)."""
 
+    max_ensemble_ca_rmsd: float = _DEFAULTS["max_ensemble_ca_rmsd"]
+    """Largest Cα RMSD (Å, after superposition) between the top-ranked model of an ensemble
+    and any other (model, seed) prediction; above it: ensemble_disagreement (review)."""
+
     def __post_init__(self):
+        rmsd = self.max_ensemble_ca_rmsd
+        if isinstance(rmsd, bool) or not isinstance(rmsd, (int, float)) or not rmsd > 0:
+            raise ValueError(f"max_ensemble_ca_rmsd must be a positive number (Å), got {rmsd!r}")
         for name in ("accept_mean_plddt", "very_low_plddt"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100:

@@ -12,6 +12,8 @@ REASON_TEXT = {
     "screening": "sequence matched the safety screening list",
     "low_complexity": "low-complexity sequence (homopolymer or short repeat): confident-looking "
                       "but rarely meaningful",
+    "ensemble_disagreement": "the models of the ensemble (checkpoints x seeds) disagree: the "
+                             "top-ranked structure is far from another prediction",
     "unreleased_checkpoint": "the checkpoint has no passing release record (run with "
                              "--allow-unreleased): every prediction needs review",
 }

@@ -52,12 +52,15 @@ def sequence_complexity(sequence: str) -> tuple[float, float]:
 def route(plddt: np.ndarray, *, length: int, msa_depth: int, training_crop: int | None,
           screening_hits: Sequence = (), invalid_reason: str | None = None,
           policy: GatePolicy, sequence: str | None = None,
-          forced_reasons: dict[str, str] | None = None) -> GateDecision:
+          forced_reasons: dict[str, str] | None = None,
+          ensemble_ca_rmsd: float | None = None) -> GateDecision:
     """Route one prediction. `plddt` is [L] on the 0–100 scale; `length` must equal L.
 
     `invalid_reason` (set by the predictor for a bad target) -> rejected. Otherwise every failed
     check adds a reason code and the prediction needs review; only a clean pass is accepted.
     `forced_reasons` ({code: detail}, e.g. an unreleased checkpoint) always send it to review.
+    `ensemble_ca_rmsd`: the largest Cα RMSD (Å) of the top-ranked model to the other models of
+    its ensemble (None: a single prediction); above `policy.max_ensemble_ca_rmsd` -> review.
     """
     policy_dict = dataclasses.asdict(policy)
     if invalid_reason is not None:
@@ -105,6 +108,11 @@ def route(plddt: np.ndarray, *, length: int, msa_depth: int, training_crop: int 
             reasons.append("low_complexity")
             details["low_complexity"] = (f"one residue type is {top:.0%} of the sequence, "
                                          f"composition entropy {bits:.2f} bits")
+    if ensemble_ca_rmsd is not None and not ensemble_ca_rmsd <= policy.max_ensemble_ca_rmsd:
+        reasons.append("ensemble_disagreement")
+        details["ensemble_disagreement"] = (f"Cα RMSD {ensemble_ca_rmsd:.2f} Å between the "
+                                            f"top-ranked model and another > "
+                                            f"{policy.max_ensemble_ca_rmsd:g} Å")
     hits = list(screening_hits or ())
     if hits:
         reasons.append("screening")

@@ -21,16 +21,20 @@ from pathlib import Path
 
 from protdp.data.safeio import writable_folder
 from protdp.errors import ConfigError, DistributedError, InputError
-from protdp.inference.predictor import PredictConfig
+from protdp.inference.predictor import MSA_MODES, PredictConfig
 from protdp.msa.cli import add_search_arguments
 from protdp.workflows import predict, review_commands
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="protdp predict", description=__doc__.split("\n\n")[0])
-    p.add_argument("--checkpoint", required=True,
-                   help="model file (protdp-model-v1) or training run / iter_N folder")
-    p.add_argument("--fasta", required=True, help="targets, one FASTA record each")
+    p.add_argument("--checkpoint", required=True, action="append",
+                   help="model file (protdp-model-v1) or training run / iter_N folder; repeat it "
+                        "for an ensemble (AlphaFold's model_1..5), or give a folder holding "
+                        "model_1 .. model_5 checkpoints")
+    p.add_argument("--fasta", required=True,
+                   help="targets: a FASTA file (one record each), a folder of FASTA / a3m files "
+                        "or a CSV with id,sequence columns (ColabFold's batch inputs)")
     p.add_argument("--msa-dir", default=None,
                    help="MSAs as <name>.a3m|.sto|.fasta|.aln or a folder <name>/ (merged), where "
                         "<name> is the target id when it is a plain name ([A-Za-z0-9_.-], up to "
@@ -54,6 +58,31 @@ def build_parser() -> argparse.ArgumentParser:
                    help="MSA depth cap (%(default)s)")
     p.add_argument("--num-recycles", type=int, default=None,
                    help="recycling passes (default: the checkpoint's config)")
+    e = p.add_argument_group("ensembles, early stop, memory, outputs")
+    e.add_argument("--seeds", type=int, default=d.num_seeds,
+                   help="predictions per checkpoint, seeds --random-seed .. +N-1 (%(default)s)")
+    e.add_argument("--random-seed", type=int, default=d.seed, help="first seed (%(default)s)")
+    e.add_argument("--msa-mode", choices=MSA_MODES, default=d.msa_mode,
+                   help="single_sequence: ignore MSAs (%(default)s)")
+    e.add_argument("--sort-queries-by-length", action="store_true",
+                   help="run the shortest targets first")
+    e.add_argument("--recycle-early-stop-tolerance", type=float, default=None,
+                   help="stop recycling when the Cα distance matrix changes less than this "
+                        "(Å, ColabFold's definition)")
+    e.add_argument("--stop-at-score", type=float, default=None,
+                   help="stop recycling, and further models, once the mean pLDDT reaches this")
+    e.add_argument("--max-memory", type=float, default=None,
+                   help="GiB one prediction may use: the chunk size is chosen to fit it "
+                        "(out-of-memory errors retry with smaller chunks either way)")
+    e.add_argument("--save-distogram", action="store_true",
+                   help="keep the distogram logits in result_*.npz")
+    e.add_argument("--relax", action="store_true",
+                   help="Amber-relax the top-ranked model (pip install 'protdp[relax]'); "
+                        "a failure keeps the unrelaxed model and is reported in relax.json")
+    e.add_argument("--relax-timeout", type=float, default=d.relax_timeout_s,
+                   help="seconds one relaxation may take (%(default)s)")
+    e.add_argument("--no-plots", action="store_true",
+                   help="no pLDDT / PAE / MSA-coverage PNGs")
     s = p.add_argument_group("MSA search for targets without an MSA (protdp msa search)")
     add_search_arguments(s, db_required=False, prefix="search-")
     s.add_argument("--msa-search-dir", default=None,
@@ -63,6 +92,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dist-timeout-minutes", type=float, default=24 * 60.0,
                    help="timeout of the end-of-run barrier across ranks (%(default)s)")
     return p
+
+
+def expand_checkpoints(paths: list[str]) -> list[str]:
+    """A folder holding `model_1`, `model_2`, ... checkpoints (AlphaFold's five, imported with
+    `protdp weights import`) stands for all of them, in order; anything else as given."""
+    import re
+
+    out = []
+    for p in paths:
+        folder = Path(p)
+        subs = sorted((d for d in folder.iterdir() if re.fullmatch(r"model_\d+(_\w+)?", d.name))
+                      if folder.is_dir() else [], key=lambda d: int(d.name.split("_")[1]))
+        out += [str(d) for d in subs] or [p]
+    return out
 
 
 def _gate_policy(args):
@@ -81,7 +124,7 @@ def _gate_policy(args):
     if args.calibration is not None:
         reports.append(Path(args.calibration))
     given = {read_calibration_report(p)["format"] for p in reports}
-    home = checkpoint_home(args.checkpoint)
+    home = checkpoint_home(args.checkpoint[0])
     for name, kind in (("calibration.json", CALIBRATION_FORMAT),
                        ("review_calibration.json", REVIEWED_CALIBRATION_FORMAT)):
         if kind not in given and (home / name).is_file():
@@ -106,7 +149,9 @@ def _search_missing_msas(args, config: PredictConfig, rank: int, world_size: int
         return args.msa_dir, None
     from pathlib import Path
 
-    from protdp.inference.targets import find_msa_files, read_targets
+    from protdp.inference.inputs import read_inputs
+    from protdp.inference.sharding import shard_by_cost, target_lengths
+    from protdp.inference.targets import find_msa_files
     from protdp.msa import a3m_path, search_provenance, search_targets
     from protdp.msa.cli import read_queries, settings_from_args
     from protdp.msa.run import link_msa_inputs
@@ -116,8 +161,10 @@ def _search_missing_msas(args, config: PredictConfig, rank: int, world_size: int
     if user_dir is not None and not user_dir.is_dir():
         raise InputError("MSA directory not found", path=user_dir)
     links, missing = {}, []
-    for t in read_targets(args.fasta):
-        if t.index % world_size != rank or t.error:
+    targets, _ = read_inputs(args.fasta)
+    mine = set(shard_by_cost(target_lengths(targets), world_size)[rank])
+    for t in targets:
+        if t.index not in mine or t.error or "msa_files" in t.extra:
             continue
         found = find_msa_files(user_dir, t.file_name)
         links.update({str(f.relative_to(user_dir)): f for f in found})
@@ -144,7 +191,12 @@ def main(argv: list[str] | None = None) -> int:
     writable_folder(args.out, "output folder (--out)")   # one clear line before any work
     try:
         config = PredictConfig(max_length=args.max_length, max_msa_rows=args.max_msa_rows,
-                               num_recycles=args.num_recycles)
+                               num_recycles=args.num_recycles, seed=args.random_seed,
+                               num_seeds=args.seeds, msa_mode=args.msa_mode,
+                               recycle_early_stop_tolerance=args.recycle_early_stop_tolerance,
+                               stop_at_score=args.stop_at_score, max_memory_gib=args.max_memory,
+                               save_distogram=args.save_distogram, plots=not args.no_plots,
+                               relax=args.relax, relax_timeout_s=args.relax_timeout)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     from protdp.parallel.env import detect_launch_env
@@ -170,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         barrier = dist_barrier
         if device is None and torch.cuda.is_available():
             device = f"cuda:{launch.local_rank}"
+    args.checkpoint = expand_checkpoints(args.checkpoint)
     gating = _gate_policy(args)
     try:
         msa_dir, msa_search = _search_missing_msas(args, config, launch.rank, launch.world_size)
@@ -179,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
                          queue_url=args.queue_url, rank=launch.rank,
                          world_size=launch.world_size, barrier=barrier, device=device,
                          progress=not args.no_progress,
-                         release_gate="review" if args.allow_unreleased else "enforce")
+                         release_gate="review" if args.allow_unreleased else "enforce",
+                         sort_by_length=args.sort_queries_by_length)
     finally:
         if barrier is not None and dist.is_initialized():
             dist.destroy_process_group()

@@ -22,6 +22,7 @@ import dataclasses
 import datetime as dt
 import json
 import socket
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
@@ -41,13 +42,23 @@ from protdp.inference.checkpoint import (LoadedModel, checkpoint_home, load_mode
                                         sha256_file)
 from protdp.inference.targets import (Target, clean_sequence, find_msa_files, load_msa,
                                       read_targets, sha256_text)
-from protdp.inference.writers import round_plddt, write_json, write_structures, write_summary
+from protdp.inference.af_outputs import write_summary_csv
+from protdp.inference.ensemble import members, run_member, ensemble_stops
+from protdp.inference.layout import (current_prediction, prediction_id, publish_build,
+                                     set_aside_damaged, start_build, write_current)
+from protdp.inference.memory import TargetSize
+from protdp.inference.prediction_files import write_prediction_files
+from protdp.inference.ranking import ensemble_spread, rank
+from protdp.inference.recycling import RecycleEarlyStop
+from protdp.inference.writers import round_plddt, write_json, write_summary
 from protdp.train.release_record import read_release
 
 CLINICAL_NOTICE = ("Computational prediction for research use. NOT for clinical or diagnostic "
                    "decisions without review by a qualified person; see the gate route and reasons.")
 TARGETS_DIR = "targets"
+MSA_MODES = ("auto", "single_sequence")
 PARTS_DIR = ".summary_parts"
+PENDING_FILE = "pending.json"
 
 
 @dataclass
@@ -68,9 +79,36 @@ class PredictConfig:
     """Recycling passes (None: the checkpoint's model config); each pass gets its own MSA
     sample, as AF2's resample_msa_in_recycling."""
     seed: int = 0
-    """Seed of the MSA sampling and masking (deterministic for a given seed)."""
+    """Seed of the MSA sampling and masking (deterministic for a given seed); --random-seed."""
+    num_seeds: int = 1
+    """Predictions per checkpoint, seeds `seed .. seed + num_seeds - 1` (--seeds)."""
+    recycle_early_stop_tolerance: float | None = None
+    """Stop recycling when the Cα distance matrix changes less than this (Å, ColabFold)."""
+    stop_at_score: float | None = None
+    """Stop recycling, and the ensemble, once the mean pLDDT reaches this (ColabFold)."""
+    max_memory_gib: float | None = None
+    """Memory budget of one prediction: the chunk size is chosen to fit it (--max-memory)."""
+    msa_mode: str = "auto"
+    """"auto": the target's MSA files when found; "single_sequence": never an MSA."""
+    save_distogram: bool = False
+    """Keep the distogram logits in result_*.npz (--save-distogram)."""
+    relax: bool = False
+    """Amber-relax the top-ranked model (`protdp.relax`, needs the `relax` extra): written as
+    relaxed_<model>.pdb next to the unrelaxed files; a failure is reported, never fatal."""
+    relax_timeout_s: float = 300.0
+    """Time bound of one relaxation (--relax-timeout)."""
+    plots: bool = True
+    """Write the pLDDT / PAE / MSA-coverage PNGs (--no-plots: ~1 s less per target on CPU)."""
 
     def __post_init__(self):
+        if isinstance(self.num_seeds, bool) or not isinstance(self.num_seeds, int) \
+                or self.num_seeds < 1:
+            raise ValueError(f"num_seeds must be a positive integer, got {self.num_seeds!r}")
+        if self.msa_mode not in MSA_MODES:
+            raise ValueError(f"msa_mode must be one of {MSA_MODES}, got {self.msa_mode!r}")
+        if self.max_memory_gib is not None and not self.max_memory_gib > 0:
+            raise ValueError(f"max_memory_gib must be > 0, got {self.max_memory_gib!r}")
+        RecycleEarlyStop(self.recycle_early_stop_tolerance, self.stop_at_score)   # validates
         if not 0.0 <= self.masked_msa_fraction <= 1.0:
             raise ValueError(f"masked_msa_fraction must be in [0, 1], got {self.masked_msa_fraction}")
         if isinstance(self.max_extra_msa_rows, bool) or not isinstance(self.max_extra_msa_rows, int) \
@@ -142,20 +180,26 @@ class NoReviewSink:
 
 
 class Predictor:
-    """Holds the model, gate policy, screening list and review sink for a batch."""
+    """Holds the models (an ensemble: one or more checkpoints), gate policy, screening list and
+    review sink for a batch."""
 
-    def __init__(self, loaded: LoadedModel, out_dir: str | Path, *,
+    def __init__(self, loaded: LoadedModel | list[LoadedModel], out_dir: str | Path, *,
                  config: PredictConfig | None = None, policy: GatePolicy | None = None,
                  screening: ScreeningList | None = None, screening_path: str | Path | None = None,
                  sink: ReviewSink | None = None, device: str | torch.device = "cpu",
                  release_gate: str = "enforce",
                  rank: int = 0, world_size: int = 1, msa_search: dict | None = None):
-        self.loaded = loaded
+        self.models = list(loaded) if isinstance(loaded, (list, tuple)) else [loaded]
+        if not self.models:
+            raise ConfigError("predict needs at least one checkpoint")
+        self.loaded = self.models[0]
         self.device = torch.device(device)
-        if next(loaded.model.parameters()).device != self.device:
-            raise ConfigError(f"model is on {next(loaded.model.parameters()).device}, "
-                              f"predictor on {self.device}: load it with device={device!r}")
-        self.model = loaded.model.eval()
+        for m in self.models:
+            if next(m.model.parameters()).device != self.device:
+                raise ConfigError(f"model is on {next(m.model.parameters()).device}, "
+                                  f"predictor on {self.device}: load it with device={device!r}")
+            m.model.eval()
+        self.model = self.loaded.model
         self.config = config or PredictConfig()
         self.policy = policy or load_gate_policy()
         self.screening = screening
@@ -165,17 +209,23 @@ class Predictor:
         self.targets_dir = self.out_dir / TARGETS_DIR
         self.targets_dir.mkdir(parents=True, exist_ok=True)
         self.sink = sink if sink is not None else NoReviewSink()
-        self.release, self.forced_reasons = self._check_release(release_gate)
+        self.forced_reasons, releases = {}, []
+        for m in self.models:
+            record, forced = self._check_release(release_gate, m)
+            releases.append(record)
+            self.forced_reasons.update(forced)
+        self.release = releases[0] if len(releases) == 1 else releases
         self.rank, self.world_size = rank, world_size
         self._code = _code_version()
+        shas = [m.sha256 for m in self.models]
         self.settings = {"predict": to_dict(self.config), "gate_policy": to_dict(self.policy),
                          "release": self.release,
                          "screening_list_sha256": self.screening_sha,
-                         "checkpoint_sha256": loaded.sha256}
+                         "checkpoint_sha256": shas[0] if len(shas) == 1 else shas}
         if msa_search is not None:   # databases (sha256) and settings of `protdp msa search`
             self.settings["msa_search"] = msa_search
 
-    def _check_release(self, gate: str) -> tuple[dict, dict]:
+    def _check_release(self, gate: str, loaded: LoadedModel) -> tuple[dict, dict]:
         """The checkpoint's release record under `gate`: "enforce" refuses an unreleased
         checkpoint, "review" runs it with every prediction sent to review, "off" (evaluation
         tools: red-team) does not look. Returns (provenance entry, forced gate reasons)."""
@@ -183,12 +233,12 @@ class Predictor:
             raise ConfigError(f"release_gate={gate!r}: expected one of {RELEASE_GATES}")
         if gate == "off":
             return {"gate": "off", "released": None}, {}
-        status = read_release(checkpoint_home(self.loaded.path), self.loaded.sha256)
+        status = read_release(checkpoint_home(loaded.path), loaded.sha256)
         record = {"gate": gate, **status.to_dict()}
         if status.released:
             return record, {}
         if gate == "enforce":
-            raise ConfigError(f"checkpoint {self.loaded.path} is not released: {status.reason}; "
+            raise ConfigError(f"checkpoint {loaded.path} is not released: {status.reason}; "
                               "pass --allow-unreleased to run it anyway (every prediction then "
                               "goes to review)")
         return record, {"unreleased_checkpoint": status.reason}
@@ -202,9 +252,9 @@ class Predictor:
                            "msa": [m["sha256"] for m in msa_files]}, sort_keys=True)
         return sha256_text(blob)
 
-    def _complete(self, tdir: Path, fingerprint: str) -> dict | None:
-        """The previous run's provenance when this target is done with identical inputs."""
-        prov = tdir / "provenance.json"
+    def _complete(self, pdir: Path, fingerprint: str) -> dict | None:
+        """The previous run's provenance when this prediction is done with identical inputs."""
+        prov = pdir / "provenance.json"
         if not prov.is_file():
             return None
         try:
@@ -213,35 +263,49 @@ class Predictor:
             return None
         if data.get("fingerprint") != fingerprint:
             return None
-        if not all((tdir / name).is_file() for name in data.get("outputs", {}).values()):
+        if not all((pdir / name).is_file() for name in data.get("outputs", {}).values()):
             return None
         return data
 
-    def features(self, sequence: str, msa, family_id: str = "query") -> dict:
+    def features(self, sequence: str, msa, family_id: str = "query", *,
+                 seed: int | None = None, loaded: LoadedModel | None = None) -> dict:
         """The model's inputs for one target under this predictor's settings (one MSA sample
         per recycling pass, AF2's inference masking)."""
-        c = self.config
-        passes = (c.num_recycles if c.num_recycles is not None else self.loaded.config.num_recycles) + 1
-        return featurize_query(sequence, msa, max_msa_rows=c.max_msa_rows, seed=c.seed,
+        c, loaded = self.config, loaded or self.loaded
+        passes = (c.num_recycles if c.num_recycles is not None else loaded.config.num_recycles) + 1
+        return featurize_query(sequence, msa, max_msa_rows=c.max_msa_rows,
+                               seed=c.seed if seed is None else seed,
                                family_id=family_id, max_extra_msa_rows=c.max_extra_msa_rows,
                                msa_samples=passes, masked_msa_fraction=c.masked_msa_fraction)
 
-    @torch.no_grad()
-    def _run_model(self, features: dict) -> dict:
-        batch = {k: (v.to(self.device) if torch.is_tensor(v) else v)
-                 for k, v in collate([features]).items()}
-        out = self.model(batch, num_recycles=self.config.num_recycles)
-        res = {"positions": out["final_atom_positions"][0].float().cpu().numpy(),   # [L, 37, 3]
-               "atom_mask": out["final_atom_mask"][0].float().cpu().numpy(),         # [L, 37]
-               "plddt": out["plddt"][0].float().cpu().numpy(),                       # [L]
-               "num_recycles": int(out["num_recycles"])}
-        if "pae" in out:
-            res["pae"] = out["pae"][0].float().cpu().numpy()                         # [L, L]
-            res["ptm"] = float(out["ptm"].reshape(-1)[0])
-        return res
+    def _run_ensemble(self, seq: str, msa, family_id: str, forward=None) -> tuple[dict, dict]:
+        """Every (model, seed) prediction -> ({name: prediction}, timings.json)."""
+        c = self.config
+        preds, timings = {}, {}
+        budget = None if c.max_memory_gib is None else int(c.max_memory_gib * 1024 ** 3)
+        for mem in members(len(self.models), c.seed, c.num_seeds):
+            loaded = self.models[mem.model_index]
+            t0 = time.perf_counter()
+            feats = self.features(seq, msa, family_id, seed=mem.seed, loaded=loaded)
+            timings[f"process_features_{mem.name}"] = round(time.perf_counter() - t0, 3)
+            size = TargetSize(len(seq), int(feats["msa"].shape[-2]),
+                              int(feats["extra_msa"].shape[-2]) if "extra_msa" in feats else 0)
+            pred = run_member(loaded.model, feats, self.device, num_recycles=c.num_recycles,
+                              size=size, n_params=loaded.model.num_parameters(),
+                              max_memory_bytes=budget, tolerance=c.recycle_early_stop_tolerance,
+                              stop_at_score=c.stop_at_score, keep_distogram=c.save_distogram,
+                              forward=forward)
+            pred.update(model_index=mem.model_index, seed=mem.seed,
+                        msa_rows_used=size.S, checkpoint_sha256=loaded.sha256)
+            timings[f"predict_and_compile_{mem.name}"] = pred["seconds"]
+            preds[mem.name] = pred
+            if ensemble_stops(pred, c.stop_at_score):
+                break
+        return preds, timings
 
-    def predict_target(self, t: Target, fasta: dict) -> dict:
-        """Predict, gate, write and (if flagged) enqueue one target; returns its summary row."""
+    def predict_target(self, t: Target, fasta: dict, forward=None) -> dict:
+        """Predict (every member of the ensemble), rank, gate, write and (if flagged) enqueue
+        one target; returns its summary row. `forward` replaces the model call (tests)."""
         row = {"index": t.index, "target": t.target_id, "file_name": t.file_name, "line": t.line,
                "length": None, "route": "rejected", "reasons": ["invalid_input"],
                "mean_plddt": None, "band": None, "ptm": None, "msa_depth": None, "status": "rejected",
@@ -252,18 +316,31 @@ class Predictor:
             seq = clean_sequence(t.raw_sequence, max_length=self.config.max_length,
                                  max_unknown_fraction=self.config.max_unknown_fraction)
             row["length"] = len(seq)
-            msa_paths = find_msa_files(fasta["msa_dir"], t.file_name)
+            if self.config.msa_mode == "single_sequence":
+                msa_paths = []
+            elif "msa_files" in t.extra:
+                msa_paths = [Path(p) for p in t.extra["msa_files"]]
+            else:
+                msa_paths = find_msa_files(fasta["msa_dir"], t.file_name)
             msa_files = [{"path": str(p), "sha256": sha256_file(p)} for p in msa_paths]
             fp = self.fingerprint(sha256_text(seq), msa_files)
             tdir = self.targets_dir / t.file_name
-            done = self._complete(tdir, fp)
+            pid = prediction_id(fp)
+            pdir = tdir / pid
+            done = self._complete(pdir, fp)
+            if done is None and pdir.exists():
+                if self._intact_pending(pdir, fp):
+                    return self._finish_pending(t, tdir, pdir, fp)
+                set_aside_damaged(pdir)
             if done is None:
+                t0 = time.perf_counter()
                 msa = load_msa(msa_paths)
-                features = self.features(seq, msa, t.file_name)
                 msa_depth = 1 if msa is None else msa.depth
                 hits = self.screening.hits(seq) if self.screening is not None else []
-                out = self._run_model(features)
-                out["msa_coverage"] = msa_coverage(msa, len(seq))
+                preds, timings = self._run_ensemble(seq, msa, t.file_name, forward)
+                timings["features"] = round(time.perf_counter() - t0 - sum(
+                    v for k, v in timings.items()), 3)
+                coverage = msa_coverage(msa, len(seq))
         except (ProtdpError, MemoryError, torch.OutOfMemoryError) as exc:
             row["detail"] = str(exc) if isinstance(exc, ProtdpError) else f"out of memory: {exc}"
             decision = route(np.zeros(0), length=0, msa_depth=0, training_crop=None,
@@ -272,124 +349,199 @@ class Predictor:
             return row
 
         if done is not None:
-            return self._skip(t, tdir, fp, done)
-        tdir.mkdir(parents=True, exist_ok=True)
-        return self._finish(t, seq, tdir, fp, fasta, msa_files, msa_depth,
-                            int(features["msa"].shape[-2]), hits, out, row)
+            return self._skip(t, tdir, pdir, fp, done)
+        return self._finish(t, seq, tdir, pid, fp, fasta, msa_files, msa_depth, hits, preds,
+                            timings, coverage, row)
 
-    def _skip(self, t: Target, tdir: Path, fp: str, done: dict) -> dict:
-        """A target completed by an earlier run: its recorded row (flagged ones re-enqueued,
+    def _skip(self, t: Target, tdir: Path, pdir: Path, fp: str, done: dict) -> dict:
+        """A prediction completed by an earlier run: its recorded row (flagged ones re-enqueued,
         idempotently, in case --queue-url changed). Queue errors propagate: they stop the batch
         instead of turning a flagged prediction into a 'rejected' row."""
         row = {**done["summary"], "index": t.index, "status": "skipped"}
         if row["route"] == "needs_review":
-            scores = json.loads((tdir / "scores.json").read_text())
-            row["review_item"] = self._enqueue(t, fp, scores, row["paths"])
+            scores = json.loads((pdir / "scores.json").read_text())
+            row["review_item"] = self._enqueue(t, fp, scores, _item_paths(row["paths"], pdir))
+        if current_prediction(tdir) != pdir:
+            write_current(tdir, pdir.name)
         return row
 
     def _enqueue(self, t: Target, fp: str, scores: dict, paths: dict) -> int:
-        """Hand a flagged prediction to the review sink (same prediction id -> same item)."""
+        """Hand a flagged prediction to the review sink (same prediction id -> same item) with
+        every file of its folder."""
         keep = ("sequence", "plddt", "mean_plddt", "afdb_bands", "band", "very_low_fraction", "ptm",
-                "msa_depth", "msa_rows_used", "msa_coverage", "length", "num_recycles")
+                "msa_depth", "msa_rows_used", "msa_coverage", "length", "num_recycles", "ensemble")
         return self.sink.enqueue(f"{t.file_name}:{fp[:16]}", t.target_id,
                                   {k: scores.get(k) for k in keep}, paths, scores["reasons"],
                                   details=scores["details"], actor="predictor")
 
-    def _finish(self, t, seq, tdir, fp, fasta, msa_files, msa_depth, rows_used, hits, out, row):
-        finite_xyz = np.isfinite(out["positions"]).all(axis=(-1, -2))              # [L]
-        plddt = round_plddt(out["plddt"])
+    def _finish(self, t, seq, tdir, pid, fp, fasta, msa_files, msa_depth, hits, preds, timings,
+                coverage, row):
+        """Rank, gate and write the prediction folder (built hidden, renamed into place), then
+        enqueue and mark it complete (`_complete_published`)."""
+        order, ranking_debug = rank(preds)
+        spread = ensemble_spread(preds, order) if len(preds) > 1 else None
+        top = preds[order[0]]
+        finite_xyz = np.isfinite(top["positions"]).all(axis=(-1, -2))             # [L]
+        plddt = round_plddt(top["plddt"])
         plddt[~finite_xyz] = np.nan   # no position, no confidence: the gate flags invalid_plddt
         hit_text = [f"{h.entry} (query {h.query_start + 1}-{h.query_end}, {h.method})" for h in hits]
         decision: GateDecision = route(plddt, length=len(seq), msa_depth=msa_depth,
                                        training_crop=self.loaded.training_crop,
                                        screening_hits=hit_text, policy=self.policy, sequence=seq,
-                                       forced_reasons=self.forced_reasons)
-        outputs = {}
-        if finite_xyz.all() and np.isfinite(plddt).all():
-            files = write_structures(tdir, t.file_name, seq, out["positions"], plddt, out["atom_mask"])
-            outputs = {k: p.name for k, p in files.items()}
+                                       forced_reasons=self.forced_reasons,
+                                       ensemble_ca_rmsd=None if spread is None
+                                       else spread["max_ca_rmsd"])
+        build = start_build(tdir, pid)
+        outputs = write_prediction_files(build, t.file_name, seq, preds, order, ranking_debug,
+                                         timings, coverage, self.loaded.config,
+                                         save_distogram=self.config.save_distogram,
+                                         plots=self.config.plots, relax=self.config.relax,
+                                         relax_timeout_s=self.config.relax_timeout_s,
+                                         msa_paths=[m["path"] for m in msa_files],
+                                         details={"checkpoint_sha256": top["checkpoint_sha256"],
+                                                  "seed": top["seed"],
+                                                  "num_recycles": top["num_recycles"]})
         mean = decision.mean_plddt
+        ensemble = [{"name": n, "model": preds[n]["model_index"] + 1, "seed": preds[n]["seed"],
+                     "rank": k + 1, "mean_plddt": round(float(np.mean(preds[n]["plddt"])), 2),
+                     "ptm": preds[n].get("ptm"),
+                     "max_pae": None if preds[n].get("pae") is None
+                     else round(float(np.max(preds[n]["pae"])), 2),
+                     "recycles": preds[n]["num_recycles"], "seconds": preds[n]["seconds"],
+                     "chunk_size": preds[n]["chunk_size"], "oom_retries": preds[n]["oom_retries"],
+                     "predicted_peak_gib": preds[n]["predicted_peak_gib"],
+                     "early_stop": preds[n]["early_stop"],
+                     "checkpoint_sha256": preds[n]["checkpoint_sha256"]}
+                    for k, n in enumerate(order)]
         scores = {
             "target": t.target_id, "file_name": t.file_name, "sequence": seq, "length": len(seq),
             "plddt": plddt, "mean_plddt": mean, "band": None if mean is None else band_of(mean),
             "afdb_bands": decision.afdb_bands, "very_low_fraction": decision.very_low_fraction,
-            "ptm": out.get("ptm"), "pae": None if "pae" not in out else np.round(out["pae"], 2),
-            "msa_depth": msa_depth, "msa_rows_used": rows_used,
-            "msa_coverage": out["msa_coverage"],
-            "num_recycles": out["num_recycles"],
-            "nonfinite_residues": int((~finite_xyz).sum() + (~np.isfinite(out["plddt"])).sum()),
+            "ptm": top.get("ptm"), "pae": None if "pae" not in top else np.round(top["pae"], 2),
+            "msa_depth": msa_depth, "msa_rows_used": top["msa_rows_used"],
+            "msa_coverage": coverage, "num_recycles": top["num_recycles"],
+            "nonfinite_residues": int((~finite_xyz).sum() + (~np.isfinite(top["plddt"])).sum()),
             "screening_hits": [dataclasses.asdict(h) for h in hits],
+            "top_model": order[0], "ensemble": ensemble, "ensemble_spread": spread,
             "route": decision.route, "reasons": decision.reasons, "details": decision.details,
         }
-        write_json(tdir / "scores.json", scores)
+        write_json(build / "scores.json", scores)
         outputs["scores"] = "scores.json"
+        pdir = tdir / pid
         row.update(route=decision.route, reasons=decision.reasons, mean_plddt=mean,
-                   band=scores["band"],
-                   ptm=out.get("ptm"), msa_depth=msa_depth, status="predicted",
+                   band=scores["band"], ptm=top.get("ptm"), msa_depth=msa_depth,
+                   num_recycles=top["num_recycles"], top_model=order[0], ensemble=ensemble,
+                   prediction_id=pid, status="predicted",
                    detail="; ".join(decision.details.values()),
-                   paths={k: str(tdir / v) for k, v in outputs.items()})
-        if decision.route == "needs_review":
-            row["review_item"] = self._enqueue(t, fp, scores, row["paths"])
+                   paths={k: str(pdir / v) for k, v in outputs.items()})
         provenance = {
             "target": t.target_id, "header": t.header, "file_name": t.file_name,
+            "prediction_id": pid,
             "not_for_clinical_use": True, "notice": CLINICAL_NOTICE,
             "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "protdp_version": __version__, "code_version": self._code,
             "host": socket.gethostname(), "rank": self.rank, "world_size": self.world_size,
             "checkpoint": self.loaded.describe(),
+            "checkpoints": [m.describe() for m in self.models],
             "inputs": {"fasta": fasta["path"], "fasta_sha256": fasta["sha256"],
                        "fasta_line": t.line, "sequence_sha256": sha256_text(seq),
                        "msa_files": msa_files, "screening_list": self.screening_path,
                        "screening_list_sha256": self.screening_sha},
             "config": {"model": to_dict(self.loaded.config), **self.settings},
-            "gate": decision.to_dict(), "review_queue": self.sink.display if "review_item" in row else None,
-            "review_item": row.get("review_item"),
-            "outputs": outputs, "fingerprint": fp,
+            "gate": decision.to_dict(), "outputs": outputs, "fingerprint": fp,
             "summary": {k: v for k, v in row.items() if k != "gate"},
         }
-        write_json(tdir / "provenance.json", provenance)
-        row["paths"]["provenance"] = str(tdir / "provenance.json")
+        # the pending record (everything but the review item) travels inside the build, so a
+        # crash after the rename is finished by the rerun without redoing the model
+        write_json(build / PENDING_FILE, provenance)
+        publish_build(build, pdir)
+        return self._complete_published(t, tdir, pdir, fp, provenance, scores)
+
+    @staticmethod
+    def _intact_pending(pdir: Path, fp: str) -> bool:
+        """Published, not yet complete, every file present (no provenance.json)."""
+        try:
+            data = json.loads((pdir / PENDING_FILE).read_text())
+        except (OSError, json.JSONDecodeError):
+            return False
+        return (not (pdir / "provenance.json").exists() and data.get("fingerprint") == fp
+                and all((pdir / n).is_file() for n in data.get("outputs", {}).values()))
+
+    def _finish_pending(self, t, tdir, pdir, fp) -> dict:
+        """A published folder whose run stopped before the queue / completion mark."""
+        provenance = json.loads((pdir / PENDING_FILE).read_text())
+        scores = json.loads((pdir / "scores.json").read_text())
+        return self._complete_published(t, tdir, pdir, fp, provenance, scores)
+
+    def _complete_published(self, t, tdir, pdir, fp, provenance, scores) -> dict:
+        row = {**provenance["summary"], "index": t.index}
+        if row["route"] == "needs_review":
+            row["review_item"] = self._enqueue(t, fp, scores, _item_paths(row["paths"], pdir))
+        provenance.update(review_queue=self.sink.display if "review_item" in row else None,
+                          review_item=row.get("review_item"),
+                          summary={k: v for k, v in row.items() if k != "gate"})
+        write_json(pdir / "provenance.json", provenance)
+        write_current(tdir, pdir.name)
+        row["paths"]["provenance"] = str(pdir / "provenance.json")
         return row
+
+
+def _item_paths(paths: dict, pdir: Path) -> dict:
+    """Every file of a prediction for its review item (the queue hashes them): the outputs and
+    pending.json, the record provenance.json repeats once the item id is known."""
+    out = {k: v for k, v in paths.items() if k != "provenance"}
+    out["pending"] = str(pdir / PENDING_FILE)
+    return out
 
 
 def _counts(rows: list[dict]) -> dict:
     return {r: sum(1 for row in rows if row["route"] == r) for r in ROUTES}
 
 
-def predict_batch(checkpoint: str | Path | LoadedModel, fasta: str | Path, out_dir: str | Path, *,
+def predict_batch(checkpoint: str | Path | LoadedModel | list, fasta: str | Path,
+                  out_dir: str | Path, *,
                   sink: ReviewSink | None = None, msa_dir: str | Path | None = None,
                   config: PredictConfig | None = None,
                   gating: str | Path | GatePolicy | None = None,
                   screening: str | Path | None = None, rank: int = 0, world_size: int = 1,
                   barrier: Callable[[], None] | None = None,
                   device: str | torch.device | None = None, progress: bool = True,
-                  msa_search: dict | None = None, release_gate: str = "enforce") -> RunResult:
-    """Predict every target of `fasta` owned by this rank, flagged ones handed to `sink`;
-    rank 0 merges summary.tsv after `barrier()` (pass one when world_size > 1).
-    `release_gate`: "enforce" (an unreleased checkpoint is refused), "review" (it runs, every
-    prediction to review) or "off" (evaluation tools only)."""
+                  msa_search: dict | None = None, release_gate: str = "enforce",
+                  sort_by_length: bool = False) -> RunResult:
+    """Predict every target of `fasta` (a FASTA file, a folder of FASTA/a3m files or a CSV,
+    see `inputs`) owned by this rank, flagged ones handed to `sink`; rank 0 merges
+    summary.tsv / summary.csv after `barrier()` (pass one when world_size > 1).
+    `checkpoint`: one checkpoint or a list (an ensemble, AlphaFold's model_1..5).
+    Targets are dealt to ranks by cost (length^2, `sharding`), shortest first when
+    `sort_by_length`. `release_gate`: "enforce" (an unreleased checkpoint is refused),
+    "review" (it runs, every prediction to review) or "off" (evaluation tools only)."""
+    from protdp.inference.inputs import read_inputs
+    from protdp.inference.sharding import run_order, shard_by_cost, target_lengths
+
     fasta = Path(fasta)
-    targets = read_targets(fasta)
+    targets, input_sha = read_inputs(fasta)
     if msa_dir is not None and not Path(msa_dir).is_dir():
         raise InputError("MSA directory not found", path=msa_dir)
     if world_size > 1 and barrier is None:
         raise ConfigError("world_size > 1 needs a barrier to merge the summary")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    loaded = (checkpoint if isinstance(checkpoint, LoadedModel)
-              else load_model_checkpoint(checkpoint, device=device))
+    ckpts = checkpoint if isinstance(checkpoint, (list, tuple)) else [checkpoint]
+    loaded = [c if isinstance(c, LoadedModel) else load_model_checkpoint(c, device=device)
+              for c in ckpts]
     screen = ScreeningList.from_fasta(screening) if screening else None
     pred = Predictor(loaded, out_dir, config=config, policy=load_gate_policy(gating),
                      screening=screen, screening_path=screening, sink=sink,
                      device=device, rank=rank, world_size=world_size, msa_search=msa_search,
                      release_gate=release_gate)
-    info = {"path": str(fasta.resolve()), "sha256": sha256_file(fasta),
+    info = {"path": str(fasta.resolve()), "sha256": input_sha,
             "msa_dir": None if msa_dir is None else Path(msa_dir).resolve()}
-    mine = [t for t in targets if t.index % world_size == rank]
+    lengths = target_lengths(targets)
+    order = run_order(shard_by_cost(lengths, world_size)[rank], lengths, sort_by_length)
     rows = []
     try:
-        for t in tqdm(mine, desc=f"predict [rank {rank}]" if world_size > 1 else "predict",
+        for i in tqdm(order, desc=f"predict [rank {rank}]" if world_size > 1 else "predict",
                       unit="target", position=rank, disable=not progress, leave=True):
-            rows.append(pred.predict_target(t, info))
+            rows.append(pred.predict_target(targets[i], info))
     finally:
         pred.close()
     parts = pred.out_dir / PARTS_DIR
@@ -402,6 +554,7 @@ def predict_batch(checkpoint: str | Path | LoadedModel, fasta: str | Path, out_d
     if rank == 0:
         rows = _merge_parts(parts, world_size, info["sha256"], len(targets))
         summary_path = write_summary(pred.out_dir / "summary.tsv", rows)
+        write_summary_csv(pred.out_dir / "summary.csv", rows)
         write_json(pred.out_dir / "summary.json", {"counts": _counts(rows), "rows": rows,
                                                    "queue_url": pred.sink.display,
                                                    "notice": CLINICAL_NOTICE})

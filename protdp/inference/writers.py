@@ -80,7 +80,8 @@ def round_plddt(plddt: np.ndarray) -> np.ndarray:
 
 
 def write_structures(directory: Path, name: str, sequence: str, positions: np.ndarray,
-                     plddt: np.ndarray, mask: np.ndarray | None = None) -> dict[str, Path]:
+                     plddt: np.ndarray, mask: np.ndarray | None = None,
+                     kinds: tuple[str, ...] = ("pdb", "cif")) -> dict[str, Path]:
     """Write `<name>.pdb` and `<name>.cif` (all atoms, pLDDT as B-factor) from atom37 positions
     [L, 37, 3] and mask [L, 37] (default: every atom the residue type has); returns
     {'pdb': p, 'cif': p}."""
@@ -97,6 +98,8 @@ def write_structures(directory: Path, name: str, sequence: str, positions: np.nd
     structure = _structure(name, sequence, positions, mask, round_plddt(plddt))
     out = {}
     for kind, io_cls in (("pdb", PDBIO), ("cif", MMCIFIO)):
+        if kind not in kinds:
+            continue
         path = directory / f"{name}.{kind}"
         writer = io_cls()
         writer.set_structure(structure)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 import torch
 import torch.nn as nn
@@ -157,16 +157,24 @@ class AlphaFoldModel(nn.Module):
         return self.config.num_recycles
 
     def forward(self, batch: Mapping, num_recycles: int | None = None,
-                recycle_generator: torch.Generator | None = None) -> dict:
-        """Run 1 + num_recycles passes; gradients flow only through the last one."""
+                recycle_generator: torch.Generator | None = None,
+                after_pass: Callable[[int, dict], bool] | None = None) -> dict:
+        """Run 1 + num_recycles passes; gradients flow only through the last one.
+        `after_pass(i, out)` (inference, no gradients) is called after pass i; returning True
+        stops recycling there (early stop) and `num_recycles` reports the passes run - 1."""
         check_batch(batch)
         n = self.resolve_num_recycles(num_recycles, recycle_generator)
         grad = torch.is_grad_enabled()
+        if after_pass is not None and grad:
+            raise ValueError("after_pass (early stop) is for inference: run under torch.no_grad()")
         prev = None
         for i in range(n + 1):
             last = i == n
             with torch.set_grad_enabled(grad and last):
                 out = self.iteration(select_pass(batch, i), prev)
+            if after_pass is not None and not last and after_pass(i, out):
+                n = i
+                break
             if not last:
                 prev = {"m0": out["msa_first_row"].detach(), "z": out["pair"].detach(),
                         "x": pseudo_beta(batch["aatype"], out["final_atom_positions"]).detach()}

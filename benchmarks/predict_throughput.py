@@ -1,0 +1,105 @@
+"""Throughput of `pipelines/predict.py`: targets/hour on 1 rank vs 2 ranks under torchrun,
+targets dealt by cost (length^2, `protdp.inference.sharding`).
+
+Targets: the query sequences of the shared data's MSAs (real chains, 45-400+ residues, cut
+to --max-len), predicted single-sequence with a random-weight model of configs/model/small.yaml
+(throughput depends on the shapes only). From each target's measured seconds (summary.csv) the
+benchmark also reports the makespan that round-robin dealing (i % world) and length^2 dealing
+would give on 2 ranks, so the effect of the sharding is visible apart from the machine noise.
+
+    python benchmarks/predict_throughput.py   -> benchmarks/results/predict_throughput.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from protdp.data.parse import parse_msa  # noqa: E402
+from protdp.inference.checkpoint import save_model_checkpoint  # noqa: E402
+from protdp.inference.sharding import shard_by_cost  # noqa: E402
+from protdp.model import build_model  # noqa: E402
+from protdp.paths import data_root  # noqa: E402
+
+
+def _targets(max_len: int, n: int) -> list[tuple[str, str]]:
+    seen, out = set(), []
+    for f in sorted((data_root() / "msa").iterdir()):
+        name = f.name.split(".")[0]
+        if name in seen:
+            continue
+        try:
+            seq = parse_msa(f).query
+        except Exception:   # noqa: BLE001  (a file the parser refuses is skipped)
+            continue
+        seen.add(name)
+        out.append((name, seq[:max_len]))
+    return out[:n]
+
+
+def _run(cmd: list[str], env: dict) -> float:
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(proc.stderr[-3000:])
+    return time.perf_counter() - t0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--config", default=str(ROOT / "configs" / "model" / "small.yaml"))
+    p.add_argument("--targets", type=int, default=16)
+    p.add_argument("--max-len", type=int, default=160)
+    args = p.parse_args(argv)
+    tmp = Path(tempfile.mkdtemp(prefix="predict_throughput_"))
+    torch.manual_seed(0)
+    ckpt = save_model_checkpoint(build_model(args.config, verbose=False), None, tmp / "m.pt")
+    targets = _targets(args.max_len, args.targets)
+    fasta = tmp / "t.fasta"
+    fasta.write_text("".join(f">{n}\n{s}\n" for n, s in targets))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    base = ["--checkpoint", str(ckpt), "--fasta", str(fasta), "--no-progress",
+            "--allow-unreleased", "--no-plots", "--msa-mode", "single_sequence"]
+    script = str(ROOT / "pipelines" / "predict.py")
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    one = _run([sys.executable, script, *base, "--out", str(tmp / "one")], env)
+    two = _run([torchrun, "--standalone", "--nproc_per_node", "2", script, *base,
+                "--out", str(tmp / "two")], env)
+    with open(tmp / "one" / "summary.csv", newline="") as fh:
+        secs = {r["id"]: float(r["seconds"]) for r in csv.DictReader(fh)}
+    lengths = [len(s) for _, s in targets]
+    names = [n for n, _ in targets]
+    lpt = shard_by_cost(lengths, 2)
+    rr = [list(range(r, len(targets), 2)) for r in range(2)]
+    makespan = {k: max(sum(secs[names[i]] for i in s) for s in shards)
+                for k, shards in (("length2", lpt), ("round_robin", rr))}
+    doc = {"config": str(Path(args.config).relative_to(ROOT)), "targets": len(targets),
+           "lengths": lengths, "cpu_threads_per_rank": 1, "host_cores": os.cpu_count(),
+           "wall_s": {"1_rank": round(one, 1), "2_ranks": round(two, 1)},
+           "targets_per_hour": {"1_rank": round(3600 * len(targets) / one),
+                                "2_ranks": round(3600 * len(targets) / two)},
+           "speedup_2_ranks": round(one / two, 2),
+           "model_seconds_sum": round(sum(secs.values()), 1),
+           "makespan_2_ranks_from_measured_s": {k: round(v, 1) for k, v in makespan.items()},
+           "note": "wall includes process start and model load; shared machine: compare the "
+                   "two runs, taken back to back"}
+    (ROOT / "benchmarks" / "results" / "predict_throughput.json").write_text(
+        json.dumps(doc, indent=1) + "\n")
+    print(json.dumps(doc, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""Prediction files in the formats downstream tools parse (AlphaFold, AFDB, ColabFold).
+
+In each prediction folder (see `layout`), for every (model, seed) name N, best rank K:
+- `unrelaxed_N.pdb`, `ranked_K.pdb` (AlphaFold `run_alphafold.py` names);
+- `result_N.npz`: AlphaFold's slim result keys (`plddt`, `predicted_aligned_error`,
+  `max_predicted_aligned_error`, `ptm`, `ranking_confidence`, `num_recycles`; the distogram as
+  `distogram_logits` / `distogram_bin_edges` only with --save-distogram) in a numpy file that
+  loads without pickle (AlphaFold's full `result_model_*.pkl` reaches 1.5 GB per model);
+- `ranking_debug.json` ({"plddts": {...}, "order": [...]}), `timings.json` (AlphaFold:
+  {"features": s, "process_features_N": s, "predict_and_compile_N": s, ...});
+- `<name>_predicted_aligned_error_v1.json`: the AFDB PAE file
+  `[{"predicted_aligned_error": [[...]], "max_predicted_aligned_error": 31.75}]`;
+- `<name>_scores_rank_KKK_N.json`: ColabFold's scores (`plddt`, `max_pae`, `pae`, `ptm`).
+The batch `summary.csv` has one line per (target, model, seed) prediction.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from pathlib import Path
+
+import numpy as np
+
+from protdp.inference.writers import printable, write_json
+
+SUMMARY_CSV_COLUMNS = ("id", "model", "seed", "rank", "length", "msa_depth", "mean_plddt", "ptm",
+                       "max_pae", "recycles", "seconds", "route", "failure_reason")
+
+
+def write_result_npz(path: Path, pred: dict, conf: float, max_pae: float | None,
+                     save_distogram: bool, distogram_edges: np.ndarray | None) -> Path:
+    """The slim result file (AlphaFold's key names), atomically."""
+    arrays = {"plddt": np.asarray(pred["plddt"], np.float32),
+              "ranking_confidence": np.float32(conf),
+              "num_recycles": np.int32(pred["num_recycles"])}
+    if pred.get("pae") is not None:
+        arrays["predicted_aligned_error"] = np.asarray(pred["pae"], np.float32)
+        arrays["max_predicted_aligned_error"] = np.float32(max_pae)
+        arrays["ptm"] = np.float32(pred["ptm"])
+    if save_distogram and pred.get("distogram_logits") is not None:
+        arrays["distogram_logits"] = np.asarray(pred["distogram_logits"], np.float32)
+        arrays["distogram_bin_edges"] = np.asarray(distogram_edges, np.float32)
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez_compressed(tmp, **arrays)
+    os.replace(tmp, path)
+    return path
+
+
+def afdb_pae(pae: np.ndarray, max_pae: float) -> list:
+    """AFDB PAE JSON document (values to 2 decimals)."""
+    return [{"predicted_aligned_error": np.round(np.asarray(pae, np.float64), 2).tolist(),
+             "max_predicted_aligned_error": float(max_pae)}]
+
+
+def colabfold_scores(pred: dict, max_pae: float | None) -> dict:
+    doc = {"plddt": np.round(np.asarray(pred["plddt"], np.float64), 2).tolist()}
+    if pred.get("pae") is not None:
+        doc.update(max_pae=float(max_pae), pae=np.round(pred["pae"], 2).tolist(),
+                   ptm=round(float(pred["ptm"]), 4))
+    return doc
+
+
+def write_af_files(folder: Path, name: str, preds: dict[str, dict], order: list[str],
+                   ranking_debug: dict, timings: dict, max_pae: float | None, *,
+                   save_distogram: bool, distogram_edges: np.ndarray | None) -> dict[str, str]:
+    """Everything but the structures; returns {kind: file name} of the files written."""
+    from protdp.inference.ranking import ranking_confidence
+    files = {"ranking_debug": write_json(folder / "ranking_debug.json", ranking_debug).name,
+             "timings": write_json(folder / "timings.json", timings).name}
+    for k, n in enumerate(order):
+        p = preds[n]
+        files[f"result_{n}"] = write_result_npz(folder / f"result_{n}.npz", p,
+                                                ranking_confidence(p), max_pae, save_distogram,
+                                                distogram_edges).name
+        scores = folder / f"{name}_scores_rank_{k + 1:03d}_{n}.json"
+        files[f"scores_rank_{k + 1:03d}"] = write_json(scores, colabfold_scores(p, max_pae)).name
+    top = preds[order[0]]
+    if top.get("pae") is not None:
+        pae_path = folder / f"{name}_predicted_aligned_error_v1.json"
+        files["pae_json"] = _write_json_list(pae_path, afdb_pae(top["pae"], max_pae)).name
+    return files
+
+
+def _write_json_list(path: Path, doc: list) -> Path:
+    import json
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, separators=(",", ":")))
+    os.replace(tmp, path)
+    return path
+
+
+def write_summary_csv(path: Path, rows: list[dict]) -> Path:
+    """OUT/summary.csv: one line per (target, model, seed) prediction or failed target."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(SUMMARY_CSV_COLUMNS)
+    for row in sorted(rows, key=lambda r: r["index"]):
+        members = row.get("ensemble") or [None]
+        for m in members:
+            m = m or {}
+            w.writerow([printable(str(row["target"])), m.get("model", ""), m.get("seed", ""),
+                        m.get("rank", ""), _fmt(row.get("length")), _fmt(row.get("msa_depth")),
+                        _fmt(m.get("mean_plddt", row.get("mean_plddt"))),
+                        _fmt(m.get("ptm", row.get("ptm"))), _fmt(m.get("max_pae")),
+                        _fmt(m.get("recycles")), _fmt(m.get("seconds")), row["route"],
+                        printable(row.get("detail", "")) if row["route"] == "rejected" else ""])
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(buf.getvalue())
+    os.replace(tmp, path)
+    return path
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.2f}" if np.isfinite(v) else ""
+    return str(v)

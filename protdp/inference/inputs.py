@@ -1,0 +1,101 @@
+"""Batch inputs as ColabFold's batch mode takes them: one FASTA file, a folder of FASTA / a3m
+files, or a CSV of `id,sequence`.
+
+- FASTA (plain or .gz): every record a target (`targets.read_targets`).
+- A folder: every `*.fasta|*.fa|*.faa|*.fas` file's records, and every `*.a3m` file as one
+  target named after the file whose query (first sequence) is the target and whose alignment is
+  its MSA; files in name order, records in file order.
+- CSV (`*.csv`): a header with `id` and `sequence` columns (ColabFold), one target a row;
+  a row that is malformed is a rejected target naming the file and line.
+The digest that identifies the batch input (`input_sha256`) covers every file read.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+from pathlib import Path
+
+from protdp.errors import InputError
+from protdp.fileio import sha256_file
+from protdp.inference.targets import Target, _assign_names, _read_text, read_targets
+
+FASTA_SUFFIXES = (".fasta", ".fa", ".faa", ".fas", ".fasta.gz", ".fa.gz")
+
+
+def _a3m_target(path: Path, index: int) -> Target:
+    text = _read_text(path)
+    header, seq_lines, line = None, [], 0
+    for lineno, raw in enumerate(text.split("\n"), 1):
+        if raw.startswith(">"):
+            if header is not None:
+                break
+            header, line = raw[1:], lineno
+        elif header is not None and raw.strip():
+            seq_lines.append(raw.strip())
+    name = path.name[:-len(".a3m")]
+    t = Target(index, name, header or name, "".join(seq_lines), line or 1,
+               extra={"msa_files": [str(path)]})
+    if header is None:
+        t.error = f"{path}:1: no '>' record: not an a3m alignment"
+    # a3m insertions (lower case) are not part of the query
+    t.raw_sequence = "".join(ch for ch in t.raw_sequence if not ch.islower())
+    return t
+
+
+def _csv_targets(path: Path, start: int) -> list[Target]:
+    reader = csv.reader(io.StringIO(_read_text(path)))
+    rows = list(reader)
+    if not rows:
+        raise InputError("empty CSV", path=path)
+    head = [h.strip().lower() for h in rows[0]]
+    if "id" not in head or "sequence" not in head:
+        raise InputError("CSV needs a header with 'id' and 'sequence' columns", path=path, line=1)
+    i_id, i_seq = head.index("id"), head.index("sequence")
+    out = []
+    for lineno, row in enumerate(rows[1:], 2):
+        if not any(c.strip() for c in row):
+            continue
+        t = Target(start + len(out), row[i_id].strip() if len(row) > i_id else "", "", "", lineno)
+        t.header = t.target_id
+        if len(row) <= max(i_id, i_seq) or not t.target_id or not row[i_seq].strip():
+            t.error = f"{path}:{lineno}: expected an id and a sequence"
+        else:
+            t.raw_sequence = row[i_seq].replace(":", "")
+            if ":" in row[i_seq]:
+                t.error = f"{path}:{lineno}: complexes (':' separated chains) are not supported"
+        out.append(t)
+    return out
+
+
+def read_inputs(path: str | Path) -> tuple[list[Target], str]:
+    """(targets in input order, input_sha256) from a FASTA file, a CSV or a folder."""
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.is_file()
+                       and (p.name.lower().endswith(FASTA_SUFFIXES) or p.name.endswith(".a3m")
+                            or p.name.lower().endswith(".csv")))
+        if not files:
+            raise InputError("no FASTA, a3m or CSV files in the input folder", path=path)
+        targets: list[Target] = []
+        digest = hashlib.sha256()
+        for f in files:
+            digest.update(f"{f.name}\0{sha256_file(f)}\n".encode())
+            if f.name.endswith(".a3m"):
+                targets.append(_a3m_target(f, len(targets)))
+            elif f.name.lower().endswith(".csv"):
+                targets += _csv_targets(f, len(targets))
+            else:
+                for t in read_targets(f):
+                    t.index = len(targets)
+                    targets.append(t)
+        _assign_names(targets, path)
+        return targets, digest.hexdigest()
+    if path.name.lower().endswith(".csv"):
+        targets = _csv_targets(path, 0)
+        if not targets:
+            raise InputError("no targets in the CSV", path=path)
+        _assign_names(targets, path)
+        return targets, sha256_file(path)
+    return read_targets(path), sha256_file(path)

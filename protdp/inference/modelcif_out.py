@@ -1,0 +1,89 @@
+"""ModelCIF mmCIF of a prediction (python-modelcif): entity + sequence records, the model's
+atoms with pLDDT as B-factor, the QA metrics Mol* and PDBe colour by (per-residue pLDDT in
+`_ma_qa_metric_local`, global pLDDT and pTM in `_ma_qa_metric_global`, 0-100 / 0-1 scales as
+AFDB), the software and the model's provenance (checkpoint digest, seed, recycles) in the
+modelling protocol. Written atomically."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from protdp import __version__
+from protdp.data.residue_constants import ATOM_TYPES
+
+
+def _classes():
+    import modelcif.qa_metric as qa
+
+    class LocalPLDDT(qa.Local, qa.PLDDT):
+        """Predicted lDDT-Ca per residue (0-100)."""
+        name = "pLDDT"
+        software = None
+
+    class GlobalPLDDT(qa.Global, qa.PLDDT):
+        """Mean pLDDT of the chain (0-100)."""
+        name = "pLDDT"
+        software = None
+
+    class GlobalPTM(qa.Global, qa.PTM):
+        """Predicted TM-score (0-1)."""
+        name = "pTM"
+        software = None
+
+    return LocalPLDDT, GlobalPLDDT, GlobalPTM
+
+
+def write_modelcif(path: Path, name: str, sequence: str, positions: np.ndarray, mask: np.ndarray,
+                   plddt: np.ndarray, ptm: float | None, details: dict) -> Path:
+    """positions [L, 37, 3] Å, mask [L, 37], plddt [L] (0-100, already rounded)."""
+    import ihm
+    import modelcif
+    import modelcif.dumper
+    import modelcif.model
+    import modelcif.protocol
+
+    LocalPLDDT, GlobalPLDDT, GlobalPTM = _classes()
+    alphabet = ihm.LPeptideAlphabet()
+    comps = [alphabet[aa] if aa in alphabet._comps else alphabet["X"] if "X" in alphabet._comps
+             else ihm.LPeptideChemComp("UNK", "X", "X") for aa in sequence]
+    system = modelcif.System(title=f"protdp prediction of {name}", id=name.upper()[:40])
+    software = modelcif.Software("protdp", "model building",
+                                 "AlphaFold2-style structure prediction with a confidence gate",
+                                 "https://pypi.org/project/protdp/", version=__version__)
+    system.software.append(software)
+    entity = modelcif.Entity(comps, description=f"{name} (predicted)")
+    asym = modelcif.AsymUnit(entity, details=f"{name} chain A", id="A")
+    assembly = modelcif.Assembly([asym], name=f"{name} assembly")
+    atoms = []
+    for i in range(len(sequence)):
+        for a in np.nonzero(mask[i] > 0)[0]:
+            x, y, z = (float(v) for v in positions[i, a])
+            atoms.append(modelcif.model.Atom(asym_unit=asym, seq_id=i + 1, atom_id=ATOM_TYPES[a],
+                                             type_symbol=ATOM_TYPES[a][0], x=x, y=y, z=z,
+                                             biso=float(plddt[i]), occupancy=1.0))
+
+    class _Model(modelcif.model.AbInitioModel):
+        def get_atoms(self):
+            return iter(atoms)
+
+    model = _Model(assembly=assembly, name=f"{name} top-ranked model")
+    model.qa_metrics.append(GlobalPLDDT(round(float(np.mean(plddt)), 2)))
+    if ptm is not None:
+        model.qa_metrics.append(GlobalPTM(round(float(ptm), 4)))
+    for i in range(len(sequence)):
+        model.qa_metrics.append(LocalPLDDT(asym.residue(i + 1), round(float(plddt[i]), 2)))
+    system.model_groups.append(modelcif.model.ModelGroup([model], name="ranked models"))
+    protocol = modelcif.protocol.Protocol()
+    protocol.steps.append(modelcif.protocol.ModelingStep(
+        input_data=modelcif.data.DataGroup([entity]), output_data=model, software=software,
+        name="prediction",
+        details="; ".join(f"{k}={v}" for k, v in details.items())))
+    system.protocols.append(protocol)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        modelcif.dumper.write(fh, [system])
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,63 @@
+"""Every file of one prediction, written into its (hidden, not yet published) folder: the
+top-ranked model as `<name>.pdb` (pLDDT B-factors) and `<name>.cif` (ModelCIF with QA
+metrics), AlphaFold's `unrelaxed_*` / `ranked_*` / `result_*` / `ranking_debug.json` /
+`timings.json`, the AFDB PAE JSON, ColabFold scores, PNGs, a copy of the MSA inputs, and with
+--relax the Amber-relaxed top model (`relaxed_<model>.pdb`, `relax.json`)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from protdp.inference.af_outputs import write_af_files
+from protdp.inference.modelcif_out import write_modelcif
+from protdp.inference.plots import write_plots
+from protdp.inference.writers import round_plddt, write_json, write_structures
+
+
+def write_prediction_files(folder: Path, name: str, seq: str, preds: dict, order: list[str],
+                           ranking_debug: dict, timings: dict, coverage: list[int], model_config,
+                           *, save_distogram: bool, plots: bool, msa_paths: list[str],
+                           details: dict, relax: bool = False,
+                           relax_timeout_s: float = 300.0) -> dict[str, str]:
+    """Every file of one prediction into `folder`; returns {kind: file name}. The top-ranked
+    model is `<name>.pdb` (pLDDT B-factors) and `<name>.cif` (ModelCIF with QA metrics)."""
+    from protdp.model.heads import pae_bin_centres
+    top = preds[order[0]]
+    plddt = round_plddt(top["plddt"])
+    outputs = {}
+    if np.isfinite(top["positions"]).all() and np.isfinite(plddt).all():
+        files = write_structures(folder, name, seq, top["positions"], plddt, top["atom_mask"])
+        outputs["pdb"] = files["pdb"].name
+        outputs["cif"] = write_modelcif(files["cif"], name, seq, top["positions"],
+                                        top["atom_mask"], plddt, top.get("ptm"), details).name
+    for k, n in enumerate(order):
+        p = preds[n]
+        if not (np.isfinite(p["positions"]).all() and np.isfinite(p["plddt"]).all()):
+            continue
+        for kind, fname in ((f"unrelaxed_{n}", f"unrelaxed_{n}"), (f"ranked_{k}", f"ranked_{k}")):
+            f = write_structures(folder, fname, seq, p["positions"], round_plddt(p["plddt"]),
+                                 p["atom_mask"], kinds=("pdb",))
+            outputs[kind] = f["pdb"].name
+    max_pae = float(pae_bin_centres(model_config)[-1]) if top.get("pae") is not None else None
+    edges = np.linspace(model_config.distogram_min, model_config.distogram_max,
+                        model_config.distogram_bins - 1)
+    outputs.update(write_af_files(folder, name, preds, order, ranking_debug, timings, max_pae,
+                                  save_distogram=save_distogram, distogram_edges=edges))
+    if plots:
+        outputs.update(write_plots(folder, name, preds, order, coverage))
+    if relax and "ranked_0" in outputs:
+        from protdp.relax import RelaxConfig, relax_pdb
+        dst = folder / f"relaxed_{order[0]}.pdb"
+        result = relax_pdb(folder / outputs["ranked_0"], dst, RelaxConfig(timeout_s=relax_timeout_s))
+        outputs["relax"] = write_json(folder / "relax.json", {"model": order[0],
+                                                             **result.to_dict()}).name
+        if result.relaxed:
+            outputs["relaxed"] = dst.name
+    for i, src in enumerate(msa_paths):   # the prediction's own copy of its MSA inputs
+        dst = folder / f"msa_{i}_{Path(src).name}"
+        shutil.copyfile(src, dst)
+        outputs[f"msa_{i}"] = dst.name
+    return outputs

@@ -1,0 +1,49 @@
+"""Ranking an ensemble of predictions of one target (checkpoints x seeds), as AlphaFold does.
+
+AlphaFold (`run_alphafold.py`, v2.3) scores every model with its ranking confidence: the mean
+pLDDT for monomer models, `0.8 ipTM + 0.2 pTM` for multimer models; sorts them best first;
+writes `ranked_K.pdb` for the K-th best and `ranking_debug.json`:
+
+    {"plddts": {"model_1_seed_000": 91.2, ...}, "order": ["model_3_seed_000", ...]}
+    ({"iptm+ptm": {...}, "order": [...]} for multimer)
+
+The spread across the ensemble (largest Cα RMSD of the top-ranked model to any other, after
+superposition) is gate evidence: models that disagree send the target to review.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from protdp.inference.recycling import CA_INDEX
+from protdp.metrics import rmsd_ca
+
+
+def prediction_name(model_index: int, seed: int) -> str:
+    """`model_<i>_seed_<sss>` (i 1-based, ColabFold's naming of (model, seed) pairs)."""
+    return f"model_{model_index + 1}_seed_{seed:03d}"
+
+
+def ranking_confidence(pred: dict) -> float:
+    """AF2: 0.8 ipTM + 0.2 pTM when the model predicts ipTM (complexes), else mean pLDDT."""
+    if pred.get("iptm") is not None and pred.get("ptm") is not None:
+        return 0.8 * float(pred["iptm"]) + 0.2 * float(pred["ptm"])
+    return float(np.mean(pred["plddt"]))
+
+
+def rank(preds: dict[str, dict]) -> tuple[list[str], dict]:
+    """Names best first (ties: name order) and `ranking_debug.json` in AlphaFold's shape."""
+    multimer = all(p.get("iptm") is not None for p in preds.values())
+    conf = {name: round(ranking_confidence(p), 2) for name, p in preds.items()}
+    order = sorted(conf, key=lambda n: (-conf[n], n))
+    return order, {"iptm+ptm" if multimer else "plddts": conf, "order": order}
+
+
+def ensemble_spread(preds: dict[str, dict], order: list[str]) -> dict:
+    """Cα RMSD (Å, Kabsch-superposed) of the top-ranked model to every other, its maximum, and
+    the range of mean pLDDT; `max_ca_rmsd` is None for a single prediction."""
+    top = preds[order[0]]["positions"][:, CA_INDEX]                          # [L, 3]
+    rmsd = {n: round(rmsd_ca(preds[n]["positions"][:, CA_INDEX], top), 3) for n in order[1:]}
+    means = [float(np.mean(p["plddt"])) for p in preds.values()]
+    return {"ca_rmsd_to_top": rmsd, "max_ca_rmsd": max(rmsd.values()) if rmsd else None,
+            "mean_plddt_range": round(max(means) - min(means), 2)}
