@@ -34,6 +34,7 @@ from protdp.parallel import collectives as coll
 from protdp.parallel.bucket import Bucket
 from protdp.parallel.buffer import BufferLayout, build_layout, layout_hash, layout_summary
 from protdp.parallel.config import ParallelConfig
+from protdp.parallel.dap import reduce_dap_grads
 from protdp.parallel.strategy import GroupContext, grad_reducer, param_gatherer
 
 
@@ -54,8 +55,14 @@ class DataParallel(nn.Module):
     """Wrap `module` for data-parallel training over `process_group` (default: world)."""
 
     def __init__(self, module: nn.Module, config: ParallelConfig | None = None,
-                 process_group=None):
+                 process_group=None, dap_params=None, dap_group=None):
+        """`dap_params`/`dap_group` (dynamic axial parallelism): the parameters whose per-rank
+        gradients are partial sums over the DAP group; `finish_grad_sync` sums them over
+        `dap_group` before the DP reduction, so the engine only ever sees gradients that are
+        consistent inside each DAP group (bucket launches then wait for that sum: no overlap)."""
         super().__init__()
+        self.dap_params = list(dap_params or [])
+        self.dap_group = dap_group
         if not dist.is_initialized():
             raise DistributedError("DataParallel needs a process group: call "
                                    "protdp.parallel.init_distributed() first")
@@ -206,7 +213,7 @@ class DataParallel(nn.Module):
         bucket.register_grad_ready(name, self.expected_grads, self.rank)
         if bucket.is_complete(self.expected_grads):
             self._note_bucket_order(bucket)
-            if self.config.overlap_grad_reduce:
+            if self.config.overlap_grad_reduce and self.dap_group is None:
                 self._launch_ready_buckets()
 
     def _note_bucket_order(self, bucket: Bucket):
@@ -259,6 +266,9 @@ class DataParallel(nn.Module):
         if not self._sync_enabled:
             raise ConfigError("finish_grad_sync() called inside no_sync()")
         self._learn_or_check_counts()
+        if self.dap_group is not None:
+            coll.run("all_reduce(DAP gradients)",
+                     lambda: reduce_dap_grads(self.dap_params, self.dap_group), self.rank)
         self._launch_ready_buckets(force=True)
         t0 = time.perf_counter()
         for bucket in self.buckets:
