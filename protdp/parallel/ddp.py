@@ -63,6 +63,7 @@ class DataParallel(nn.Module):
         super().__init__()
         self.dap_params = list(dap_params or [])
         self.dap_group = dap_group
+        self.dap_rank = dist.get_rank(dap_group) if dap_group is not None else 0
         if not dist.is_initialized():
             raise DistributedError("DataParallel needs a process group: call "
                                    "protdp.parallel.init_distributed() first")
