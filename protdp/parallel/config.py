@@ -112,8 +112,9 @@ class ParallelConfig:
             raise ConfigError(
                 f"{knob('tensor_model_parallel_size')}={self.tensor_model_parallel_size}: tensor "
                 "parallelism is not implemented (an Evoformer's activations, not its ~93M "
-                "parameters, outgrow a device): split each sample with dap_size (--dap-size), use "
-                "use_distributed_optimizer=True to shard optimizer state, and activation "
+                "parameters, outgrow a device): use data parallelism (data_parallel_size) with each "
+                "sample split over dap_size ranks (--dap-size), use_distributed_optimizer=True to "
+                "shard optimizer state, and activation "
                 "checkpointing / smaller micro_batch_size to fit memory")
         if self.pipeline_model_parallel_size != 1:
             raise ConfigError(
