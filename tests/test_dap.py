@@ -87,3 +87,41 @@ def test_training_steps_dp_x_dap_equal_one_process(world2, world4, world, dap):
         assert res["weights_rel"] <= 1e-5, res["weights_rel"]
         for ours, ref in res["norms"]:
             assert abs(ours - ref) <= 1e-4 * ref, res["norms"]
+
+
+def test_dap_size_flag_and_world_arithmetic():
+    from protdp.train.args import parse_args
+
+    args = parse_args(["--data", "x.h5", "--dap-size", "2", "--data-parallel-size", "2",
+                       "--global-batch-size", "4"])
+    assert args.check_world(4).data_parallel_size == 2
+    with pytest.raises(ConfigError, match="--dap-size 2"):
+        args.check_world(3)
+    with pytest.raises(ConfigError, match="dap-size"):
+        parse_args(["--data", "x.h5", "--tensor-model-parallel-size", "2"])
+
+
+def test_plan_proposes_dap_when_batch_caps_dp_and_when_nothing_fits():
+    from protdp.config import load_config
+    from protdp.model.config import ModelConfig
+    from protdp.paths import REPO_ROOT
+    from protdp.planning import memory
+    from protdp.planning.params import parameter_count
+    from protdp.planning.plan import plan
+
+    cfg = load_config(ModelConfig, REPO_ROOT / "configs/model/af2.yaml")
+    r = plan(cfg, crop=256, gpu_mem=80 * 2**30, dp=128, gpus=1024, global_batch=128)
+    cap = r["recommendation"]["batch_cap"]
+    assert (cap["dp"], cap["dap_size"], cap["flag"]) == (128, 8, "--dap-size 8")
+    assert plan(cfg, crop=256, gpu_mem=80 * 2**30, dp=64, gpus=64,
+                global_batch=128)["recommendation"]["batch_cap"]["dap_size"] == 1
+    act = memory.activation_bytes(cfg, memory.Shape(256, 128, 1024), True)["peak"]
+    st = memory.state_bytes(parameter_count(cfg), 8, True, True)["total"]
+    rec = plan(cfg, crop=256, gpu_mem=int(st + act / 3 + 1), dp=8, bf16=True,
+               reserve=0.0)["recommendation"]
+    assert rec["dap_degree"] == 3 and rec["dap"]["dap_size"] == 4       # a power of two >= 3
+    assert rec["dap"]["bytes_per_rank"] <= st + act / 3 + 1
+    assert rec["dap"]["comm_bytes_per_block"] == block_comm_bytes(
+        n_seq=128, n_res=256, k=4, c_m=cfg.c_m, c_z=cfg.c_z, msa_heads=cfg.msa_heads,
+        pair_heads=cfg.pair_heads, c_hidden_tri_mul=cfg.c_hidden_tri_mul,
+        c_hidden_opm=cfg.c_hidden_opm)["total"]
