@@ -35,7 +35,8 @@ def _entry(rank, world, port, jobs, outdir, timeout_s):
         try:
             if not dist.is_initialized():
                 init_distributed(timeout=timeout_s)
-            globals()[job](rank, world, result, **kw)
+            globals()[job](rank, world, result, **{**kw, **({"out": Path(outdir)}
+                                                          if job == "inference" else {})})
         except BaseException as exc:
             result["error"] = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
         torch.save(result, Path(outdir) / f"{job}_{kw.get('dap', '')}_rank{rank}.pt")
@@ -227,3 +228,41 @@ def training(rank, world, res, dap):
     res["moved"] = max((own[n] - p).abs().max().item() for n, p in
                        copy.deepcopy(_setup()[0]).named_parameters())
     res["norms"] = norms
+
+
+# ---------------------------------------------------------------------------- inference
+def inference(rank, world, res, dap, out):
+    """`predict --dap-size` on the spawned world against `predict_batch` on one rank (run by
+    rank 0 afterwards): the same PDB files and scores. Destroys the process group: run last."""
+    from protdp.inference.checkpoint import save_model_checkpoint
+    from protdp.inference.cli import main
+    from protdp.workflows import predict
+
+    fasta, ckpt = out / "t.fasta", out / "model.pt"
+    if rank == 0:
+        model, _ = _setup()
+        save_model_checkpoint(model, None, ckpt)
+        fasta.write_text(">a\nMKTAYIAKQRQISFVKSHFSRQIEEKLGLIE\n>b\nMVLSPADKTNVKAAW\n")
+    dist.barrier()
+    main(["--checkpoint", str(ckpt), "--fasta", str(fasta), "--out", str(out / "dap"),
+          "--allow-unreleased", "--no-progress", "--dap-size", str(dap)])
+    if rank != 0:
+        return
+    predict(ckpt, fasta, out / "one", progress=False, release_gate="review")
+    import json
+
+    same, n, worst = True, 0, 0.0
+    for t in ("a", "b"):
+        pdb = [[x for x in (out / run / "targets" / t / f"{t}.pdb").read_text().splitlines()
+                if x.startswith("ATOM")] for run in ("dap", "one")]
+        scores = [json.loads((out / run / "targets" / t / "scores.json").read_text())
+                  for run in ("dap", "one")]
+        n += len(pdb[0])
+        # the same atoms, names and pLDDT columns; coordinates within the PDB's 1e-3 Å rounding
+        # (fp32 sums in another order can round the last digit the other way)
+        same = same and [x[:30] + x[54:] for x in pdb[0]] == [x[:30] + x[54:] for x in pdb[1]]
+        worst = max(worst, max(abs(float(a[c:c + 8]) - float(b[c:c + 8])) for a, b in zip(*pdb)
+                               for c in (30, 38, 46)))
+        same = same and all(scores[0][k] == scores[1][k]
+                            for k in ("plddt", "mean_plddt", "band", "reasons"))
+    res["same"], res["atoms"], res["max_coord_diff"] = same, n, worst

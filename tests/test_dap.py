@@ -46,7 +46,8 @@ def test_block_comm_bytes_formula():
 def world2(tmp_path_factory):
     out = tmp_path_factory.mktemp("dap")
     return dw.spawn([("collectives", {"dap": 2}), ("numerics", {"dap": 2}),
-                     ("training", {"dap": 2}), ("training", {"dap": 1})], 2, out)
+                     ("training", {"dap": 2}), ("training", {"dap": 1}),
+                     ("inference", {"dap": 2})], 2, out)   # inference ends the group: last
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +88,12 @@ def test_training_steps_dp_x_dap_equal_one_process(world2, world4, world, dap):
         assert res["weights_rel"] <= 1e-5, res["weights_rel"]
         for ours, ref in res["norms"]:
             assert abs(ours - ref) <= 1e-4 * ref, res["norms"]
+
+
+def test_predict_dap2_writes_what_one_rank_writes(world2):
+    res = _ok(world2["inference_2"])[0]
+    assert res["atoms"] > 100 and res["same"]
+    assert res["max_coord_diff"] <= 2e-3, res["max_coord_diff"]
 
 
 def test_dap_size_flag_and_world_arithmetic():
