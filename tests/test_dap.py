@@ -73,7 +73,7 @@ def test_collective_backwards_match_analytic(world2):
 
 @pytest.mark.parametrize("world,dap", [(2, 2), (4, 4)])
 def test_dap_equals_one_process_fp64_and_split_only_backward_fails(world2, world4, world, dap):
-    for res in _ok({2: world2, 4: world4}[world][f"numerics_{dap}"]):
+    for res in _ok({2: world2, 4: world4}[world][f"numerics_{dap}"])[:1]:   # rank 0 compares
         assert res["grad_names"]
         assert res["outputs"] <= FP64 * max(1.0, res["outputs_scale"]), res["outputs"]
         assert res["grads_rel"] <= FP64_GRADS, (res["grads_rel"], res["worst"])
@@ -83,7 +83,9 @@ def test_dap_equals_one_process_fp64_and_split_only_backward_fails(world2, world
 @pytest.mark.parametrize("world,dap", [(2, 2), (2, 1), (4, 2)])   # dp x dap = 1x2, 2x1, 2x2
 def test_training_steps_dp_x_dap_equal_one_process(world2, world4, world, dap):
     """fp32, 3 AdamW steps with clipping; dp 2 also shards the optimizer (distributed optimizer)."""
-    for res in _ok({2: world2, 4: world4}[world][f"training_{dap}"]):
+    ranks = _ok({2: world2, 4: world4}[world][f"training_{dap}"])
+    assert len({r["checksum"] for r in ranks}) == 1, [r["checksum"] for r in ranks]  # all agree
+    for res in ranks[:1]:                      # rank 0 stepped the single-process reference
         assert res["moved"] > 1e-4              # the optimizer really changed the weights
         assert res["weights_rel"] <= 1e-5, res["weights_rel"]
         for ours, ref in res["norms"]:
