@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 L_RES, N_SEQ = 7, 13      # odd: both axes need padding at K = 2 and 4 (13 rows = 8 main + 5 extra)
 STEPS, LR = 3, 1e-3
+OUT_JOBS = ("training", "reload", "inference")   # jobs that get the spawn's folder as `out`
 
 
 def _entry(rank, world, port, jobs, outdir, timeout_s):
@@ -37,7 +38,7 @@ def _entry(rank, world, port, jobs, outdir, timeout_s):
             if not dist.is_initialized():
                 init_distributed(timeout=timeout_s)
             globals()[job](rank, world, result, **{**kw, **({"out": Path(outdir)}
-                                                          if job == "inference" else {})})
+                                                          if job in OUT_JOBS else {})})
         except BaseException as exc:
             result["error"] = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
         torch.save(result, Path(outdir) / f"{job}_{kw.get('dap', '')}_rank{rank}.pt")
@@ -184,7 +185,7 @@ def numerics(rank, world, res, dap):
 
 
 # ---------------------------------------------------------------------------- training steps
-def training(rank, world, res, dap):
+def training(rank, world, res, dap, out):
     """fp32 training steps of the DP engine over the DP group with DAP inside (distributed
     optimizer, clipping) against a single process stepping torch's AdamW on the mean gradient of
     the same samples."""
@@ -227,6 +228,9 @@ def training(rank, world, res, dap):
             (ref_loss / dp).backward()
         norms.append((opt.last_grad_norm, torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.05).item()))
         ref_opt.step()
+    from protdp.parallel import save_checkpoint
+
+    save_checkpoint(out / f"ckpt_dap{dap}", ddp, opt)   # only DAP rank 0 of each group writes
     own = dict(model.named_parameters())
     res["checksum"] = sum(p.detach().double().abs().sum().item() for p in own.values())
     if rank != 0:
@@ -274,3 +278,34 @@ def inference(rank, world, res, dap, out):
         same = same and all(scores[0][k] == scores[1][k]
                             for k in ("plddt", "mean_plddt", "band", "reasons"))
     res["same"], res["atoms"], res["max_coord_diff"] = same, n, worst
+
+
+def reload(rank, world, res, dap, out, saved_dap=2):
+    """The checkpoint `training` wrote at dp 1 x dap 2 loads at this run's dp x dap: the same
+    weights, the optimizer state resharded, and a further step runs."""
+    from protdp.model.axial import dap_sharded_parameters
+    from protdp.model.losses import compute_loss
+    from protdp.parallel import (DataParallel, DistributedOptimizer, ParallelConfig,
+                                 load_checkpoint)
+    from protdp.parallel.groups import build_groups
+    from model_fixtures import random_batch
+
+    groups = build_groups(dap)
+    model, _ = _setup()
+    cfg = ParallelConfig(data_parallel_size=groups.dp_size,
+                         use_distributed_optimizer=groups.dp_size > 1, bucket_size=20_000)
+    model.set_axial_comm(groups.axial_comm())
+    ddp = DataParallel(model.train(), cfg, process_group=groups.dp_group,
+                       dap_params=dap_sharded_parameters(model), dap_group=groups.dap_group)
+    opt = DistributedOptimizer(ddp, cfg, lr=LR, clip_grad=0.05, eps=1e-6, fused=False)
+    path = out / f"ckpt_dap{saved_dap}"
+    load_checkpoint(path, ddp, opt)
+    saved = torch.load(path / "model.pt", weights_only=True)["model"]
+    res["weights_diff"] = max((p - saved[n]).abs().max().item() for n, p in model.named_parameters())
+    res["optimizer_steps"] = [int(st["step"]) for shard in opt._shards
+                              for st in shard.inner.state.values()][:1]
+    batch = random_batch(L=L_RES, N=N_SEQ, B=None, seed=99 + groups.dp_rank)
+    batch.pop("family_id")
+    opt.zero_grad()
+    compute_loss(ddp(batch, num_recycles=0), batch, model.config)[0].backward()
+    res["stepped"] = opt.step()

@@ -47,7 +47,7 @@ def world2(tmp_path_factory):
     out = tmp_path_factory.mktemp("dap")
     return dw.spawn([("collectives", {"dap": 2}), ("numerics", {"dap": 2}),
                      ("training", {"dap": 2}), ("training", {"dap": 1}),
-                     ("inference", {"dap": 2})], 2, out)   # inference ends the group: last
+                     ("reload", {"dap": 1}), ("inference", {"dap": 2})], 2, out)   # inference ends the group: last
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +90,13 @@ def test_training_steps_dp_x_dap_equal_one_process(world2, world4, world, dap):
         assert res["weights_rel"] <= 1e-5, res["weights_rel"]
         for ours, ref in res["norms"]:
             assert abs(ours - ref) <= 1e-4 * ref, res["norms"]
+
+
+def test_checkpoint_of_dap2_loads_at_dp2(world2):
+    """Saved at dp 1 x dap 2, loaded at dp 2 x dap 1 (distributed optimizer resharded)."""
+    for res in _ok(world2["reload_1"]):
+        assert res["weights_diff"] == 0.0 and res["stepped"]
+        assert res["optimizer_steps"] == [dw.STEPS]
 
 
 def test_predict_dap2_writes_what_one_rank_writes(world2):
