@@ -57,13 +57,16 @@ class DataParallel(nn.Module):
     def __init__(self, module: nn.Module, config: ParallelConfig | None = None,
                  process_group=None, dap_params=None, dap_group=None):
         """`dap_params`/`dap_group` (dynamic axial parallelism): the parameters whose per-rank
-        gradients are partial sums over the DAP group; `finish_grad_sync` sums them over
-        `dap_group` before the DP reduction, so the engine only ever sees gradients that are
-        consistent inside each DAP group (bucket launches then wait for that sum: no overlap)."""
+        gradients are partial sums over the DAP group; each bucket's are summed over
+        `dap_group` right before the bucket's DP collective is launched (in bucket order, the
+        same on every rank), so the engine only ever reduces gradients that are consistent
+        inside each DAP group, and still overlaps the backward pass."""
         super().__init__()
         self.dap_params = list(dap_params or [])
         self.dap_group = dap_group
         self.dap_rank = dist.get_rank(dap_group) if dap_group is not None else 0
+        dap_ids = {id(p) for p in self.dap_params}
+        self._dap_names = {n for n, p in module.named_parameters() if id(p) in dap_ids}
         if not dist.is_initialized():
             raise DistributedError("DataParallel needs a process group: call "
                                    "protdp.parallel.init_distributed() first")
@@ -214,7 +217,7 @@ class DataParallel(nn.Module):
         bucket.register_grad_ready(name, self.expected_grads, self.rank)
         if bucket.is_complete(self.expected_grads):
             self._note_bucket_order(bucket)
-            if self.config.overlap_grad_reduce and self.dap_group is None:
+            if self.config.overlap_grad_reduce:
                 self._launch_ready_buckets()
 
     def _note_bucket_order(self, bucket: Bucket):
@@ -235,8 +238,12 @@ class DataParallel(nn.Module):
         # Launch strictly in bucket order so every rank issues the same collectives in order.
         while self._next < len(self.buckets) and (
                 force or self.buckets[self._next].is_complete(self.expected_grads)):
-            self.buckets[self._next].start_grad_sync(self.config.check_for_nan_in_grad,
-                                                     self._grad_timeline)
+            bucket = self.buckets[self._next]
+            if self.dap_group is not None:   # DAP partial sums -> this DAP group's gradient
+                mine = [self.params_by_name[n] for n in bucket.params if n in self._dap_names]
+                coll.run("all_reduce(DAP gradients)",
+                         lambda: reduce_dap_grads(mine, self.dap_group), self.rank)
+            bucket.start_grad_sync(self.config.check_for_nan_in_grad, self._grad_timeline)
             self._next += 1
 
     def _learn_or_check_counts(self):
@@ -267,9 +274,6 @@ class DataParallel(nn.Module):
         if not self._sync_enabled:
             raise ConfigError("finish_grad_sync() called inside no_sync()")
         self._learn_or_check_counts()
-        if self.dap_group is not None:
-            coll.run("all_reduce(DAP gradients)",
-                     lambda: reduce_dap_grads(self.dap_params, self.dap_group), self.rank)
         self._launch_ready_buckets(force=True)
         t0 = time.perf_counter()
         for bucket in self.buckets:
