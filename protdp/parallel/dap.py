@@ -123,8 +123,9 @@ class _AllToAll(torch.autograd.Function):
 @dataclass
 class AxialComm:
     """One rank's view of its DAP group; the model's axial blocks call these methods (the model
-    floor never imports torch.distributed itself). `real_sizes` is set per forward by the model:
-    the unpadded lengths, so dropout masks are drawn at the single-process shape."""
+    floor never imports torch.distributed itself). With `count_bytes`, `bytes_moved` adds up
+    what each named collective moves per rank (benchmarks/dap.py checks it against
+    `dap_layout.block_comm_bytes`)."""
 
     group: object
     size: int
@@ -169,8 +170,8 @@ def reduce_dap_grads(params, group) -> None:
     """SUM the gradients (`.main_grad` when the DP engine owns them, else `.grad`) of parameters
     used inside DAP-split blocks over the DAP group: afterwards they are identical on every rank
     of the group and equal one process's gradient of the same sample(s). One coalesced
-    all-reduce; call once per optimizer step, after the last backward and before the DP
-    reduction."""
+    all-reduce; call once per optimizer step for each parameter, after its last gradient
+    accumulation and before its DP reduction (`DataParallel` does it per bucket)."""
     grads = []
     for p in params:
         g = getattr(p, "main_grad", None)
