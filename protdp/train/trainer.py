@@ -230,6 +230,7 @@ class Trainer:
         self.groups = build_groups(args.dap_size)
         self.dp_rank, self.dp_size = self.groups.dp_rank, self.groups.dp_size
         self.dap_size = args.dap_size
+        self._dap_text = f" x dap={self.dap_size}" if self.dap_size > 1 else ""
 
     @staticmethod
     def _seed_rank_streams(seed: int, rank: int) -> None:
@@ -270,8 +271,9 @@ class Trainer:
             self._seed_rank_streams(derive_seed(args.seed, ck.iteration), self.dp_rank)
         self.iteration = ck.iteration
         self.resumed_from = str(path)
-        self._print(f"resumed from {path} at iteration {ck.iteration} (saved on "
-                    f"{ck.saved_world_size} ranks, now dp={self.dp_size} x dap={self.dap_size}; restart #{self.restart_count})")
+        self._print(f"resumed from {path} at iteration {ck.iteration} (saved with dp="
+                    f"{ck.saved_world_size}, now dp={self.dp_size}{self._dap_text}; "
+                    f"restart #{self.restart_count})")
 
     # ------------------------------------------------------------------ data
     def _batch(self, fids: list[str], seed: int, training: bool = True, store=None) -> dict:
@@ -497,7 +499,7 @@ class Trainer:
     def train(self) -> dict:
         args = self.args
         self.logger.print(
-            f"pretraining: dp={self.dp_size} x dap={self.dap_size} ({self.launcher}), micro={args.micro_batch_size}, "
+            f"pretraining: dp={self.dp_size}{self._dap_text} ({self.launcher}), micro={args.micro_batch_size}, "
             f"global={args.global_batch_size}, accumulation={self.num_micro}, "
             f"overlap_grad_reduce={args.overlap_grad_reduce}, distributed_optimizer="
             f"{args.use_distributed_optimizer}, engine={args.engine}; {len(self.train_ids)} train / {len(self.val_ids)} val "
