@@ -94,6 +94,41 @@ def ours_vs_adamw(device, distopt: bool, dtype, nan_step: int | None = None) -> 
             "fused": bool(opt._shards[0].inner.param_groups[0].get("fused"))}
 
 
+def dap_group_of_one(device) -> dict:
+    """Every DAP collective (`protdp.parallel.dap`) through the device's backend (NCCL on CUDA)
+    on a group of 1: the tiny model with its blocks run split (`protdp.model.axial`) equals the
+    plain model, outputs and gradients."""
+    from protdp.config import load_config, read_yaml
+    from protdp.model import ModelConfig, build_model
+    from protdp.parallel.dap import AxialComm
+    from protdp.paths import REPO_ROOT
+
+    cfg = load_config(ModelConfig, {**read_yaml(REPO_ROOT / "configs/model/tiny.yaml"),
+                                    "extra_msa": True})
+    torch.manual_seed(0)
+    model = build_model(cfg, verbose=False).to(device).eval()
+    g = torch.Generator().manual_seed(1)
+    L, N = 11, 5
+    msa = torch.randint(0, 21, (1, N, L), generator=g)
+    batch = {"aatype": msa[:, 0], "residue_index": torch.arange(L)[None], "seq_mask": torch.ones(1, L),
+             "msa": msa, "msa_mask": torch.ones(1, N, L), "has_deletion": torch.zeros(1, N, L),
+             "deletion_value": torch.zeros(1, N, L)}
+    batch = {k: v.to(device) for k, v in batch.items()}
+    runs = []
+    for comm in (None, AxialComm(dist.new_group([0]), 1, 0)):
+        model.set_axial_comm(comm)
+        model.zero_grad(set_to_none=True)
+        out = model(batch, num_recycles=1)
+        (out["pair"].square().mean() + out["final_atom_positions"].square().mean()).backward()
+        runs.append((out["pair"].detach(), [p.grad.detach().clone() for p in model.parameters()
+                                            if p.grad is not None]))
+    (z0, g0), (z1, g1) = runs
+    top = max(b.abs().max().item() for b in g0)   # floor: a softmax-shift bias's grad is ~0
+    return {"pair_max_diff": (z0 - z1).abs().max().item(),
+            "grad_max_rel_diff": max(((a - b).abs().max() / b.abs().max().clamp_min(1e-3 * top))
+                                     .item() for a, b in zip(g1, g0)), "grads": len(g0) == len(g1)}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -130,6 +165,9 @@ def main(argv=None) -> int:
     checks["non-finite step skipped, the others applied"] = r["applied"] == [
         i != 5 for i in range(STEPS)]
     checks["after a skipped step: params match torch AdamW"] = r["max_rel_param_diff"] <= TIGHT
+    r = res["dap_group_of_one"] = dap_group_of_one(device)
+    checks["DAP collectives on a group of 1: outputs and grads equal the plain model"] = (
+        r["grads"] and r["pair_max_diff"] <= 1e-5 and r["grad_max_rel_diff"] <= 1e-4)
     res["checks"] = checks
     res["seconds"] = round(time.perf_counter() - t0, 2)
     dist.destroy_process_group()

@@ -206,6 +206,8 @@ def test_two_ranks_on_loopback(tmp_path):
         assert len(per_bucket) == len(lay["bucket_numel"])
         assert sum(per_bucket) == pytest.approx(net["sequence_s"][op])
     assert [link["ranks"] for link in net["links"]] == [[0, 1]]
+    assert len(net["all_to_all"]) == 3 and "all_to_all (DAP axis switch)" in proc.stdout
+    assert all(r["busbw_Bps"] == pytest.approx(r["algbw_Bps"] / 2) for r in net["all_to_all"])
     assert net["links"][0]["bandwidth_Bps"] > 0 and net["links"][0]["latency_s"] > 0
     comp = rep["compute"]
     assert len(comp["bucket_ready_s"]) == len(lay["bucket_numel"])

@@ -88,6 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--msa-search-dir", default=None,
                    help="searched MSAs, kept between runs (default OUT/msa_search)")
     p.add_argument("--device", default=None, help="cpu / cuda (default: cuda if available)")
+    p.add_argument("--dap-size", type=int, default=1,
+                   help="ranks that share each target, its Evoformer split over them (dynamic "
+                        "axial parallelism) for targets too long for one device; world = "
+                        "target-parallel ranks x dap size (%(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--dist-timeout-minutes", type=float, default=24 * 60.0,
                    help="timeout of the end-of-run barrier across ranks (%(default)s)")
@@ -202,7 +206,12 @@ def main(argv: list[str] | None = None) -> int:
     from protdp.parallel.env import detect_launch_env
 
     launch = detect_launch_env()
+    if args.dap_size < 1 or launch.world_size % args.dap_size:
+        raise ConfigError(f"--dap-size {args.dap_size}: must be >= 1 and divide the world size "
+                          f"{launch.world_size}")
     device, barrier = args.device, None
+    if args.dap_size > 1:
+        return _main_dap(args, config, launch)
     if launch.world_size > 1:
         import torch
         import torch.distributed as dist
@@ -244,6 +253,63 @@ def main(argv: list[str] | None = None) -> int:
               f"({result.skipped} already complete, skipped); summary: {result.summary_path}")
         if c["needs_review"]:
             print("review the flagged predictions with:\n" + review_commands(result.queue_url))
+    return 0
+
+
+def _main_dap(args, config: PredictConfig, launch) -> int:
+    """--dap-size K: leaders (rank 0 of each DAP group) predict their targets, followers join
+    every forward (`protdp.inference.dap`); only leaders write."""
+    import dataclasses
+
+    import torch
+    import torch.distributed as dist
+
+    from protdp.inference.checkpoint import load_model_checkpoint
+    from protdp.inference.dap import LeaderModel, follow
+    from protdp.parallel.env import init_distributed
+    from protdp.parallel.groups import build_groups
+
+    init_distributed(timeout=args.dist_timeout_minutes * 60.0)   # NCCL for CUDA tensors
+    groups = build_groups(args.dap_size)
+    device = args.device or (f"cuda:{launch.local_rank}" if torch.cuda.is_available() else "cpu")
+    gating = _gate_policy(args)
+    loaded = load_model_checkpoint(args.checkpoint, device=device)
+    loaded.model.set_axial_comm(groups.axial_comm())
+    leader = dist.get_global_rank(groups.dap_group, 0)
+    if groups.dap_rank != 0:
+        try:
+            follow(loaded.model, groups.dap_group, leader, torch.device(device))
+            dist.barrier()
+        finally:
+            dist.destroy_process_group()
+        return 0
+    model = LeaderModel(loaded.model, groups.dap_group, leader)
+    state = {"stopped": False, "synced": False}
+
+    def barrier():
+        if not state["stopped"]:
+            state["stopped"] = True
+            model.stop()
+        state["synced"] = True
+        dist.barrier()
+
+    try:
+        msa_dir, msa_search = _search_missing_msas(args, config, groups.dp_rank, groups.dp_size)
+        result = predict(dataclasses.replace(loaded, model=model), args.fasta, args.out,
+                         msa_dir=msa_dir, msa_search=msa_search, config=config, gating=gating,
+                         screening=args.screening, queue_url=args.queue_url, rank=groups.dp_rank,
+                         world_size=groups.dp_size, barrier=barrier, device=device,
+                         progress=not args.no_progress,
+                         release_gate="review" if args.allow_unreleased else "enforce")
+    finally:
+        if not state["synced"]:      # an error: release the followers, then leave together
+            barrier()
+        dist.destroy_process_group()
+    if launch.rank == 0:
+        c = result.counts
+        print(f"protdp predict: {len(result.rows)} targets on dp {groups.dp_size} x dap "
+              f"{groups.dap_size} ranks: {c['accepted']} accepted, {c['needs_review']} need "
+              f"review, {c['rejected']} rejected; summary: {result.summary_path}")
     return 0
 
 

@@ -15,6 +15,7 @@ import torch.nn as nn
 import torch.utils.checkpoint
 from einops import rearrange
 
+from protdp.model.axial import run_blocks_axial
 from protdp.model.config import ModelConfig
 from protdp.model.primitives import (Attention, LayerNorm, Linear, MASK_NEG, SharedDropout,
                                      Transition, chunk_rows)
@@ -196,9 +197,12 @@ class EvoformerBlock(nn.Module):
         return m, z
 
 
-def run_blocks(blocks: nn.ModuleList, m, z, msa_mask, pair_mask, recompute: bool):
+def run_blocks(blocks: nn.ModuleList, m, z, msa_mask, pair_mask, recompute: bool, axial=None):
     """Apply blocks in order; with `recompute`, each block's activations are recomputed in
-    backward (torch.utils.checkpoint; dropout RNG state is replayed)."""
+    backward (torch.utils.checkpoint; dropout RNG state is replayed). With an `axial`
+    communicator the blocks run split over its DAP group (`protdp.model.axial`)."""
+    if axial is not None:
+        return run_blocks_axial(blocks, m, z, msa_mask, pair_mask, recompute, axial)
     for block in blocks:
         if recompute and torch.is_grad_enabled():
             m, z = torch.utils.checkpoint.checkpoint(block, m, z, msa_mask, pair_mask,
@@ -217,9 +221,10 @@ class EvoformerStack(nn.Module):
                                     for _ in range(cfg.n_blocks))
         self.linear_s = Linear(cfg.c_m, cfg.c_s)
         self.recompute = cfg.recompute
+        self.axial = None   # DAP communicator (AlphaFoldModel.set_axial_comm), None = one rank
 
     def forward(self, m, z, msa_mask, pair_mask):
-        m, z = run_blocks(self.blocks, m, z, msa_mask, pair_mask, self.recompute)
+        m, z = run_blocks(self.blocks, m, z, msa_mask, pair_mask, self.recompute, self.axial)
         s = self.linear_s(m[..., 0, :, :])                             # [*, L, C_s]
         return m, z, s
 
@@ -233,7 +238,8 @@ class ExtraMSAStack(nn.Module):
                                                    global_column=True)
                                     for _ in range(cfg.n_extra_blocks))
         self.recompute = cfg.recompute
+        self.axial = None   # DAP communicator, as in EvoformerStack
 
     def forward(self, e, z, msa_mask, pair_mask):
-        _, z = run_blocks(self.blocks, e, z, msa_mask, pair_mask, self.recompute)
+        _, z = run_blocks(self.blocks, e, z, msa_mask, pair_mask, self.recompute, self.axial)
         return z

@@ -58,6 +58,14 @@ class AlphaFoldModel(nn.Module):
         if cfg.pae_head:
             self.pae_head = PAEHead(cfg)
 
+    def set_axial_comm(self, comm) -> None:
+        """Run the Evoformer and extra-MSA stacks split over a DAP group (`comm`: a
+        `protdp.parallel.dap.AxialComm`; None = one rank). Every rank of the group must call
+        forward on the same batch with the same RNG state (shared dropout masks)."""
+        self.evoformer.axial = comm
+        if self.config.extra_msa:
+            self.extra_msa_stack.axial = comm
+
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 

@@ -48,12 +48,14 @@ def _barrier(model: DataParallel, what: str):
 
 def save_checkpoint(path: str | Path, model: DataParallel,
                     optimizer: DistributedOptimizer | None = None, extra: dict | None = None):
-    """Collective: every rank calls it. `extra` (plain data/tensors) is saved once by rank 0."""
+    """Collective: every rank calls it. `extra` (plain data/tensors) is saved once by rank 0.
+    Under DAP only rank 0 of each DAP group writes (its peers hold the same state)."""
     path = Path(path)
+    dap_peer = getattr(model, "dap_rank", 0) != 0
     tmp = path.with_name(path.name + ".tmp")
     old = path.with_name(path.name + ".old")
     model.finish_param_sync()
-    if model.rank == 0:
+    if model.rank == 0 and not dap_peer:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     _barrier(model, "checkpoint: create directory")
@@ -62,12 +64,12 @@ def save_checkpoint(path: str | Path, model: DataParallel,
         # unsharded: every rank holds the full state, rank 0's copy is enough
         writers = range(model.dp) if optimizer.sharded else [0]
         optim_files = [f"optim_rank{r:05d}.pt" for r in writers]
-        if model.rank in writers:
+        if model.rank in writers and not dap_peer:
             _atomic_save(optimizer.state_dict(), tmp / f"optim_rank{model.rank:05d}.pt")
-    if model.rank == 0:
+    if model.rank == 0 and not dap_peer:
         _atomic_save({"model": model.module.state_dict(), "extra": extra}, tmp / MODEL_FILE)
     _barrier(model, "checkpoint: shards written")
-    if model.rank == 0:
+    if model.rank == 0 and not dap_peer:
         meta = {"format": CHECKPOINT_FORMAT, "data_parallel_size": model.dp,
                 "layout_hash": model.layout_hash, "optimizer_files": optim_files,
                 "sharded_optimizer": bool(optimizer is not None and optimizer.sharded),

@@ -68,9 +68,14 @@ def _f(default, help_text: str):
 class ParallelConfig:
     """Data-parallel configuration (Megatron names); validated in `validate()`."""
 
-    tensor_model_parallel_size: int = _f(1, "tensor model parallel size (only 1 is supported)")
-    pipeline_model_parallel_size: int = _f(1, "pipeline model parallel size (only 1 is supported)")
-    data_parallel_size: int | None = _f(None, "data-parallel ranks; default: the launcher's world size")
+    tensor_model_parallel_size: int = _f(1, "tensor model parallel size (only 1: an Evoformer is "
+                                            "split by --dap-size instead)")
+    pipeline_model_parallel_size: int = _f(1, "pipeline model parallel size (only 1: an Evoformer is "
+                                              "split by --dap-size instead)")
+    dap_size: int = _f(1, "dynamic axial parallelism: ranks that share one sample, its MSA and pair "
+                          "representations split along one axis (FastFold); world = dp x dap")
+    data_parallel_size: int | None = _f(None, "data-parallel ranks; default: the launcher's world "
+                                              "size / --dap-size")
     micro_batch_size: int = _f(1, "examples per forward/backward on one rank")
     global_batch_size: int | None = _f(None, "examples per optimizer step = micro x dp x accumulation")
     overlap_grad_reduce: bool = _f(True, "launch each gradient bucket's reduction as soon as its "
@@ -97,7 +102,8 @@ class ParallelConfig:
 
     def __post_init__(self):
         if self.data_parallel_size is None:
-            self.data_parallel_size = _world_size_hint()
+            dap = self.dap_size if isinstance(self.dap_size, int) and self.dap_size > 0 else 1
+            self.data_parallel_size = max(1, _world_size_hint() // dap)
         self.validate()
 
     def validate(self) -> None:
@@ -105,15 +111,19 @@ class ParallelConfig:
         if self.tensor_model_parallel_size != 1:
             raise ConfigError(
                 f"{knob('tensor_model_parallel_size')}={self.tensor_model_parallel_size}: tensor "
-                "parallelism is not implemented; use data parallelism (data_parallel_size) with "
-                "use_distributed_optimizer=True to shard optimizer state, and activation "
+                "parallelism is not implemented (an Evoformer's activations, not its ~93M "
+                "parameters, outgrow a device): use data parallelism (data_parallel_size) with each "
+                "sample split over dap_size ranks (--dap-size), use_distributed_optimizer=True to "
+                "shard optimizer state, and activation "
                 "checkpointing / smaller micro_batch_size to fit memory")
         if self.pipeline_model_parallel_size != 1:
             raise ConfigError(
                 f"{knob('pipeline_model_parallel_size')}={self.pipeline_model_parallel_size}: "
-                "pipeline parallelism is not implemented; use data parallelism with gradient "
-                "accumulation (global_batch_size > micro_batch_size × data_parallel_size) instead")
-        for name in ("micro_batch_size", "param_align"):
+                "pipeline parallelism is not implemented (48 identical blocks with recycling leave "
+                "pipeline bubbles and no memory win over splitting activations); use dap_size "
+                "(--dap-size) and data parallelism with gradient accumulation (global_batch_size > "
+                "micro_batch_size × data_parallel_size) instead")
+        for name in ("micro_batch_size", "param_align", "dap_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{knob(name)}={value!r}: expected a positive integer")

@@ -34,6 +34,7 @@ from protdp.parallel import collectives as coll
 from protdp.parallel.bucket import Bucket
 from protdp.parallel.buffer import BufferLayout, build_layout, layout_hash, layout_summary
 from protdp.parallel.config import ParallelConfig
+from protdp.parallel.dap import reduce_dap_grads
 from protdp.parallel.strategy import GroupContext, grad_reducer, param_gatherer
 
 
@@ -54,8 +55,18 @@ class DataParallel(nn.Module):
     """Wrap `module` for data-parallel training over `process_group` (default: world)."""
 
     def __init__(self, module: nn.Module, config: ParallelConfig | None = None,
-                 process_group=None):
+                 process_group=None, dap_params=None, dap_group=None):
+        """`dap_params`/`dap_group` (dynamic axial parallelism): the parameters whose per-rank
+        gradients are partial sums over the DAP group; each bucket's are summed over
+        `dap_group` right before the bucket's DP collective is launched (in bucket order, the
+        same on every rank), so the engine only ever reduces gradients that are consistent
+        inside each DAP group, and still overlaps the backward pass."""
         super().__init__()
+        self.dap_params = list(dap_params or [])
+        self.dap_group = dap_group
+        self.dap_rank = dist.get_rank(dap_group) if dap_group is not None else 0
+        dap_ids = {id(p) for p in self.dap_params}
+        self._dap_names = {n for n, p in module.named_parameters() if id(p) in dap_ids}
         if not dist.is_initialized():
             raise DistributedError("DataParallel needs a process group: call "
                                    "protdp.parallel.init_distributed() first")
@@ -227,8 +238,12 @@ class DataParallel(nn.Module):
         # Launch strictly in bucket order so every rank issues the same collectives in order.
         while self._next < len(self.buckets) and (
                 force or self.buckets[self._next].is_complete(self.expected_grads)):
-            self.buckets[self._next].start_grad_sync(self.config.check_for_nan_in_grad,
-                                                     self._grad_timeline)
+            bucket = self.buckets[self._next]
+            if self.dap_group is not None:   # DAP partial sums -> this DAP group's gradient
+                mine = [self.params_by_name[n] for n in bucket.params if n in self._dap_names]
+                coll.run("all_reduce(DAP gradients)",
+                         lambda: reduce_dap_grads(mine, self.dap_group), self.rank)
+            bucket.start_grad_sync(self.config.check_for_nan_in_grad, self._grad_timeline)
             self._next += 1
 
     def _learn_or_check_counts(self):

@@ -121,6 +121,28 @@ def sequence(c: EngineCollectives, numels: Sequence[int], param_dtype: torch.dty
     return out
 
 
+DAP_ALL_TO_ALL_NUMELS = (2**16, 2**20, 2**22)   # fp32 elements per rank: 256 KiB .. 16 MiB
+
+
+def all_to_all_sweep(device: torch.device, reps: int, group=None,
+                     numels: Sequence[int] = DAP_ALL_TO_ALL_NUMELS) -> list[dict]:
+    """The all-to-all that switches DAP's split axis (`protdp.parallel.dap`: all_to_all_single)
+    at a few sizes per rank; nccl-tests alltoall_perf columns (busbw = algbw x (n-1)/n)."""
+    n = dist.get_world_size(group)
+    rows = []
+    for numel in numels:
+        numel = -(-numel // n) * n
+        src = torch.zeros(numel, device=device)
+        dst = torch.empty_like(src)
+        dist.all_to_all_single(dst, src, group=group)   # warm-up
+        med = statistics.median(time_calls(lambda: dist.all_to_all_single(dst, src, group=group),
+                                           reps, device, group))
+        nbytes = 4 * numel
+        rows.append({"numel": numel, "bytes": nbytes, "time_s": med,
+                     "algbw_Bps": algbw(nbytes, med), "busbw_Bps": algbw(nbytes, med) * (n - 1) / n})
+    return rows
+
+
 def small_all_reduce_s(dp: int, device: torch.device, reps: int, group=None) -> float:
     """Latency of the optimizer's grad-norm + non-finite all_reduce ((1 + dp) fp64 values)."""
     stats = torch.zeros(1 + dp, dtype=torch.float64, device=device)

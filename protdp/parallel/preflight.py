@@ -218,7 +218,8 @@ def measure_network(numels: list[int], param_dtype: torch.dtype, device: torch.d
             "sweep": netperf.sweep(c, _sweep_sizes(numels, c.ctx.dp), param_dtype, device, reps),
             "sequence_s": netperf.sequence(c, numels, param_dtype, device, reps),
             "norm_all_reduce_s": netperf.small_all_reduce_s(c.ctx.dp, device, 3 * reps),
-            "links": netperf.measure_links(link_bytes, reps, device)}
+            "links": netperf.measure_links(link_bytes, reps, device),
+            "all_to_all": netperf.all_to_all_sweep(device, reps)}
 
 
 def per_bucket_times(network: dict, numels: list[int], param_elem: int) -> dict:
@@ -353,6 +354,9 @@ def _network_lines(rep: dict) -> list[str]:
     lines.append("  all buckets back to back: " + ", ".join(
         f"{op} {_ms(net['sequence_s'][op])}" for op in OPS)
         + f"; norm all_reduce {_ms(net['norm_all_reduce_s'])}")
+    for row in net.get("all_to_all", []):   # DAP's axis switch (--dap-size over these ranks)
+        lines.append(f"  {'all_to_all (DAP axis switch)':<34}{_size(row['bytes']):>9}"
+                     f"{_ms(row['time_s']):>11}{_gbs(row['algbw_Bps']):>9}{_gbs(row['busbw_Bps']):>9}")
     lines.append("links (rank pairs, ping-pong):")
     for link in net["links"]:
         lines.append(f"  {link['ranks'][0]}-{link['ranks'][1]}: latency "

@@ -31,6 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--network", default=None, metavar="PREFLIGHT_JSON",
                     help="use the bandwidth, latency and compute measured by `protdp preflight "
                          "--out` instead of --bandwidth (and predict scaling over dp)")
+    ap.add_argument("--gpus", type=int, default=None,
+                    help="GPUs available; with --global-batch-size, GPUs beyond global/micro "
+                         "data-parallel ranks are proposed as DAP ranks (--dap-size)")
+    ap.add_argument("--global-batch-size", type=int, default=None, help="global batch (AF2: 128)")
+    ap.add_argument("--micro-batch-size", type=int, default=1, help="samples per rank per pass")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args(argv)
     for name in ("crop", "dp", "msa_rows"):
@@ -46,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
                   bf16=args.bf16, recompute=args.recompute, msa_rows=args.msa_rows,
                   extra_msa_rows=args.extra_msa_rows, reserve=args.reserve,
                   bandwidth=parse_bandwidth(args.bandwidth, "--bandwidth") if args.bandwidth else None,
-                  network=network)
+                  network=network, gpus=args.gpus, global_batch=args.global_batch_size,
+                  micro_batch=args.micro_batch_size)
     print(json.dumps(result, indent=2) if args.json else render(result))
     return 0

@@ -28,6 +28,7 @@ from protdp.planning.comm import (GOOD_EFFICIENCY, dp_scaling, largest_efficient
                                   step_communication)
 from protdp.planning.memory import GIB, Shape, activation_bytes, state_bytes
 from protdp.planning.params import parameter_breakdown, parameter_count
+from protdp.parallel.dap_layout import block_comm_bytes
 
 MAX_DAP = 64
 
@@ -35,12 +36,15 @@ MAX_DAP = 64
 def plan(cfg: ModelConfig, *, crop: int, gpu_mem: int, dp: int, bf16: bool = False,
          recompute: bool = False, msa_rows: int = 128, extra_msa_rows: int = 1024,
          reserve: float = 0.1, bandwidth: float | None = None,
-         network: dict | None = None) -> dict:
+         network: dict | None = None, gpus: int | None = None,
+         global_batch: int | None = None, micro_batch: int = 1) -> dict:
     """The planner's numbers and recommendation as plain data (what --json prints).
 
     `recompute=True` means recompute is already on (the ladder starts there); `reserve` is the
     fraction of GPU memory kept back for the CUDA context, allocator fragmentation and
-    communication buffers. `network`: `comm.read_preflight(...)` (replaces `bandwidth`)."""
+    communication buffers. `network`: `comm.read_preflight(...)` (replaces `bandwidth`).
+    `gpus` + `global_batch`: when there are more GPUs than data-parallel ranks the global batch
+    allows (global / micro), the rest become DAP ranks (`dap_for_batch_cap`)."""
     if crop < 1 or dp < 1 or gpu_mem <= 0:
         raise ConfigError("crop, dp and gpu memory must be positive")
     if not 0 <= reserve < 1:
@@ -77,6 +81,12 @@ def plan(cfg: ModelConfig, *, crop: int, gpu_mem: int, dp: int, bf16: bool = Fal
         },
     }
     out["recommendation"] = _recommend(chosen, options, state, act, budget, recompute)
+    if out["recommendation"].get("dap_degree"):
+        out["recommendation"]["dap"] = dap_answer(cfg, shape, out["recommendation"]["dap_degree"],
+                                                  state[True]["total"], act, budget)
+    if gpus is not None and global_batch is not None:
+        out["recommendation"]["batch_cap"] = dap_for_batch_cap(
+            cfg, shape, gpus, global_batch, micro_batch, state[True]["total"], act, budget)
     if network is not None:
         out["network"], out["dp_scaling"] = _network_answer(network, n, dp, crop, bf16)
         if out["dp_scaling"]:
@@ -161,6 +171,48 @@ def _recommend(chosen, options, state, act, budget, recompute) -> dict:
             "reason": reason, "total_bytes": st + ac / (degree or MAX_DAP)}
 
 
+def _power_of_two_at_least(k: int) -> int:
+    return 1 << max(0, (k - 1).bit_length())
+
+
+def dap_answer(cfg: ModelConfig, shape: Shape, k: int, state: float, act: dict,
+               budget: float) -> dict:
+    """`--dap-size` for a DAP degree of at least k: the next power of two (how the sample
+    splits evenly over a node's GPUs), per-rank memory with and without recompute (ScaleFold
+    drops recompute once DAP >= 2 when it fits), and bytes per Evoformer block per rank."""
+    size = _power_of_two_at_least(k)
+    without = state + act[False]["peak"] / size
+    comm = block_comm_bytes(n_seq=shape.S, n_res=shape.L, k=size, c_m=cfg.c_m, c_z=cfg.c_z,
+                            msa_heads=cfg.msa_heads, pair_heads=cfg.pair_heads,
+                            c_hidden_tri_mul=cfg.c_hidden_tri_mul, c_hidden_opm=cfg.c_hidden_opm)
+    return {"dap_size": size, "flag": f"--dap-size {size}",
+            "recompute": not without <= budget,
+            "bytes_per_rank": without if without <= budget else state + act[True]["peak"] / size,
+            "comm_bytes_per_block": comm.get("total", 0), "comm_by_collective": comm}
+
+
+def dap_for_batch_cap(cfg: ModelConfig, shape: Shape, gpus: int, global_batch: int, micro: int,
+                      state: float, act: dict, budget: float) -> dict:
+    """DP is capped at global / micro ranks (AF2: 128); GPUs beyond that only help as DAP ranks
+    (NVIDIA's MLPerf OpenFold: global batch 256, DAP 8 on 2,080 GPUs)."""
+    if gpus < 1 or global_batch < 1 or micro < 1:
+        raise ConfigError("--gpus, --global-batch-size and --micro-batch-size must be >= 1")
+    max_dp = global_batch // micro
+    if gpus <= max_dp:
+        return {"dp": gpus, "dap_size": 1,
+                "reason": f"{gpus} GPUs <= {max_dp} data-parallel ranks the global batch "
+                          f"{global_batch} allows at micro-batch {micro}: data parallelism alone"}
+    size = 1 << ((gpus // max_dp).bit_length() - 1)   # largest power of two <= gpus / max_dp
+    dp = gpus // size
+    ans = dap_answer(cfg, shape, size, state, act, budget)
+    return {"dp": min(dp, max_dp), "dap_size": size, "flag": ans["flag"],
+            "recompute": ans["recompute"], "bytes_per_rank": ans["bytes_per_rank"],
+            "reason": f"the global batch {global_batch} allows at most {max_dp} data-parallel "
+                      f"ranks; {gpus} GPUs run dp {min(dp, max_dp)} x dap {size} "
+                      f"({ans['flag']}): each sample split over {size} ranks, ~1/{size} of its "
+                      "activations per rank"}
+
+
 def _gib(x: float) -> str:
     return f"{x / GIB:8.2f} GiB"
 
@@ -204,6 +256,13 @@ def render(p: dict) -> str:
     mp = f" ({r['model_parallel']}" + (f", degree {r['dap_degree']}" if r.get("dap_degree") else "") + ")" \
         if r["model_parallel"] else ""
     lines += ["", f"recommendation: {r['strategy']}{mp}", f"  because {r['reason']}"]
+    if r.get("dap"):
+        d = r["dap"]
+        lines.append(f"  DAP: {d['flag']} ({'with' if d['recompute'] else 'without'} recompute), "
+                     f"{_gib(d['bytes_per_rank']).strip()} per rank, "
+                     f"{d['comm_bytes_per_block'] / 2 ** 20:.1f} MiB per Evoformer block per rank")
+    if r.get("batch_cap"):
+        lines.append(f"  GPUs vs global batch: {r['batch_cap']['reason']}")
     if r.get("data_parallel"):
         lines.append(f"  data parallel: {r['data_parallel']['reason']}")
     return "\n".join(lines)

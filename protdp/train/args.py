@@ -158,14 +158,16 @@ class TrainArgs(ParallelConfig):
         """Resolve the data-parallel size from the launcher's world and validate it."""
         dp = self.data_parallel_size
         if dp is None:
-            dp = world_size
-        expected = dp * self.tensor_model_parallel_size * self.pipeline_model_parallel_size
+            dp = world_size // self.dap_size
+        expected = (dp * self.dap_size * self.tensor_model_parallel_size
+                    * self.pipeline_model_parallel_size)
         if expected != world_size:
             raise ConfigError(
-                f"--data-parallel-size {dp} x tensor 1 x pipeline 1 = {expected} does not match the "
+                f"--data-parallel-size {dp} x --dap-size {self.dap_size} x tensor 1 x pipeline 1 = "
+                f"{expected} does not match the "
                 f"world size {world_size} given by the launcher; launch with "
                 f"`torchrun --nproc_per_node {expected} ...` (or `mpirun -np {expected}`) or pass "
-                f"--data-parallel-size {world_size}")
+                f"--data-parallel-size {world_size // self.dap_size}")
         return dataclasses.replace(self, data_parallel_size=dp)
 
     def parallel_config(self) -> ParallelConfig:

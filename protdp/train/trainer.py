@@ -124,6 +124,7 @@ class Trainer:
         from protdp.data.store import FamilyStore
         from protdp.model import build_model
         from protdp.model.losses import compute_loss
+        from protdp.model.axial import dap_sharded_parameters
         from protdp.parallel import DataParallel, DistributedOptimizer
 
         self.featurize, self.collate, self.compute_loss = featurize, collate, compute_loss
@@ -134,6 +135,7 @@ class Trainer:
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.launcher = launch.launcher
         self.args = args = args.check_world(self.world)
+        self._build_groups(args)
         self.num_micro = args.num_micro_batches
         self.restart_count = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
         self.device = (torch.device("cuda", launch.local_rank) if torch.cuda.is_available()
@@ -154,7 +156,10 @@ class Trainer:
             self.ddp, self.opt = deepspeed_engine.build(model, args, self.world)
             self._engine_save, self._engine_load = deepspeed_engine.save, deepspeed_engine.load
         else:
-            self.ddp = DataParallel(model, self.pcfg)
+            model.set_axial_comm(self.groups.axial_comm())
+            self.ddp = DataParallel(model, self.pcfg, process_group=self.groups.dp_group,
+                                    dap_params=dap_sharded_parameters(model),
+                                    dap_group=self.groups.dap_group)
             self.ddp.broadcast_params()
             self.opt = DistributedOptimizer(
                 self.ddp, self.pcfg, lr=args.lr, weight_decay=args.weight_decay,
@@ -163,17 +168,17 @@ class Trainer:
         self.model = self.ddp.module
         self.ema = EMA(self.model, args.ema_decay)
         # per-rank streams (dropout); graph-shaping choices use derive_seed(seed, iteration, ...)
-        self._seed_rank_streams(args.seed, self.rank)
+        self._seed_rank_streams(args.seed, self.dp_rank)
 
         self.sampler = FamilySampler(
-            {f: self.store.length(f) for f in self.train_ids}, world_size=self.world, rank=self.rank,
+            {f: self.store.length(f) for f in self.train_ids}, world_size=self.dp_size, rank=self.dp_rank,
             micro_batch_size=args.micro_batch_size, seed=args.seed, crop_size=args.crop_size)
         self.sources = {PDB: Source(PDB, self.store, self.sampler)}
         if args.distillation_data:
             dstore = FamilyStore(args.distillation_data)
             self.sources[DISTILLATION] = Source(DISTILLATION, dstore, FamilySampler(
-                {f: dstore.length(f) for f in dstore.family_ids}, world_size=self.world,
-                rank=self.rank, micro_batch_size=args.micro_batch_size, seed=args.seed + 1,
+                {f: dstore.length(f) for f in dstore.family_ids}, world_size=self.dp_size,
+                rank=self.dp_rank, micro_batch_size=args.micro_batch_size, seed=args.seed + 1,
                 crop_size=args.crop_size), args.distillation_loss_weight)
         self.iteration = 0
         self.resumed_from: str | None = None
@@ -214,6 +219,19 @@ class Trainer:
         self._print(f"fine-tuning from {trained.path} ({trained.kind}, {weights} weights)")
         return model, source
 
+    def _build_groups(self, args) -> None:
+        """World = DP x DAP (`protdp.parallel.groups`): the engine, sampler and per-rank seeds
+        use the DP index, so every rank of a DAP group reads the same sample and draws the same
+        dropout masks."""
+        from protdp.parallel.groups import build_groups
+
+        if args.dap_size > 1 and args.engine == "deepspeed":
+            raise ConfigError("--dap-size > 1 runs on protdp's engine only (--engine protdp)")
+        self.groups = build_groups(args.dap_size)
+        self.dp_rank, self.dp_size = self.groups.dp_rank, self.groups.dp_size
+        self.dap_size = args.dap_size
+        self._dap_text = f" x dap={self.dap_size}" if self.dap_size > 1 else ""
+
     @staticmethod
     def _seed_rank_streams(seed: int, rank: int) -> None:
         torch.manual_seed(derive_seed(seed, 1, rank))
@@ -238,7 +256,8 @@ class Trainer:
         # model + optimizer shards, resharded to this run's dp size by the engine
         self._engine_load(path / checkpointing.ENGINE, self.ddp, self.opt)
         self.ema.load_state_dict(ck.ema_state)
-        same_world = ck.saved_world_size == self.world
+        same_world = (ck.saved_world_size == self.world   # same ranks, same DAP groups
+                      and int(ck.meta["config"].get("dap_size", 1)) == self.dap_size)
         states = (ck.rank_state if same_world else checkpointing.load_checkpoint(path, 0).rank_state)
         for name, source in self.sources.items():
             key = "sampler" if name == PDB else f"{name}_sampler"
@@ -249,11 +268,12 @@ class Trainer:
         if same_world:
             checkpointing.set_rng_state(ck.rank_state["rng"])
         else:  # resharded: ranks are new, derive their streams from (seed, iteration, rank)
-            self._seed_rank_streams(derive_seed(args.seed, ck.iteration), self.rank)
+            self._seed_rank_streams(derive_seed(args.seed, ck.iteration), self.dp_rank)
         self.iteration = ck.iteration
         self.resumed_from = str(path)
         self._print(f"resumed from {path} at iteration {ck.iteration} (saved with dp="
-                    f"{ck.saved_world_size}, now dp={self.world}; restart #{self.restart_count})")
+                    f"{ck.saved_world_size}, now dp={self.dp_size}{self._dap_text}; "
+                    f"restart #{self.restart_count})")
 
     # ------------------------------------------------------------------ data
     def _batch(self, fids: list[str], seed: int, training: bool = True, store=None) -> dict:
@@ -303,7 +323,7 @@ class Trainer:
         per_source = dict.fromkeys(self.sources, 0)
         for micro in range(self.num_micro):
             with timer.phase("data_wait"):
-                seed = derive_seed(args.seed, it, micro, self.rank)
+                seed = derive_seed(args.seed, it, micro, self.dp_rank)
                 source = self.sources[pick_source(derive_seed(seed, 11), args.distillation_fraction,
                                                   DISTILLATION in self.sources)]
                 fids = source.next_micro_batch()
@@ -358,14 +378,14 @@ class Trainer:
         n_phase = 5 + len(phase)
         rec = {"iteration": self.iteration, "lr": lr, "loss": sums[0].item() / n_micro_global,
                "train_lddt_ca": sums[1].item() / max(1.0, sums[2].item()),
-               "samples": int(sums[3]), "residues": int(sums[4]),
+               "samples": int(sums[3]) // self.dap_size, "residues": int(sums[4]) // self.dap_size,
                "grad_norm": self._grad_norm(), "skipped": not stepped,
                **{f"loss/{k}": sums[n_phase + i].item() / n_micro_global for i, k in enumerate(keys)},
                **{f"time/{p}": sums[5 + i].item() / self.world for i, p in enumerate(PHASES)},
                "time/step_mean": sums[5 + len(PHASES)].item() / self.world,
                "time/step": maxes[0].item(), "max_memory_mb": maxes[1].item(),
                "comm/grad_sync_busy_s": maxes[2].item(), "restart": self.restart_count,
-               **{f"samples/{k}": int(sums[n_phase + len(keys) + i])
+               **{f"samples/{k}": int(sums[n_phase + len(keys) + i]) // self.dap_size
                   for i, k in enumerate(self.sources)}}
         rec["samples_per_s"] = rec["samples"] / rec["time/step"]
         rec["residues_per_s"] = rec["residues"] / rec["time/step"]
@@ -408,7 +428,7 @@ class Trainer:
 
         if not self.val_ids or self.args.eval_iters == 0:
             return None
-        mine = self.val_ids[self.rank::self.world][: self.args.eval_iters]
+        mine = self.val_ids[self.dp_rank::self.dp_size][: self.args.eval_iters]
         rows = []  # (family, lddt, val loss, plddt [n], true per-residue lddt [n])
         self.model.eval()
         try:
@@ -429,7 +449,8 @@ class Trainer:
         gathered = [None] * self.world
         _collective("all_gather_object(validation)", lambda: dist.all_gather_object(gathered, rows),
                     self.rank)
-        rows = [r for part in gathered for r in part]
+        rows = [r for q, part in enumerate(gathered) for r in part
+                if q % self.dap_size == 0]   # one copy per DAP group
         plddt = [x for r in rows for x in r[3]]
         true = [x for r in rows for x in r[4]]
         rho = spearmanr(plddt, true).statistic if len(plddt) > 2 else float("nan")
@@ -478,7 +499,7 @@ class Trainer:
     def train(self) -> dict:
         args = self.args
         self.logger.print(
-            f"pretraining: dp={self.world} ({self.launcher}), micro={args.micro_batch_size}, "
+            f"pretraining: dp={self.dp_size}{self._dap_text} ({self.launcher}), micro={args.micro_batch_size}, "
             f"global={args.global_batch_size}, accumulation={self.num_micro}, "
             f"overlap_grad_reduce={args.overlap_grad_reduce}, distributed_optimizer="
             f"{args.use_distributed_optimizer}, engine={args.engine}; {len(self.train_ids)} train / {len(self.val_ids)} val "
