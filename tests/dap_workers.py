@@ -257,18 +257,24 @@ def inference(rank, world, res, dap, out):
         fasta.write_text(">a\nMKTAYIAKQRQISFVKSHFSRQIEEKLGLIE\n>b\nMVLSPADKTNVKAAW\n")
     dist.barrier()
     main(["--checkpoint", str(ckpt), "--fasta", str(fasta), "--out", str(out / "dap"),
-          "--allow-unreleased", "--no-progress", "--dap-size", str(dap)])
+          "--allow-unreleased", "--no-progress", "--dap-size", str(dap),
+          "--recycle-early-stop-tolerance", "1e6"])    # every rank stops where the leader does
     if rank != 0:
         return
-    predict(ckpt, fasta, out / "one", progress=False, release_gate="review")
+    from protdp.inference.predictor import PredictConfig
+
+    predict(ckpt, fasta, out / "one", progress=False, release_gate="review",
+            config=PredictConfig(recycle_early_stop_tolerance=1e6))
     import json
 
     same, n, worst = True, 0, 0.0
+    from protdp.inference.layout import current_prediction
+
     for t in ("a", "b"):
-        pdb = [[x for x in (out / run / "targets" / t / f"{t}.pdb").read_text().splitlines()
-                if x.startswith("ATOM")] for run in ("dap", "one")]
-        scores = [json.loads((out / run / "targets" / t / "scores.json").read_text())
-                  for run in ("dap", "one")]
+        folders = [current_prediction(out / run / "targets" / t) for run in ("dap", "one")]
+        pdb = [[x for x in (d / f"{t}.pdb").read_text().splitlines() if x.startswith("ATOM")]
+               for d in folders]
+        scores = [json.loads((d / "scores.json").read_text()) for d in folders]
         n += len(pdb[0])
         # the same atoms, names and pLDDT columns; coordinates within the PDB's 1e-3 Å rounding
         # (fp32 sums in another order can round the last digit the other way)

@@ -269,11 +269,15 @@ def _main_dap(args, config: PredictConfig, launch) -> int:
     from protdp.parallel.env import init_distributed
     from protdp.parallel.groups import build_groups
 
+    checkpoints = expand_checkpoints(args.checkpoint)
+    if len(checkpoints) != 1:
+        raise ConfigError(f"--dap-size {args.dap_size} runs one checkpoint at a time; got "
+                          f"{len(checkpoints)} (run the ensemble members one after another)")
     init_distributed(timeout=args.dist_timeout_minutes * 60.0)   # NCCL for CUDA tensors
     groups = build_groups(args.dap_size)
     device = args.device or (f"cuda:{launch.local_rank}" if torch.cuda.is_available() else "cpu")
     gating = _gate_policy(args)
-    loaded = load_model_checkpoint(args.checkpoint, device=device)
+    loaded = load_model_checkpoint(checkpoints[0], device=device)
     loaded.model.set_axial_comm(groups.axial_comm())
     leader = dist.get_global_rank(groups.dap_group, 0)
     if groups.dap_rank != 0:
