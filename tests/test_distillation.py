@@ -140,5 +140,5 @@ def test_two_rank_training_on_a_mixed_corpus_logs_per_source_counts(reviewed, da
         assert rec["samples/pdb"] + rec["samples/distillation"] == rec["samples"] == 4
     totals = {k: sum(r[f"samples/{k}"] for r in train) for k in (PDB, DISTILLATION)}
     assert totals[PDB] > 0 and totals[DISTILLATION] > 0, totals
-    state = torch.load(save / "iter_0000004" / "rank_00000.pt", weights_only=False)
+    state = torch.load(save / "iter_0000004" / "rank_00000.pt", weights_only=True)
     assert "distillation_sampler" in state and "sampler" in state

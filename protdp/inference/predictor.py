@@ -292,7 +292,9 @@ class Predictor:
         keep = ("sequence", "plddt", "mean_plddt", "afdb_bands", "band", "very_low_fraction", "ptm",
                 "msa_depth", "msa_rows_used", "msa_coverage", "length", "num_recycles")
         return self.sink.enqueue(f"{t.file_name}:{fp[:16]}", t.target_id,
-                                  {k: scores.get(k) for k in keep}, paths, scores["reasons"],
+                                  {**{k: scores.get(k) for k in keep},
+                                   "checkpoint_sha256": self.loaded.sha256},   # queue binds it
+                                  paths, scores["reasons"],
                                   details=scores["details"], actor="predictor")
 
     def _finish(self, t, seq, tdir, fp, fasta, msa_files, msa_depth, rows_used, hits, out, row):

@@ -5,7 +5,8 @@
   (database time) or removal of the reviewer;
 - `review_items`: one flagged prediction each: what the gate said (`reasons`, `details`,
   `scores`), where its files are (`folder` plus bare file names in `paths`), and its state;
-- `review_events`: the audit log, append-only (triggers refuse UPDATE/DELETE/TRUNCATE) and
+- `review_events`: the audit log (v3: decisions bind the item's digest, events are signed
+  with the server key of `protdp.review.keys`), append-only (triggers refuse UPDATE/DELETE/TRUNCATE) and
   hash-chained (`seq`, `prev_hash`, `hash`; see `protdp.review.audit`).
 
 `last_event_seq` on items and reviewers points at the newest event about the row, so deleting
@@ -17,7 +18,7 @@ from __future__ import annotations
 from sqlalchemy import (JSON, Boolean, CheckConstraint, Column, Float, ForeignKey, Index, Integer,
                         MetaData, String, Table, Text)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 STATES = ("pending", "claimed", "approved", "rejected", "escalated")
 FINAL_STATES = ("approved", "rejected", "escalated")
 ACTIONS = {"approve": "approved", "reject": "rejected", "escalate": "escalated"}
@@ -80,6 +81,10 @@ items = Table(
     Column("decided_at", Float),
     Column("comment", Text),
     Column("last_event_seq", Integer),
+    # v3: sha256 of every file of the item at enqueue (kind -> digest; "msa:<path>" for the MSA
+    # files its provenance lists, "checkpoint" for the weights digest it names; None = absent)
+    Column("file_sha256", JSON),
+    Column("superseded_by", Integer),              # a newer item for the same target
     CheckConstraint("state IN ('pending', 'claimed', 'approved', 'rejected', 'escalated')",
                     name="review_items_state_ck"),
     Index("review_items_state_id", "state", "id"),
@@ -98,6 +103,8 @@ events = Table(
     Column("comment", Text),
     Column("prev_hash", String(64), nullable=False),
     Column("hash", String(64), nullable=False),
+    Column("bound_sha256", String(64)),            # v3: item digest a decision binds
+    Column("mac", String(64)),                     # v3: HMAC(server key, hash); keys.py
 )
 
 APPEND_ONLY_DDL = {

@@ -37,7 +37,7 @@ from sqlalchemy.engine import Connection
 from protdp.errors import InputError
 from protdp.review import audit
 from protdp.review.actions import (Admin, AuthError, Credential, Reviewer, add_reviewer_row,
-                                   authorize, read_limits, token_hash)
+                                   authorize, read_limits, session_hash, token_hash)
 from protdp.review.db import DEFAULT_BUSY_TIMEOUT_S, DEFAULT_QUEUE_URL, Database, normalize_url
 from protdp.review.enqueue import Enqueuer
 from protdp.review.errors import (ClaimConflict, ItemNotFound, QueueBusy, QueueError)
@@ -163,7 +163,8 @@ class ReviewStore:
             name, is_admin = authorize(conn, Credential("token", token or ""), now)
             conn.execute(delete(sessions).where(sessions.c.expires_at < now - 86400))
             session = secrets.token_urlsafe(32)
-            conn.execute(sessions.insert().values(token_sha256=token_hash(session), reviewer=name,
+            conn.execute(sessions.insert().values(token_sha256=session_hash(conn, session),
+                                                  reviewer=name,
                                                   created_at=now,
                                                   expires_at=now + session_seconds))
         return session, Principal(name, is_admin, csrf_for(session))
@@ -183,8 +184,8 @@ class ReviewStore:
     def logout(self, session_token: str) -> None:
         """End a session server-side (a replayed cookie stops working at once)."""
         with self.db.tx() as conn:
-            conn.execute(update(sessions).where(sessions.c.token_sha256 == token_hash(
-                session_token), sessions.c.revoked_at.is_(None))
+            conn.execute(update(sessions).where(sessions.c.token_sha256 == session_hash(
+                conn, session_token), sessions.c.revoked_at.is_(None))
                 .values(revoked_at=self.db.now(conn)))
 
     # -- reading (never writes) --------------------------------------------------------------
