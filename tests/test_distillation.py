@@ -54,13 +54,16 @@ def reviewed(tmp_path_factory, data_dir):
                   config=PredictConfig(max_msa_rows=16), progress=False, release_gate="review")
     assert all(r["route"] == "needs_review" for r in res.rows)
     store = ReviewStore(url)
-    alice = store.reviewer(store.admin(store.init_admin()).add_reviewer("alice"))
+    admin_token = store.init_admin()
+    alice = store.reviewer(store.admin(admin_token).add_reviewer("alice"))
     by_target = {i["target"]: i["id"] for i in store.list(state=None)}
     for target, action in (("2p90_A02", "approve"), ("2q2k_A", "approve"), ("7a4d_E", "reject")):
         alice.claim(by_target[target])
         alice.decide(by_target[target], action, comment="checked against the experiment")
     store.close()
-    return tmp, url, by_target
+    with pytest.MonkeyPatch.context() as mp:    # export needs the admin token
+        mp.setenv("PROTDP_REVIEW_ADMIN_TOKEN", admin_token)
+        yield tmp, url, by_target
 
 
 def test_export_writes_only_approved_predictions_with_provenance(reviewed, data_dir):

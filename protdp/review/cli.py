@@ -65,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--comment", "-m", default="", required=action != "approve",
                        help="why (required to reject or escalate)")
 
-    s = sub.add_parser("export", parents=[common], help="decisions with their audit trail, or "
+    s = sub.add_parser("export", parents=[common, admin], help="decisions with their audit trail, or "
                                                         "approved predictions as training data")
     s.add_argument("--format", choices=EXPORT_FORMATS + ("store",), default="jsonl",
                    help="jsonl / csv: decisions; store: approved predictions as an HDF5 family "
@@ -278,7 +278,10 @@ def _export(store, args) -> None:
         if args.out is None:
             raise InputError("--format store writes an HDF5 file: give --out FILE.h5",
                              field="--out")
-        report = export_distillation(store, args.out, min_residue_plddt=args.min_residue_plddt)
+        report = export_distillation(  # an admin's: it runs verify and re-hashes every file
+            store, args.out, admin_token=_token(args, "admin_token", "PROTDP_REVIEW_ADMIN_TOKEN",
+                                                "admin"),
+            min_residue_plddt=args.min_residue_plddt)
         for s in report.skipped:
             print(f"skipped item {s['item_id']}: {s['reason']}", file=sys.stderr)
         print(f"wrote {len(report.exported)} approved prediction(s) as distillation families to "

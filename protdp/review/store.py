@@ -301,9 +301,12 @@ class ReviewStore:
             decided = conn.execute(select(items).where(items.c.state.in_(FINAL_STATES))
                                    .order_by(items.c.decided_at, items.c.id)).mappings().all()
             trail: dict[int, list[dict]] = {}
+            bound: dict[int, str | None] = {}
             for ev in conn.execute(select(events).join(items, events.c.item_id == items.c.id)
                                    .where(items.c.state.in_(FINAL_STATES))
                                    .order_by(events.c.seq)).mappings():
+                if ev["action"] in ACTIONS.values():       # the decision's bound digest
+                    bound[ev["item_id"]] = ev["bound_sha256"]
                 trail.setdefault(ev["item_id"], []).append(
                     {"at": iso(ev["at"]), "actor": ev["actor"], "action": ev["action"],
                      "comment": ev["comment"]})
@@ -315,6 +318,8 @@ class ReviewStore:
             "msa_depth": r["msa_depth"], "length": r["length"],
             "afdb_bands": (r["scores"] or {}).get("afdb_bands"), "folder": r["folder"],
             "paths": r["paths"], "events": trail.get(r["id"], []),
+            "file_sha256": r["file_sha256"], "superseded_by": r["superseded_by"],
+            "scores": r["scores"], "bound_sha256": bound.get(r["id"]),
         } for r in decided]
 
     def export(self, fmt: str = "jsonl") -> str:
@@ -322,7 +327,8 @@ class ReviewStore:
         if fmt not in EXPORT_FORMATS:
             raise InputError(f"format must be one of {EXPORT_FORMATS}, got {fmt!r:.40}",
                              field="format")
-        records = self.export_records()
+        records = [{k: v for k, v in rec.items() if k != "scores"}
+                   for rec in self.export_records()]
         if fmt == "jsonl":
             return "".join(json.dumps(rec, sort_keys=True) + "\n" for rec in records)
         buf = io.StringIO()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from protdp.config import load_config
@@ -79,6 +80,9 @@ def calibrate(argv: list[str] | None = None) -> int:
                      help="largest predicted share of auto-accepted predictions reviewers "
                           "would reject (%(default)s)")
     rev.add_argument("--method", choices=review_cal.METHODS, default="logistic")
+    rev.add_argument("--admin-token", default=None,
+                     help="the queue's admin token (prefer env PROTDP_REVIEW_ADMIN_TOKEN): "
+                          "reviews are read only after `protdp review verify` passes")
     rev.add_argument("--gating", default=None,
                      help="the configured gate policy YAML: the floor the proposal never "
                           "loosens (default configs/gating.yaml)")
@@ -114,11 +118,15 @@ def _calibrate_from_reviews(args) -> int:
     if out is None and args.checkpoint is not None:
         from protdp.inference.checkpoint import checkpoint_home
         out = checkpoint_home(args.checkpoint)
+    token = args.admin_token or os.environ.get("PROTDP_REVIEW_ADMIN_TOKEN")
     path = review_cal.calibrate_from_reviews(
         args.from_reviews, out if out is not None else ".", floor=load_gate_policy(args.gating),
+        admin_token=token,
         target=args.target_reject_rate, method=args.method)
     doc = json.loads(path.read_text())
     c = doc["counts"]
+    for r in doc.get("refused", []):
+        print(f"refused item {r['item_id']}: {r['reason']}")
     print(f"{c['decisions']} reviewed decisions: {c['approved']} approved, {c['rejected']} "
           f"rejected ({c['skipped']['escalated']} escalated and {c['skipped']['incomplete']} "
           "without features left out)")
