@@ -117,6 +117,27 @@ def test_changed_msa_is_skipped_with_its_reason(reviewed, capsys):
     assert protdp_main(["review", "export", "--queue-url", url, "--format", "store"]) == 2
 
 
+def test_structure_edited_after_approval_is_never_exported(reviewed, capsys):
+    """Issue 26: the approved PDB doubled in place is refused by name, not exported."""
+    tmp, url, by_target = reviewed
+    pdb = tmp / "pred" / "targets" / "2q2k_A" / "2q2k_A.pdb"
+    original = pdb.read_bytes()
+    st = gemmi.read_structure(str(pdb))
+    for res in st[0][0]:
+        for atom in res:
+            atom.pos = gemmi.Position(2 * atom.pos.x, 2 * atom.pos.y, 2 * atom.pos.z)
+    st.write_pdb(str(pdb))
+    try:
+        assert protdp_main(["review", "export", "--queue-url", url, "--format", "store",
+                            "--out", str(tmp / "edited.h5")]) == 0
+    finally:
+        pdb.write_bytes(original)
+    err = capsys.readouterr().err
+    assert f"skipped item {by_target['2q2k_A']}: pdb: changed since enqueue" in err
+    with FamilyStore(tmp / "edited.h5") as store:
+        assert len(store.family_ids) == 1
+
+
 def test_pick_source_draws_the_configured_mix():
     picks = [pick_source(s, 0.75, True) for s in range(4000)]
     assert abs(picks.count(DISTILLATION) / len(picks) - 0.75) < 0.03
