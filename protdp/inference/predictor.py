@@ -37,6 +37,7 @@ from protdp.data.residues import GAP_ID
 from protdp.data.screening import ScreeningList
 from protdp.errors import ConfigError, InputError, ProtdpError
 from protdp.gating import ROUTES, GateDecision, GatePolicy, band_of, load_gate_policy, route
+from protdp.gating.release import weaker_thresholds
 from protdp.inference.checkpoint import (LoadedModel, checkpoint_home, load_model_checkpoint,
                                         sha256_file)
 from protdp.inference.targets import (Target, clean_sequence, find_msa_files, load_msa,
@@ -183,7 +184,8 @@ class Predictor:
             raise ConfigError(f"release_gate={gate!r}: expected one of {RELEASE_GATES}")
         if gate == "off":
             return {"gate": "off", "released": None}, {}
-        status = read_release(checkpoint_home(self.loaded.path), self.loaded.sha256)
+        status = read_release(checkpoint_home(self.loaded.path), self.loaded.sha256,
+                              floor=weaker_thresholds)     # the site's policy is a floor
         record = {"gate": gate, **status.to_dict()}
         if status.released:
             return record, {}

@@ -147,7 +147,7 @@ def _calibrate_from_reviews(args) -> int:
 
 def release(argv: list[str] | None = None) -> int:
     """`protdp release CKPT`: exit 0 when released, 1 when a check failed."""
-    from protdp.gating.release import DEFAULT_RELEASE, ReleasePolicy
+    from protdp.gating.release import ReleasePolicy, site_policy_path, weaker_thresholds
     from protdp.safety.release import check_line, evaluate_release
 
     ap = argparse.ArgumentParser(
@@ -161,7 +161,9 @@ def release(argv: list[str] | None = None) -> int:
     ap.add_argument("--families", default=None,
                     help="held-out ids, comma-separated or @file (default: the run's validation "
                          "split)")
-    ap.add_argument("--config", default=str(DEFAULT_RELEASE), help="thresholds (%(default)s)")
+    ap.add_argument("--config", default=site_policy_path(),
+                    help="thresholds (%(default)s: $PROTDP_RELEASE_POLICY or the packaged one); "
+                         "a record judged by weaker ones than the site's never serves")
     ap.add_argument("--out", default=None, help="folder for release.json (default: beside the "
                                                 "checkpoint)")
     ap.add_argument("--device", default="cpu")
@@ -173,5 +175,9 @@ def release(argv: list[str] | None = None) -> int:
     doc = json.loads(path.read_text())
     for c in doc["checks"]:
         print(check_line(c))
+    weaker = weaker_thresholds(doc["policy"])
+    if weaker:
+        print("note: judged by thresholds weaker than the site's policy, so `protdp predict` "
+              "treats this checkpoint as unreleased: " + "; ".join(weaker))
     print(f"protdp release: {doc['verdict']}; record: {path}")
     return 0 if doc["verdict"] == "released" else 1

@@ -183,7 +183,8 @@ def save_checkpoint(saver: Saver, save_dir: str | Path, iteration: int, *, ema_s
     saver.barrier()
     if saver.rank == 0:
         meta = {"iteration": iteration, "world_size": saver.world_size, "config": config,
-                "code_version": code_version(), "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                "code_version": code_version(), "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "data_manifest": data_manifest(config)}
         (tmp / META).write_text(json.dumps(meta, indent=1))
         if final.exists():  # re-saving an iteration (e.g. after a restart): replace it
             shutil.rmtree(final)
@@ -197,6 +198,33 @@ def save_checkpoint(saver: Saver, save_dir: str | Path, iteration: int, *, ema_s
                 shutil.rmtree(save_dir / iter_dir_name(old), ignore_errors=True)
     saver.barrier()
     return final
+
+
+_MANIFEST_CACHE: dict[tuple, dict] = {}
+DATA_KEYS = ("data", "distillation_data")   # the training stores a run's config names
+
+
+def data_manifest(config: dict) -> dict:
+    """{config key: {"path", "sha256", "num_families", "family_ids_sha256"}} of the training
+    stores, so the release's screening finds them by content wherever they are later
+    (cached per process by path, size and mtime: a store is hashed once per run)."""
+    from protdp.data.store import FamilyStore
+
+    out = {}
+    for key in DATA_KEYS:
+        path = config.get(key)
+        if not path or not Path(path).is_file():
+            continue
+        st = Path(path).stat()
+        stamp = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
+        if stamp not in _MANIFEST_CACHE:
+            with FamilyStore(path) as store:
+                ids = sorted(store.family_ids)
+            _MANIFEST_CACHE[stamp] = {
+                "path": stamp[0], "sha256": sha256_file(path), "num_families": len(ids),
+                "family_ids_sha256": hashlib.sha256("\n".join(ids).encode()).hexdigest()}
+        out[key] = _MANIFEST_CACHE[stamp]
+    return out
 
 
 @dataclass
