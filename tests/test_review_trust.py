@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import uuid
 
 import pytest
@@ -31,6 +32,7 @@ def _files_item(tmp_path, i: int, target: str | None = None) -> dict:
 @pytest.fixture
 def approved(queue_url, tmp_path):
     store = ReviewStore(queue_url)
+    store.set_files_roots([tmp_path])            # init-db --files-root (SQLite's default too)
     admin_token = store.init_admin()
     admin = store.admin(admin_token)
     tokens = {n: admin.add_reviewer(n) for n in ("alice", "bob")}
@@ -91,6 +93,32 @@ def test_a_new_prediction_supersedes_the_old_item(approved, tmp_path):
     with store.engine.begin() as conn:
         conn.execute(text(f"UPDATE review_items SET superseded_by = NULL WHERE id = {old}"))
     assert any(f"item {old}: superseded_by" in p for p in store.verify()["problems"])
+
+
+def test_file_roots_are_fixed_at_init_and_enforced(queue_url, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from protdp.errors import InputError
+    from protdp.review.web import create_app
+    store = ReviewStore(queue_url)
+    inside, outside = tmp_path / "preds", tmp_path.parent / f"decoy_{uuid.uuid4().hex[:6]}"
+    store.set_files_roots([inside])
+    admin_token = store.init_admin()
+    with pytest.raises(QueueError, match="fixed when it is initialised"):
+        store.set_files_roots([outside])
+    ok = store.enqueue(**gated_item(1, out_dir=inside / "p1"))
+    with pytest.raises(InputError, match="outside the queue's file roots"):
+        store.enqueue(**gated_item(2, out_dir=outside))
+    # a server asked to serve a wider root serves only what the queue allows
+    app = create_app(store, files_roots=[tmp_path.parent])
+    assert app.state.files_roots == []
+    client = TestClient(create_app(store))
+    page = client.get("/login")
+    login_csrf = re.search(r'name="login_csrf" value="(\w+)"', page.text).group(1)
+    assert client.post("/login", data={"token": admin_token, "login_csrf": login_csrf},
+                       follow_redirects=False).status_code == 303
+    assert client.get(f"/items/{ok}/files/pdb").status_code == 200
+    store.close()
 
 
 # ------------------------------------------------------------------ forgeries without the key
@@ -200,6 +228,7 @@ def test_forgeries_as_each_postgresql_role_fail(tmp_path):
         try:
             for kind, role in roles.items():
                 store.grant_role(role, kind)
+            store.set_files_roots([tmp_path])
             admin_token = store.init_admin()
             tokens = {n: store.admin(admin_token).add_reviewer(n) for n in ("alice", "bob")}
             item = store.enqueue(**_files_item(tmp_path, 1))

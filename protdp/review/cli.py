@@ -101,6 +101,9 @@ def _admin_commands(sub, common, admin) -> None:
                         "TRUNCATE on the audit log)")
     s.add_argument("--enqueue-role", default=None,
                    help="PostgreSQL role of `protdp predict` (may only enqueue)")
+    s.add_argument("--files-root", action="append", type=Path, default=None,
+                   help="prediction files of items must lie under this folder (repeatable; "
+                        "fixed now; default for SQLite: the queue file's folder)")
 
     s = sub.add_parser("add-reviewer", parents=[common, admin],
                        help="create a reviewer; prints its token once (admin)")
@@ -183,6 +186,9 @@ def _init_db(store: ReviewStore, args) -> None:
         if role:
             store.grant_role(role, kind)
             print(f"granted the {kind} privileges to PostgreSQL role '{role}'", file=sys.stderr)
+    if args.files_root and not any(r["is_admin"] for r in store.reviewers()):
+        roots = store.set_files_roots(args.files_root)
+        print(f"file roots fixed: {', '.join(roots)}", file=sys.stderr)
     if any(r["is_admin"] for r in store.reviewers()):
         print(f"queue {store.safe_url} is ready (schema and admin already there)", file=sys.stderr)
         return

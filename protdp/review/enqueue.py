@@ -27,6 +27,7 @@ from protdp.review.binding import file_digests
 from protdp.review.db import BATCH_BUSY_TIMEOUT_S, Database
 from protdp.review.files import split_paths
 from protdp.review.hygiene import CODE_RE, NAME_RE, clean_json, escape_controls
+from protdp.review.roots import check_folder, read_roots
 from protdp.review.schema import items
 
 _UPSERT_INSERT = {"sqlite": sqlite_insert, "postgresql": pg_insert}
@@ -93,6 +94,7 @@ class Enqueuer:
         row["file_sha256"] = file_digests(row)
         db = self._db
         with db.tx() as conn:
+            check_folder(row["folder"], read_roots(conn, db))
             row["created_at"] = db.now(conn)
             insert = (_UPSERT_INSERT[db.dialect](items).values(**row)
                       .on_conflict_do_nothing(index_elements=["prediction_id"])

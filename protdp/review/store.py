@@ -139,6 +139,19 @@ class ReviewStore:
                                  "`protdp review add-reviewer NAME --admin`")
             return add_reviewer_row(self.db, conn, now, "init-db", name, admin=True)
 
+    def set_files_roots(self, roots: list) -> list[str]:
+        """Fix the queue's file roots (`init-db --files-root`; before the first admin)."""
+        from protdp.review.roots import set_roots
+
+        with self.db.tx() as conn:
+            return set_roots(conn, roots)
+
+    def files_roots(self) -> list:
+        from protdp.review.roots import read_roots
+
+        with self.db.tx(readonly=True) as conn:
+            return read_roots(conn, self.db)
+
     def grant_role(self, role: str, kind: str) -> list[str]:
         """PostgreSQL grants for the application ("app") or predictor ("enqueue") role."""
         from protdp.review.pgroles import grant

@@ -66,16 +66,19 @@ def create_app(store: ReviewStore | str, *, secret: bytes | None = None,
                session_seconds: int = SESSION_SECONDS,
                files_roots: list[str | Path] | None = None) -> FastAPI:
     """The review UI over `store` (a ReviewStore or its URL). Sessions live in the queue
-    database (`secret` is accepted for compatibility and unused). `files_roots`, when given,
-    confines the prediction files served to folders under those roots."""
+    database (`secret` is accepted for compatibility and unused). Files are served only under
+    the queue's roots (`protdp.review.roots`); `files_roots`, when given, narrows them."""
     del secret
     store = ReviewStore(store) if isinstance(store, str) else store
     env = make_env()
     app = FastAPI(title="protdp review", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.store = store
     app.state.session_seconds = session_seconds
-    app.state.files_roots = None if files_roots is None else [
-        Path(r).resolve() for r in files_roots]
+    # the queue's roots, fixed at init-db; the server's own --files-root narrows them
+    queue_roots = store.files_roots()
+    app.state.files_roots = queue_roots if files_roots is None else [
+        Path(r).resolve() for r in files_roots
+        if any(Path(r).resolve().is_relative_to(q.resolve()) for q in queue_roots)]
 
     def render(template: str, http_status: int = 200, **ctx) -> HTMLResponse:
         return HTMLResponse(env.get_template(template).render(**ctx), status_code=http_status)
