@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 import uuid
 
 import pytest
@@ -262,3 +263,49 @@ def test_forgeries_as_each_postgresql_role_fail(tmp_path):
                     conn.execute(text(f"DROP OWNED BY {role}"))
                     conn.execute(text(f"DROP ROLE {role}"))
             admin_engine.dispose()
+
+
+# ------------------------------------------------------------------ decisions a person made
+
+def test_claim_next_after_release_gives_another_item_and_renewals_are_bounded(queue_url):
+    store, admin, tokens = queue_with(queue_url, "alice")
+    for i in (1, 2):
+        store.enqueue(**gated_item(i))
+    alice = store.reviewer(tokens["alice"])
+    first = alice.claim()
+    alice.release(first["id"])
+    assert alice.claim()["id"] != first["id"]
+    admin.set_limits(max_hold_seconds=2)
+    alice.claim(first["id"])                                # a new claim: a full lease
+    renewed = alice.claim(first["id"])
+    assert renewed["lease_remaining_s"] <= 2.0                # a renewal never goes past the hold
+    time.sleep(2.1)                                         # the hold ends
+    with pytest.raises(ClaimConflict, match="renewals end"):
+        alice.claim(first["id"])
+    store.close()
+
+
+def test_login_is_rate_limited_and_logout_clears_drafts(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from protdp.review.web import create_app
+    from protdp.review.web.auth import LOGIN_FAILURES
+    store, _, tokens = queue_with(str(tmp_path / "q.sqlite"), "alice")
+    client = TestClient(create_app(store))
+
+    def login(token):
+        page = client.get("/login")
+        csrf = re.search(r'name="login_csrf" value="(\w+)"', page.text).group(1)
+        return client.post("/login", data={"token": token, "login_csrf": csrf},
+                           follow_redirects=False)
+
+    for _ in range(LOGIN_FAILURES):
+        assert login("pdr_wrong").status_code == 401
+    assert login(tokens["alice"]).status_code == 429          # even the right token, for now
+    fresh = TestClient(create_app(store))                      # another server process
+    client = fresh
+    assert login(tokens["alice"]).status_code == 303
+    csrf = re.search(r'name="csrf_token" value="(\w+)"', client.get("/queue").text).group(1)
+    out = client.post("/logout", data={"csrf_token": csrf}, follow_redirects=False)
+    assert out.status_code == 303 and out.headers["clear-site-data"] == '"storage"'
+    store.close()

@@ -177,8 +177,13 @@ class Reviewer:
             if item_id is None:
                 cond = and_(cond, or_(items.c.claimed_by.is_(None), items.c.claimed_by != name))
             query = select(items.c.id, items.c.state, items.c.claimed_by).where(cond)
-            query = query.order_by(items.c.id).limit(1) if item_id is None \
-                else query.where(items.c.id == item_id)
+            if item_id is None:   # "claim next": not the item this reviewer just gave back
+                just_released = select(events.c.seq).where(
+                    events.c.seq == items.c.last_event_seq, events.c.action == "released",
+                    events.c.actor == name).exists()
+                query = query.where(~just_released).order_by(items.c.id).limit(1)
+            else:
+                query = query.where(items.c.id == item_id)
             row = conn.execute(query.with_for_update(skip_locked=True)).first()
             if row is None:
                 if item_id is None:
@@ -187,6 +192,8 @@ class Reviewer:
             renewal = row.state == "claimed" and row.claimed_by == name
             if not renewal:
                 self._check_capacity(conn, name, now)
+            else:
+                lease = self._bounded_renewal(conn, row.id, name, now, lease)
             new = conn.execute(update(items).where(items.c.id == row.id, cond).values(
                 state="claimed", claimed_by=name, lease_expires_at=now + lease)
                 .returning(*items.c)).mappings().first()
@@ -201,6 +208,18 @@ class Reviewer:
                         "comment": f"lease {lease:g} s until {iso(now + lease)}"})
             audit.append(db, conn, now, log)
             return item_dict(new, now)
+
+    def _bounded_renewal(self, conn: Connection, item_id: int, name: str, now: float,
+                         lease: float) -> float:
+        """The lease a renewal may take: never past `max_hold_seconds` after the claim."""
+        claimed_at = conn.execute(select(func.max(events.c.at)).where(
+            events.c.item_id == item_id, events.c.actor == name,
+            events.c.action == "claimed")).scalar() or now
+        left = claimed_at + read_limits(conn)["max_hold_seconds"] - now
+        if left <= 0:
+            raise ClaimConflict(f"item {item_id}: renewals end {read_limits(conn)['max_hold_seconds']}"
+                                " s after the claim (server limit); decide it or release it")
+        return min(lease, left)
 
     def _check_capacity(self, conn: Connection, name: str, now: float) -> None:
         limit = read_limits(conn)["max_claims_per_reviewer"]

@@ -26,7 +26,9 @@ ID_MAX = 2**31 - 1                     # ids are PostgreSQL `integer`
 GENESIS_HASH = "0" * 64                # prev_hash of the first event
 # Server-side limits (review_meta; an admin changes them with `protdp review set-limits`).
 DEFAULT_LIMITS = {"default_lease_seconds": 900, "max_lease_seconds": 3600,
-                  "max_claims_per_reviewer": 20}
+                  "max_claims_per_reviewer": 20,
+                  # renewals end here: one claim holds an item at most this long in all
+                  "max_hold_seconds": 4 * 3600}
 
 metadata = MetaData()
 

@@ -12,7 +12,8 @@ from protdp.review.errors import ClaimConflict
 from protdp.review.files import (STRUCTURE_KINDS, item_files, read_item_file, resolve_item_file)
 from protdp.review.hygiene import int_in_range
 from protdp.review.schema import ACTIONS, FINAL_STATES, ID_MAX
-from protdp.review.web.auth import HTTPProblem, Viewer, acting, require_page, require_post
+from protdp.review.web.auth import (HTTPProblem, Viewer, acting, opened, require_page,
+                                   require_post)
 from protdp.review.web.render import coverage_plot, pae_png, plddt_plot, residue_html
 
 router = APIRouter()
@@ -56,7 +57,9 @@ def item_context(request: Request, who: Viewer, item_id: int) -> dict:
 @router.get("/items/{item_id}")
 def item_page(request: Request, item_id: str):
     who = require_page(request)
-    return request.app.state.render("item.html", **item_context(request, who, _id(item_id)))
+    ctx = item_context(request, who, _id(item_id))
+    opened(request, who).add(ctx["item"]["id"])       # batch approval accepts only these
+    return request.app.state.render("item.html", **ctx)
 
 
 @router.get("/items/{item_id}/files/{kind}")
