@@ -309,3 +309,26 @@ def test_login_is_rate_limited_and_logout_clears_drafts(tmp_path):
     out = client.post("/logout", data={"csrf_token": csrf}, follow_redirects=False)
     assert out.status_code == 303 and out.headers["clear-site-data"] == '"storage"'
     store.close()
+
+
+def test_large_structures_are_not_sent_to_the_viewer_and_pae_is_downsampled(tmp_path):
+    import numpy as np
+    from fastapi.testclient import TestClient
+
+    from protdp.review.web import create_app
+    from protdp.review.web.render import downsample_pae
+    pae = np.random.default_rng(0).uniform(0, 30, (1030, 1030))
+    small = downsample_pae(pae, 512)
+    assert small.shape == (344, 344)                        # f = 3, ceil(1030 / 3)
+    np.testing.assert_allclose(small[0, 0], pae[:3, :3].mean())
+    np.testing.assert_allclose(small[-1, -1], pae[1029, 1029])   # edge block: one residue
+    assert downsample_pae(pae[:100, :100]).shape == (100, 100)
+    store, _, tokens = queue_with(str(tmp_path / "q.sqlite"), "alice")
+    item = store.enqueue(**gated_item(1, out_dir=tmp_path / "preds"))
+    (tmp_path / "preds" / "pred1.pdb").write_bytes(b"REMARK big\n" * 200_000)    # 2.2 MB
+    client = TestClient(create_app(store, max_structure_bytes=2**20))
+    client.headers["Authorization"] = f"Bearer {tokens['alice']}"
+    resp = client.get(f"/items/{item}/files/pdb")
+    assert resp.status_code == 413 and "limit" in resp.text
+    assert client.get(f"/items/{item}/files/cif").status_code == 200
+    store.close()

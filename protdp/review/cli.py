@@ -19,6 +19,7 @@ from pathlib import Path
 
 from protdp.errors import InputError
 from protdp.gating import AFDB_BAND_LABELS, REASON_TEXT
+from protdp.review.files import MAX_STRUCTURE_BYTES
 from protdp.review.hygiene import display_text as _safe
 from protdp.review.store import (DEFAULT_QUEUE_URL, EXPORT_FORMATS, STATES, AuthError,
                                  ReviewStore, iso)
@@ -87,7 +88,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8765)
     s.add_argument("--files-root", action="append", type=Path, default=None,
-                   help="serve prediction files only from folders under this root (repeatable)")
+                   help="serve prediction files only from folders under this root (repeatable; "
+                        "narrows the queue's roots fixed at init-db)")
+    s.add_argument("--max-structure-mb", type=float, default=MAX_STRUCTURE_BYTES / 2**20,
+                   help="largest structure file sent to the 3D view (%(default)g MB)")
     return p
 
 
@@ -170,7 +174,8 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.cmd == "serve":
         from protdp.review.web import serve
-        return serve(args.queue_url, host=args.host, port=args.port, files_roots=args.files_root)
+        return serve(args.queue_url, host=args.host, port=args.port, files_roots=args.files_root,
+                     max_structure_bytes=int(args.max_structure_mb * 2**20))
     store = ReviewStore(args.queue_url)
     try:
         handler = _ADMIN.get(args.cmd) or _REVIEWER.get(args.cmd) or _READ[args.cmd]
