@@ -221,6 +221,13 @@ def test_keyboard_shortcuts_lease_renewal_drafts_and_batch(bench, browser):
     page.wait_for_url(re.compile(r".*/items/\d+$"))
     claimed = int(page.url.rsplit("/", 1)[1])
     assert store.get(claimed)["claimed_by"] == "alice"
+    page.goto(f"{base}/items/1")                           # the real prediction's 3D view
+    page.click("#viewer")
+    page.keyboard.press("a")
+    page.keyboard.press("a")                               # never approves from the viewer
+    assert "3D view" in page.inner_text("#decide-hint")
+    assert store.get(1)["state"] in ("pending", "claimed")
+    page.goto(f"{base}/items/{claimed}")
     page.keyboard.press("a")                               # arms only
     assert "again" in page.inner_text("#decide-hint") and store.get(claimed)["state"] == "claimed"
     page.keyboard.press("a")

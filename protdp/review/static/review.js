@@ -105,13 +105,13 @@
   // -- approve by keyboard: "a" arms, a second "a" within ARM_MS approves; never while the
   // pointer last acted inside the 3D viewer (a click there gives it the keyboard's attention)
   const ARM_MS = 3000;
-  let armedAt = 0;
+  let armedAt = -Infinity;
   let inViewer = false;
   function setupViewerGuard() {
     document.addEventListener("pointerdown", (ev) => {
       const viewer = $("#viewer");
       inViewer = !!(viewer && viewer.contains(ev.target));
-      armedAt = 0;
+      armedAt = -Infinity;
     }, true);
   }
   function approveKey() {
@@ -122,7 +122,7 @@
     }
     if (!$("#approve")) return false;
     if (performance.now() - armedAt < ARM_MS) {
-      armedAt = 0;
+      armedAt = -Infinity;
       return click("#approve");
     }
     armedAt = performance.now();
@@ -135,7 +135,7 @@
     if (ev.ctrlKey || ev.metaKey || ev.altKey || typing(document.activeElement)) return;
     const viewer = $("#viewer");
     if (viewer && viewer.contains(document.activeElement)) return;   // the viewer's own keys
-    if (ev.key !== "a") armedAt = 0;
+    if (ev.key !== "a") armedAt = -Infinity;
     const head = $("#item-head");
     const key = ev.key;
     let done = true;
