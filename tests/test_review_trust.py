@@ -332,3 +332,22 @@ def test_large_structures_are_not_sent_to_the_viewer_and_pae_is_downsampled(tmp_
     assert resp.status_code == 413 and "limit" in resp.text
     assert client.get(f"/items/{item}/files/cif").status_code == 200
     store.close()
+
+
+def test_verify_checks_leases_and_sessions_against_the_log(queue_url):
+    store, admin, tokens = queue_with(queue_url, "alice")
+    item = store.enqueue(**gated_item(1))
+    store.reviewer(tokens["alice"]).claim(item)
+    store.login(tokens["alice"])
+    assert store.verify()["ok"]
+    with store.engine.begin() as conn:      # a lease stretched by a day with a DB credential
+        conn.execute(text("UPDATE review_items SET lease_expires_at = lease_expires_at + 86400"))
+    assert any("past what its last claim event granted" in p for p in store.verify()["problems"])
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE review_items SET lease_expires_at = lease_expires_at - 86400"))
+    admin.remove_reviewer("alice")
+    assert store.verify()["ok"]                              # her sessions were revoked
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE review_sessions SET revoked_at = NULL"))
+    assert any("not an active reviewer" in p for p in store.verify()["problems"])
+    store.close()

@@ -5,8 +5,9 @@ Every state change appends events in the same transaction as the change. Event `
 first event chains to `GENESIS_HASH`. Appends are serialised (PostgreSQL advisory lock, taken
 last so it never waits while holding it; SQLite's single writer), so the chain is linear.
 
-`verify` recomputes the chain, then replays it: each item's state, holder, decider and comment
-and each reviewer's active/admin flags and token hash must be what their events say, and each
+`verify` recomputes the chain, then replays it: each item's state, holder, decider, comment and
+lease (never past what its claim event granted), each reviewer's active/admin flags and token
+hash, and each open web session's reviewer must be what their events say, and each
 row's `last_event_seq` must exist. So editing a rejection into an approval, forging a reviewer,
 rewriting or deleting events, or truncating the log are all reported; a head recorded elsewhere
 (`expect_head`, "SEQ:HASH") also catches a rewrite of the whole chain from that point on.
@@ -33,11 +34,13 @@ from sqlalchemy.engine import Connection
 
 from protdp.review import keys
 from protdp.review.errors import QueueError
-from protdp.review.schema import ACTIONS, GENESIS_HASH, events, items, reviewers
+from protdp.review.schema import ACTIONS, GENESIS_HASH, events, items, reviewers, sessions
 
 MAX_PROBLEMS = 50
 _DECISIONS = set(ACTIONS.values())
 UNSIGNED_ACTIONS = ("enqueued", "superseded")   # the predictor's, which holds no key
+_LEASE_RE = re.compile(r"lease ([0-9.e+]+) s ")
+LEASE_SLACK_S = 1.0                             # the claim event's lease is printed with %g
 
 
 def canonical(obj) -> str:
@@ -109,7 +112,9 @@ def _replay_item(state: dict, ev) -> str | None:
     elif "state" not in state:
         return f"event {ev.seq}: item {ev.item_id} has '{act}' before 'enqueued'"
     elif act in ("claimed", "renewed"):
-        state.update(state="claimed", claimed_by=ev.actor)
+        lease = _LEASE_RE.match(ev.comment or "")
+        state.update(state="claimed", claimed_by=ev.actor,
+                     lease_until=ev.at + float(lease.group(1)) if lease else None)
     elif act in ("lease_expired", "released"):
         state.update(state="pending", claimed_by=None)
     elif act == "superseded":
@@ -187,6 +192,12 @@ def _check_items(conn: Connection, replayed: dict[int, dict], problems: list[str
             if row[key] != want.get(key):
                 problems.append(f"item {row['id']}: {key} is {row[key]!r} but the audit log "
                                 f"says {want.get(key)!r}")
+        until = want.get("lease_until")
+        if row["state"] == "claimed" and until is not None and row["lease_expires_at"] \
+                is not None and row["lease_expires_at"] > until + LEASE_SLACK_S:
+            problems.append(f"item {row['id']}: lease runs {row['lease_expires_at'] - until:.0f}"
+                            " s past what its last claim event granted (extended behind the "
+                            "log's back)")
         if row["last_event_seq"] != want["last"]:
             problems.append(f"item {row['id']}: last event is {row['last_event_seq']} but the "
                             f"log ends at {want['last']} for it (log truncated?)")
@@ -216,12 +227,23 @@ def _check_reviewers(conn: Connection, replayed: dict[str, dict], problems: list
                             f"but the log ends at {want['last']} for it (log truncated?)")
 
 
+def _check_sessions(conn: Connection, replayed: dict[str, dict], problems: list[str]) -> None:
+    """A live session must belong to a reviewer its signed events say is active."""
+    live = conn.execute(select(sessions.c.id, sessions.c.reviewer).where(
+        sessions.c.revoked_at.is_(None))).all()
+    for sid, name in live:
+        if not (replayed.get(name) or {}).get("active"):
+            problems.append(f"session {sid} is open for {name!r}, who is not an active reviewer "
+                            "in the audit log (written behind the server's back?)")
+
+
 def verify(conn: Connection, expect_head: str | None = None) -> dict:
     """{'ok', 'events', 'head': 'SEQ:HASH', 'problems': [...]} for the whole queue."""
     problems: list[str] = []
     count, head, item_state, reviewer_state = _walk_chain(conn, problems)
     _check_items(conn, item_state, problems)
     _check_reviewers(conn, reviewer_state, problems)
+    _check_sessions(conn, reviewer_state, problems)
     if expect_head:
         seq_text, _, want_hash = expect_head.partition(":")
         got = conn.execute(select(events.c.hash).where(events.c.seq == int(seq_text))).scalar() \
