@@ -141,11 +141,14 @@ def _forge_all(engine, other_item):
         conn.execute(text("INSERT INTO review_sessions (token_sha256, reviewer, created_at, "
                           "expires_at) VALUES (:h, 'admin', 0, 1e12)"),
                      {"h": hashlib.sha256(b"forged-session").hexdigest()})
+    # 2. an approval in bob's name with a correctly chained event: refused unsigned by the
+    # insert trigger, and with a made-up mac it gets in but fails verify
+    with pytest.raises(Exception, match="unsigned audit event"), engine.begin() as conn:
+        _chain_append(conn, item_id=other_item, actor="bob", action="approved")
     with engine.begin() as conn:
-        # 2. an approval in bob's name with a correctly chained event
         conn.execute(text("UPDATE review_items SET state = 'approved', decided_by = 'bob', "
                           f"decided_at = 1e9 WHERE id = {other_item}"))
-        _chain_append(conn, item_id=other_item, actor="bob", action="approved")
+        _chain_append(conn, item_id=other_item, actor="bob", action="approved", mac="0" * 64)
     return "forged-session"
 
 
@@ -158,7 +161,9 @@ def _check_forgeries_fail(store, admin_token, item, other_item, forged_item=None
     refused_ids = {r["item_id"] for r in refused}
     assert other_item in refused_ids and item not in refused_ids
     if forged_item is not None:
-        assert forged_item in refused_ids
+        assert forged_item not in {k["item_id"] for k in kept}
+        assert any(f"on item {forged_item}" in p and "not signed" in p
+                   for p in report["problems"])
 
 
 def test_forgeries_with_a_database_credential_fail(approved, tmp_path):
@@ -240,14 +245,22 @@ def test_forgeries_as_each_postgresql_role_fail(tmp_path):
             _forge_all(app, other)
             enq = create_engine(make_url(_role_url(owner_url, roles["enqueue"])).set(
                 drivername="postgresql+psycopg2"))
-            with enq.begin() as conn:   # an item inserted already approved, with its event
+            with pytest.raises(Exception, match="inserted pending only"), \
+                    enq.begin() as conn:   # an item inserted already approved: refused
+                conn.execute(text(
+                    "INSERT INTO review_items (prediction_id, target, state, reasons, "
+                    "reason_codes, details, scores, paths, created_at, decided_by) VALUES "
+                    "('x/0', 'x', 'approved', '[]', ',,', '{}', '{}', '{}', 0, 'alice')"))
+            with enq.begin() as conn:   # pending, then an approval event with a made-up mac
                 forged = conn.execute(text(
                     "INSERT INTO review_items (prediction_id, target, state, reasons, "
                     "reason_codes, details, scores, paths, created_at, decided_by) VALUES "
-                    "('x/1', 'x', 'approved', '[]', ',,', '{}', '{}', '{}', 0, 'alice') "
+                    "('x/1', 'x', 'pending', '[]', ',,', '{}', '{}', '{}', 0, NULL) "
                     "RETURNING id")).scalar()
                 _chain_append(conn, item_id=forged, actor="predictor", action="enqueued",
                               comment="sha256 0")
+                _chain_append(conn, item_id=forged, actor="alice", action="approved",
+                              mac="f" * 64)
             with pytest.raises(Exception, match="permission denied"), enq.begin() as conn:
                 conn.execute(text("INSERT INTO review_sessions (token_sha256, reviewer, "
                                   "created_at, expires_at) VALUES ('h', 'admin', 0, 1)"))

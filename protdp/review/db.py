@@ -32,8 +32,8 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from protdp.errors import InputError
 from protdp.review import keys
 from protdp.review.errors import QueueBusy, QueueError
-from protdp.review.schema import (APPEND_ONLY_DDL, DEFAULT_LIMITS, SCHEMA_VERSION, metadata,
-                                  review_meta)
+from protdp.review.schema import (APPEND_ONLY_DDL, DEFAULT_LIMITS, INSERT_GUARD_DDL,
+                                  SCHEMA_VERSION, metadata, review_meta)
 
 DEFAULT_QUEUE_URL = "sqlite:///review_queue.sqlite"
 DEFAULT_BUSY_TIMEOUT_S = 10.0       # interactive: reviewers get a clear "busy" after this
@@ -196,7 +196,7 @@ class Database:
                                      "table); nothing was changed")
                 self.ensure_key(conn)
                 metadata.create_all(conn)
-                for ddl in APPEND_ONLY_DDL[self.dialect]:
+                for ddl in APPEND_ONLY_DDL[self.dialect] + INSERT_GUARD_DDL[self.dialect]:
                     conn.exec_driver_sql(ddl)
                 conn.execute(review_meta.insert(), [
                     {"key": "schema_version", "value": str(SCHEMA_VERSION)},

@@ -22,8 +22,8 @@ from protdp.errors import InputError
 from protdp.gating import band_of
 from protdp.review import audit, keys
 from protdp.review.files import split_paths
-from protdp.review.schema import (APPEND_ONLY_DDL, DEFAULT_LIMITS, SCHEMA_VERSION, events,
-                                  items, review_meta, reviewers, sessions)
+from protdp.review.schema import (APPEND_ONLY_DDL, DEFAULT_LIMITS, INSERT_GUARD_DDL,
+                                  SCHEMA_VERSION, events, items, review_meta, reviewers, sessions)
 
 _V2_ITEM_COLUMNS = {"folder": "TEXT", "band": "VARCHAR(16)", "length": "INTEGER",
                     "msa_depth": "INTEGER", "very_low_fraction": "FLOAT",
@@ -91,6 +91,8 @@ def _v2_to_v3(db, conn: Connection) -> None:
         conn.execute(update(events).where(events.c.id == row.id)
                      .values(mac=keys.mac(key, row.hash)))
     conn.exec_driver_sql(APPEND_ONLY_DDL[db.dialect][0 if db.dialect == "sqlite" else 1])
+    for ddl in INSERT_GUARD_DDL[db.dialect]:
+        conn.exec_driver_sql(ddl)
 
 
 def migrate(db, conn: Connection, found: int) -> None:

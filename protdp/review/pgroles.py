@@ -12,6 +12,11 @@ Run init-db as the database owner (the role that creates the tables). It grants:
   `superseded_by` (a newer prediction of the same target; its events are unsigned and can
   only ever take an item out of review, never approve one).
 
+Grants say which tables a role may write; what it may write is bounded by the insert triggers
+of `protdp.review.schema` (items are born pending, unsigned events can only enqueue) and by the
+audit key (`protdp.review.keys`), which no database role holds: a row or event written with a
+database credential alone authorises nothing and fails `protdp review verify`.
+
 Both roles must exist already (`CREATE ROLE protdp_app LOGIN PASSWORD '...'`).
 """
 

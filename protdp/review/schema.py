@@ -126,3 +126,33 @@ APPEND_ONLY_DDL = {
         "FOR EACH STATEMENT EXECUTE FUNCTION review_events_append_only()",
     ],
 }
+
+# v3: rows are born harmless, for every role (a least-privilege role cannot drop triggers): an
+# item is inserted pending, unclaimed and undecided; an event without a signature (the
+# predictor's) can only be `enqueued` or `superseded`. A random `mac` gets past the trigger but
+# not `protdp review verify`.
+_ITEM_BORN_BAD = ("NEW.state <> 'pending' OR NEW.decided_by IS NOT NULL OR NEW.claimed_by IS "
+                  "NOT NULL OR NEW.superseded_by IS NOT NULL")
+_EVENT_BORN_BAD = "NEW.mac IS NULL AND NEW.action NOT IN ('enqueued', 'superseded')"
+INSERT_GUARD_DDL = {
+    "sqlite": [
+        f"CREATE TRIGGER review_items_insert_pending BEFORE INSERT ON review_items WHEN "
+        f"{_ITEM_BORN_BAD} BEGIN SELECT RAISE(ABORT, 'review items are inserted pending only'); "
+        "END",
+        f"CREATE TRIGGER review_events_insert_signed BEFORE INSERT ON review_events WHEN "
+        f"{_EVENT_BORN_BAD} BEGIN SELECT RAISE(ABORT, 'an unsigned audit event may only be "
+        "enqueued or superseded'); END",
+    ],
+    "postgresql": [
+        "CREATE OR REPLACE FUNCTION review_items_insert_pending() RETURNS trigger AS $$ BEGIN "
+        f"IF {_ITEM_BORN_BAD} THEN RAISE EXCEPTION 'review items are inserted pending only'; "
+        "END IF; RETURN NEW; END $$ LANGUAGE plpgsql",
+        "CREATE TRIGGER review_items_insert_pending BEFORE INSERT ON review_items "
+        "FOR EACH ROW EXECUTE FUNCTION review_items_insert_pending()",
+        "CREATE OR REPLACE FUNCTION review_events_insert_signed() RETURNS trigger AS $$ BEGIN "
+        f"IF {_EVENT_BORN_BAD} THEN RAISE EXCEPTION 'an unsigned audit event may only be "
+        "enqueued or superseded'; END IF; RETURN NEW; END $$ LANGUAGE plpgsql",
+        "CREATE TRIGGER review_events_insert_signed BEFORE INSERT ON review_events "
+        "FOR EACH ROW EXECUTE FUNCTION review_events_insert_signed()",
+    ],
+}
