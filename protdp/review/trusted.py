@@ -12,7 +12,7 @@ chain or an unreadable audit key, refuses everything), and refuses, naming why, 
 from __future__ import annotations
 
 from protdp.review.binding import mismatches
-from protdp.review.errors import QueueError
+from protdp.review.errors import AuthError, QueueError
 
 _CHANGED = ("changed since enqueue", "gone since enqueue", "appeared after enqueue",
             "checkpoint digest")
@@ -21,6 +21,9 @@ _CHANGED = ("changed since enqueue", "gone since enqueue", "appeared after enque
 def trusted_records(store, admin_token: str | None, *, require_bytes: bool
                     ) -> tuple[list[dict], list[dict]]:
     """(records fit to use, [{"item_id", "reason"}] refused) of the decided items."""
+    if not admin_token:
+        raise AuthError("reading reviewed decisions as training signal needs the queue's admin "
+                        "token: set PROTDP_REVIEW_ADMIN_TOKEN (or pass --admin-token)")
     store.admin(admin_token)                      # AuthError unless an admin token
     report = store.verify()
     if report["whole_log_suspect"]:
