@@ -50,18 +50,24 @@ def read_key(path: Path) -> bytes | None:
 
 
 def create_key(path: Path) -> bytes:
-    """A new key file (mode 0600, never replacing an existing one); returns its key."""
+    """A new key file (mode 0600, never replacing an existing one); returns the key in it.
+    Written to a private temporary file and hard-linked into place, so a process racing to
+    create the same queue never reads a half-written key."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     key = secrets.token_bytes(32)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(key.hex() + "\n")
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.link(tmp, path)
     except FileExistsError:
         existing = read_key(path)
         if existing is None:
             raise QueueError(f"{path}: review audit key exists but cannot be read") from None
         return existing
-    with os.fdopen(fd, "w") as fh:
-        fh.write(key.hex() + "\n")
+    finally:
+        tmp.unlink(missing_ok=True)
     return key
 
 
