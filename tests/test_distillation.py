@@ -55,13 +55,16 @@ def reviewed(tmp_path_factory, data_dir):
                   config=PredictConfig(max_msa_rows=16), progress=False, release_gate="review")
     assert all(r["route"] == "needs_review" for r in res.rows)
     store = ReviewStore(url)
-    alice = store.reviewer(store.admin(store.init_admin()).add_reviewer("alice"))
+    admin_token = store.init_admin()
+    alice = store.reviewer(store.admin(admin_token).add_reviewer("alice"))
     by_target = {i["target"]: i["id"] for i in store.list(state=None)}
     for target, action in (("2p90_A02", "approve"), ("2q2k_A", "approve"), ("7a4d_E", "reject")):
         alice.claim(by_target[target])
         alice.decide(by_target[target], action, comment="checked against the experiment")
     store.close()
-    return tmp, url, by_target
+    with pytest.MonkeyPatch.context() as mp:    # export needs the admin token
+        mp.setenv("PROTDP_REVIEW_ADMIN_TOKEN", admin_token)
+        yield tmp, url, by_target
 
 
 def test_export_writes_only_approved_predictions_with_provenance(reviewed, data_dir):
@@ -115,6 +118,27 @@ def test_changed_msa_is_skipped_with_its_reason(reviewed, capsys):
     assert protdp_main(["review", "export", "--queue-url", url, "--format", "store"]) == 2
 
 
+def test_structure_edited_after_approval_is_never_exported(reviewed, capsys):
+    """Issue 26: the approved PDB doubled in place is refused by name, not exported."""
+    tmp, url, by_target = reviewed
+    pdb = tmp / "pred" / "targets" / "2q2k_A" / "2q2k_A.pdb"
+    original = pdb.read_bytes()
+    st = gemmi.read_structure(str(pdb))
+    for res in st[0][0]:
+        for atom in res:
+            atom.pos = gemmi.Position(2 * atom.pos.x, 2 * atom.pos.y, 2 * atom.pos.z)
+    st.write_pdb(str(pdb))
+    try:
+        assert protdp_main(["review", "export", "--queue-url", url, "--format", "store",
+                            "--out", str(tmp / "edited.h5")]) == 0
+    finally:
+        pdb.write_bytes(original)
+    err = capsys.readouterr().err
+    assert f"skipped item {by_target['2q2k_A']}: pdb: changed since enqueue" in err
+    with FamilyStore(tmp / "edited.h5") as store:
+        assert len(store.family_ids) == 1
+
+
 def test_pick_source_draws_the_configured_mix():
     picks = [pick_source(s, 0.75, True) for s in range(4000)]
     assert abs(picks.count(DISTILLATION) / len(picks) - 0.75) < 0.03
@@ -141,5 +165,5 @@ def test_two_rank_training_on_a_mixed_corpus_logs_per_source_counts(reviewed, da
         assert rec["samples/pdb"] + rec["samples/distillation"] == rec["samples"] == 4
     totals = {k: sum(r[f"samples/{k}"] for r in train) for k in (PDB, DISTILLATION)}
     assert totals[PDB] > 0 and totals[DISTILLATION] > 0, totals
-    state = torch.load(save / "iter_0000004" / "rank_00000.pt", weights_only=False)
+    state = torch.load(save / "iter_0000004" / "rank_00000.pt", weights_only=True)
     assert "distillation_sampler" in state and "sampler" in state

@@ -116,6 +116,54 @@ def test_screening_check_finds_a_listed_training_family(store, tmp_path):
     assert clean["passed"] and clean["value"] == 0
 
 
+def test_screening_finds_moved_training_data_by_content_and_fails_when_unresolvable(
+        store, tmp_path, data_dir):
+    """Issue 26: the recorded store moved away; the check finds it by sha256 under --data and
+    screens it; a store nowhere to be found is a failed check, never 'not applicable'."""
+    import shutil
+
+    from protdp.data.store import FamilyStore
+    from protdp.train.checkpointing import data_manifest
+    with FamilyStore(store) as s:
+        seq = s.read("2q2k_A")["sequence"]
+    listed = tmp_path / "concern.fasta"
+    listed.write_text(f">concern\n{seq}\n")
+    policy = ReleasePolicy(screening_list=str(listed))
+    recorded = tmp_path / "train.h5"
+    shutil.copy(store, recorded)
+    meta = {"config": {"data": str(recorded)}}
+    meta["data_manifest"] = data_manifest(meta["config"])
+    moved = tmp_path / "elsewhere.h5"
+    recorded.rename(moved)
+    lost = screening_check(meta, policy)
+    assert not lost["passed"] and "not found" in lost["detail"] and str(recorded) in lost["detail"]
+    found = screening_check(meta, policy, [moved])
+    assert not found["passed"] and found["value"] == 1 and "2q2k_A" in found["detail"]
+    # another file under the recorded name is not the training data
+    (tmp_path / "other").mkdir()
+    shutil.copy(build_pairs_store(data_dir, ("7a4d_E",), tmp_path / "other"), recorded)
+    assert not screening_check(meta, policy)["passed"]
+    assert "not found" in screening_check(meta, policy)["detail"]
+
+
+def test_weaker_record_policy_is_named_against_the_site_policy(tmp_path, monkeypatch):
+    from protdp.gating.release import site_policy, weaker_thresholds
+    site = site_policy().__dict__
+    assert weaker_thresholds(dict(site)) == []
+    lax = {**site, "min_mean_lddt_ca": 0.0, "max_ece": 1.0, "min_spearman_residue": -1.0,
+           "min_targets": 0}
+    named = weaker_thresholds(lax)
+    assert sorted(n.split()[0] for n in named) == ["max_ece", "min_mean_lddt_ca",
+                                                    "min_spearman_residue", "min_targets"]
+    stricter = {**site, "min_mean_lddt_ca": 0.9, "max_ece": 0.01}
+    assert weaker_thresholds(stricter) == []
+    assert len(weaker_thresholds(None)) >= 7                  # no policy recorded: all weaker
+    site_file = tmp_path / "site.yaml"
+    site_file.write_text(yaml.safe_dump(lax))
+    monkeypatch.setenv("PROTDP_RELEASE_POLICY", str(site_file))   # an admin lowers the floor
+    assert weaker_thresholds(lax) == []
+
+
 def test_training_run_launches_the_check_after_its_save(store, tmp_path):
     save = tmp_path / "run"
     argv = ["--config", "configs/train/tiny.yaml", "--data", str(store), "--train-iters", "2",
@@ -150,7 +198,8 @@ def _permissive_gate(tmp_path) -> str:
 
 
 def test_predict_refuses_unreleased_and_allow_unreleased_sends_all_to_review(ckpt, store,
-                                                                             tmp_path, capsys):
+                                                                             tmp_path, capsys,
+                                                                             monkeypatch):
     fasta = tmp_path / "t.fasta"
     fasta.write_text(">t1\nMKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQ\n>t2\nGSHMSDKIIHLTDDSFDTDVLKA\n")
     base = ["predict", "--checkpoint", str(ckpt), "--fasta", str(fasta), "--no-progress",
@@ -176,8 +225,17 @@ def test_predict_refuses_unreleased_and_allow_unreleased_sends_all_to_review(ckp
         assert rel["failed"] == ["calibration_spearman"]
 
     # released: the same targets pass the (permissive) gate, and the record is in provenance
-    rc, _ = _release(ckpt, store, _policy(tmp_path, **LAX))
+    lax = _policy(tmp_path, **LAX)
+    rc, _ = _release(ckpt, store, lax)
     assert rc == 0
+    # issue 26: released under a laxer policy than the site's (the packaged one) = unreleased,
+    # naming the weaker thresholds
+    capsys.readouterr()
+    assert protdp_main([*base, "--out", str(tmp_path / "lax")]) == 2
+    err = capsys.readouterr().err
+    assert "weaker than this site's" in err and "min_mean_lddt_ca" in err
+    # ... until the site's administrator sets that policy as the site's
+    monkeypatch.setenv("PROTDP_RELEASE_POLICY", lax)
     assert protdp_main([*base, "--out", str(tmp_path / "released")]) == 0
     for tdir in map(current_prediction, (tmp_path / "released" / "targets").iterdir()):
         prov = json.loads((tdir / "provenance.json").read_text())

@@ -6,6 +6,7 @@ reviewed calibration (recorded in provenance.json)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import numpy as np
@@ -22,6 +23,12 @@ from protdp.safety import review_calibration as rc
 from protdp.inference.layout import current_prediction
 
 
+@pytest.fixture(autouse=True)
+def _admin_env(monkeypatch):
+    """reviewed_queue sets the admin token in the environment; undone after each test."""
+    monkeypatch.setenv("PROTDP_REVIEW_ADMIN_TOKEN", "")
+
+
 def true_approval(mean, vlf, depth):
     """The reviewers' behaviour the synthetic queue follows (length plays no part)."""
     logit = 0.3 * (mean - 78.0) + 1.2 * (np.log1p(depth) - np.log1p(30)) - 6.0 * (vlf - 0.1)
@@ -31,7 +38,11 @@ def true_approval(mean, vlf, depth):
 def reviewed_queue(url: str, n: int, seed: int = 0) -> dict:
     """A real queue with `n` decided items whose verdicts follow `true_approval`."""
     rng = np.random.default_rng(seed)
-    store, admin, tokens = queue_with(url, "alice")
+    from protdp.review.store import ReviewStore
+    store = ReviewStore(url)
+    admin_token = store.init_admin()
+    os.environ["PROTDP_REVIEW_ADMIN_TOKEN"] = admin_token   # calibrate reads as the admin
+    tokens = {"alice": store.admin(admin_token).add_reviewer("alice")}
     alice = store.reviewer(tokens["alice"])
     mean = rng.uniform(40, 99, n)
     vlf = np.clip(rng.normal((90 - mean) / 150, 0.05), 0, 1)

@@ -109,7 +109,7 @@ MUTATING = [("/items/1/decide", {"action": "approve", "comment": "ok"}),
             ("/items/1/renew", {}),
             ("/items/1/release", {}),
             ("/queue/claim-next", {}),
-            ("/queue/batch", {"ids": ["1"], "action": "approve"}),
+            ("/queue/batch", {"ids": ["1"], "action": "approve", "confirm_count": "1"}),
             ("/admin/reviewers", {"name": "eve"}),
             ("/admin/reviewers/remove", {"name": "bob"}),
             ("/admin/release", {"item_id": "1"}),
@@ -358,7 +358,19 @@ def test_claim_next_batch_sorting_and_totals(env):
     assert "pending 1" in " ".join(" ".join(totals.text).split())
     assert "items 1–3 of 3" in page.text
     resp = alice.post("/queue/batch", data={"csrf_token": csrf_of(alice), "ids": ["1", "2", "3"],
+                                            "action": "approve", "comment": "batch ok",
+                                            "confirm_count": "3"})
+    outcome = dict(re.findall(r'<tr data-item-id="(\d+)" class="(\w+)"', resp.text))
+    assert outcome == {"1": "failed", "2": "failed", "3": "failed"}   # none opened yet
+    assert "not opened this item in this session" in resp.text
+    for i in (1, 2, 3):
+        assert alice.get(f"/items/{i}").status_code == 200
+    resp = alice.post("/queue/batch", data={"csrf_token": csrf_of(alice), "ids": ["1", "2", "3"],
                                             "action": "approve", "comment": "batch ok"})
+    assert resp.status_code == 400 and "type 3" in resp.text         # count not confirmed
+    resp = alice.post("/queue/batch", data={"csrf_token": csrf_of(alice), "ids": ["1", "2", "3"],
+                                            "action": "approve", "comment": "batch ok",
+                                            "confirm_count": "3"})
     assert resp.status_code == 200
     outcome = dict(re.findall(r'<tr data-item-id="(\d+)" class="(\w+)"', resp.text))
     assert outcome == {"1": "ok", "2": "failed", "3": "ok"}  # bob holds 2

@@ -221,16 +221,30 @@ def test_keyboard_shortcuts_lease_renewal_drafts_and_batch(bench, browser):
     page.wait_for_url(re.compile(r".*/items/\d+$"))
     claimed = int(page.url.rsplit("/", 1)[1])
     assert store.get(claimed)["claimed_by"] == "alice"
+    page.goto(f"{base}/items/1")                           # the real prediction's 3D view
+    page.click("#viewer")
+    page.keyboard.press("a")
+    page.keyboard.press("a")                               # never approves from the viewer
+    assert "3D view" in page.inner_text("#decide-hint")
+    assert store.get(1)["state"] in ("pending", "claimed")
+    page.goto(f"{base}/items/{claimed}")
+    page.keyboard.press("a")                               # arms only
+    assert "again" in page.inner_text("#decide-hint") and store.get(claimed)["state"] == "claimed"
     page.keyboard.press("a")
     page.wait_for_url(base + f"/queue?decided={claimed}")
     assert store.get(claimed)["state"] == "approved"
     # batch approve a selection with one comment
     rows = page.locator("#queue tbody tr[data-item-id]")
     picked = [rows.nth(k).get_attribute("data-item-id") for k in (0, 1)]
+    for item_id in picked:                                 # only opened items may be approved
+        page.goto(f"{base}/items/{item_id}")
+    page.goto(base + "/queue")
+    rows = page.locator("#queue tbody tr[data-item-id]")
     for k in (0, 1):
         rows.nth(k).locator("input.pick").check()
     assert page.inner_text("#selected-count") == "2 selected"
     page.fill("#batch-comment", "checked together")
+    page.fill("#batch-confirm", "2")
     page.screenshot(path=str(shots / "queue_selection.png"), full_page=True)
     page.click("#batch-approve")
     page.wait_for_selector("#batch-results")

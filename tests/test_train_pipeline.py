@@ -148,7 +148,7 @@ def test_reshard_resume_two_ranks_to_one(reference, store, tmp_path):
     for name in opt_a:
         for key in opt_a[name]:
             assert torch.equal(opt_a[name][key], opt_b[name][key]), (name, key)
-    state = torch.load(again / "iter_0000010" / "rank_00000.pt", weights_only=False)["sampler"]
+    state = torch.load(again / "iter_0000010" / "rank_00000.pt", weights_only=True)["sampler"]
     assert state["segments"][0][0] == 2 and state["segments"][-1][:2] == [1, 1]
     # continue at dp=1 through the `protdp train` entry point
     assert train_main(tiny_argv(store, load=src, save=src, **{"train-iters": 11, "eval-iters": 0})) == 0

@@ -5,16 +5,25 @@ screening-list check of its training data) against `ReleasePolicy` and writes `r
 beside it; this module defines the policy (its numbers live in `protdp/configs/release.yaml`).
 The record's format and its one reader (`read_release`) live with the checkpoint layout in
 `protdp.train.release_record`, so the trainer can report a verdict too.
+
+The site's policy is a floor: `site_policy()` is the packaged release.yaml, or the file an
+administrator names in `PROTDP_RELEASE_POLICY`; `weaker_thresholds(record["policy"])` lists every
+threshold a release record was judged by that is weaker than the site's, and `protdp predict`
+treats such a record as no release at all (so `protdp release --config lax.yaml` cannot release
+a model that the site's policy would refuse).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from protdp.config import read_yaml
+import os
+
+from protdp.config import load_config, read_yaml
 from protdp.resources import config_file
 
 DEFAULT_RELEASE = config_file("release.yaml")
+SITE_POLICY_ENV = "PROTDP_RELEASE_POLICY"
 _DEFAULTS = read_yaml(DEFAULT_RELEASE)
 # the allowed range of each real-valued threshold
 _RANGES = {"min_spearman_residue": (-1.0, 1.0), "min_mean_lddt_ca": (0.0, 1.0),
@@ -54,3 +63,37 @@ class ReleasePolicy:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not low <= v <= high:
                 raise ValueError(f"{name} must be a number in [{low:g}, {high:g}], got {v!r}")
+
+
+# direction of each threshold: a record judged with a smaller "at least" or a larger "at most"
+# value than the site's was judged more leniently
+_AT_LEAST = ("min_spearman_residue", "min_mean_lddt_ca", "min_targets")
+_AT_MOST = ("max_ece", "band_tolerance", "min_band_residues", "max_redteam_failures")
+
+
+def site_policy_path() -> str:
+    """The site's release policy file: $PROTDP_RELEASE_POLICY (set by an administrator), else
+    the packaged release.yaml."""
+    return os.environ.get(SITE_POLICY_ENV) or str(DEFAULT_RELEASE)
+
+
+def site_policy() -> ReleasePolicy:
+    return load_config(ReleasePolicy, site_policy_path())
+
+
+def weaker_thresholds(recorded) -> list[str]:
+    """Every threshold of a release record's policy weaker than the site's ("name recorded vs
+    site"); a missing or malformed policy counts as weaker in every threshold."""
+    site = site_policy()
+    recorded = recorded if isinstance(recorded, dict) else {}
+    weaker = []
+    for name in _AT_LEAST + _AT_MOST:
+        want, got = getattr(site, name), recorded.get(name)
+        number = isinstance(got, (int, float)) and not isinstance(got, bool)
+        if not number or (got < want if name in _AT_LEAST else got > want):
+            op = ">=" if name in _AT_LEAST else "<="
+            weaker.append(f"{name} {got!r} (site requires {op} {want!r})")
+    if recorded.get("screening_list") != site.screening_list:
+        weaker.append(f"screening_list {recorded.get('screening_list')!r} (site uses "
+                      f"{site.screening_list!r})")
+    return weaker

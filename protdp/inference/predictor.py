@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 import json
 import socket
 import time
@@ -38,6 +39,7 @@ from protdp.data.residues import GAP_ID
 from protdp.data.screening import ScreeningList
 from protdp.errors import ConfigError, InputError, ProtdpError
 from protdp.gating import ROUTES, GateDecision, GatePolicy, band_of, load_gate_policy, route
+from protdp.gating.release import weaker_thresholds
 from protdp.inference.checkpoint import (LoadedModel, checkpoint_home, load_model_checkpoint,
                                         sha256_file)
 from protdp.inference.targets import (Target, clean_sequence, find_msa_files, load_msa,
@@ -222,6 +224,9 @@ class Predictor:
                          "release": self.release,
                          "screening_list_sha256": self.screening_sha,
                          "checkpoint_sha256": shas[0] if len(shas) == 1 else shas}
+        # one digest for the review item: the checkpoint's, or of the ensemble's list
+        self.checkpoints_digest = shas[0] if len(shas) == 1 else hashlib.sha256(
+            "\n".join(shas).encode()).hexdigest()
         if msa_search is not None:   # databases (sha256) and settings of `protdp msa search`
             self.settings["msa_search"] = msa_search
 
@@ -233,7 +238,8 @@ class Predictor:
             raise ConfigError(f"release_gate={gate!r}: expected one of {RELEASE_GATES}")
         if gate == "off":
             return {"gate": "off", "released": None}, {}
-        status = read_release(checkpoint_home(loaded.path), loaded.sha256)
+        status = read_release(checkpoint_home(loaded.path), loaded.sha256,
+                              floor=weaker_thresholds)     # the site's policy is a floor
         record = {"gate": gate, **status.to_dict()}
         if status.released:
             return record, {}
@@ -371,7 +377,9 @@ class Predictor:
         keep = ("sequence", "plddt", "mean_plddt", "afdb_bands", "band", "very_low_fraction", "ptm",
                 "msa_depth", "msa_rows_used", "msa_coverage", "length", "num_recycles", "ensemble")
         return self.sink.enqueue(f"{t.file_name}:{fp[:16]}", t.target_id,
-                                  {k: scores.get(k) for k in keep}, paths, scores["reasons"],
+                                  {**{k: scores.get(k) for k in keep},
+                                   "checkpoint_sha256": self.checkpoints_digest},  # queue binds it
+                                  paths, scores["reasons"],
                                   details=scores["details"], actor="predictor")
 
     def _finish(self, t, seq, tdir, pid, fp, fasta, msa_files, msa_depth, hits, preds, timings,

@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from protdp.errors import InputError
+from protdp.fileio import torch_load_refusal
 from protdp.parallel import collectives as coll
 from protdp.parallel.ddp import DataParallel
 from protdp.parallel.optimizer import DistributedOptimizer, merge_fragments
@@ -106,13 +107,22 @@ def _read_meta(path: Path) -> dict:
     return meta
 
 
+def _load_tensors(f: Path):
+    """torch.load with weights_only=True; a pickled object (code) or corrupt file is an
+    InputError naming the file, never unpickled and never a traceback."""
+    try:
+        return torch.load(f, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise InputError(f"refused: {torch_load_refusal(exc)}", path=f) from None
+
+
 def _optimizer_states(path: Path, meta: dict) -> list[dict]:
     states = []
     for name in meta["optimizer_files"]:
         f = path / name
         if not f.is_file():
             raise InputError("optimizer shard listed in meta.json is missing", path=f)
-        states.append(torch.load(f, map_location="cpu", weights_only=True))
+        states.append(_load_tensors(f))
     return states
 
 
@@ -122,7 +132,7 @@ def load_checkpoint(path: str | Path, model: DataParallel,
     path = resolve_checkpoint(path)
     meta = _read_meta(path)
     model.finish_param_sync()
-    blob = torch.load(path / MODEL_FILE, map_location="cpu", weights_only=True)
+    blob = _load_tensors(path / MODEL_FILE)
     with torch.no_grad():
         try:
             model.module.load_state_dict(blob["model"])  # copies into the param buffer views

@@ -3,6 +3,12 @@ management and releases. Nothing here takes a reviewer's *name*: `Reviewer` and 
 credential (a reviewer token or a web session token) that is checked again inside every
 transaction, against the database clock, so a removed reviewer or an ended session stops
 working at once. `ReviewStore.reviewer(token)` / `.admin(token)` hand these out.
+
+A database row alone is not authority (`protdp.review.keys`): a reviewer is accepted only when
+its row matches its own signed audit events (added with this token hash and admin flag, not
+removed), and web sessions are stored as HMAC(server key, session token), so a session or
+reviewer row inserted with a database credential authorises nothing. A decision event binds the
+item's content digest (`bound_sha256`).
 """
 
 from __future__ import annotations
@@ -17,11 +23,11 @@ from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.engine import Connection
 
 from protdp.errors import InputError
-from protdp.review import audit
+from protdp.review import audit, keys
 from protdp.review.errors import AuthError, ClaimConflict, ItemNotFound, QueueError
 from protdp.review.hygiene import NAME_RE, check_comment
 from protdp.review.rows import iso, item_dict
-from protdp.review.schema import (ACTIONS, DEFAULT_LIMITS, FINAL_STATES, ID_MAX, items,
+from protdp.review.schema import (ACTIONS, DEFAULT_LIMITS, FINAL_STATES, ID_MAX, events, items,
                                   review_meta, reviewers, sessions)
 
 MAX_BATCH = 200
@@ -29,6 +35,34 @@ MAX_BATCH = 200
 
 def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+def session_hash(conn: Connection, token: str) -> str:
+    """What a web session token is stored as: HMAC(server key, token)."""
+    key = conn.info.get("review_key")
+    if key is None:
+        raise AuthError("web sessions need the queue's audit key, which this process cannot "
+                        f"read (set {keys.KEY_ENV})")
+    return keys.mac(key, "session|" + token)
+
+
+def _signed_reviewer(conn: Connection, name: str, token_sha: str, is_admin: bool) -> bool:
+    """Whether reviewer `name`'s own signed events say: active, this token, this admin flag."""
+    key = conn.info.get("review_key")
+    if key is None:
+        raise AuthError(f"checking a reviewer needs the queue's audit key (set {keys.KEY_ENV})")
+    state = None
+    for ev in conn.execute(select(events.c.action, events.c.comment, events.c.hash,
+                                  events.c.mac).where(events.c.subject == name)
+                           .order_by(events.c.seq)):
+        if not keys.same(ev.mac, keys.mac(key, ev.hash)):
+            return False
+        if ev.action in ("reviewer_added", "admin_added"):
+            state = ((ev.comment or "").removeprefix("token sha256 "),
+                     ev.action == "admin_added")
+        elif ev.action == "reviewer_removed":
+            state = None
+    return state == (token_sha, bool(is_admin))
 
 
 def new_token(prefix: str = "pdr_") -> str:
@@ -51,18 +85,21 @@ def authorize(conn: Connection, cred: Credential, now: float, *, admin: bool = F
     """(name, is_admin) for a valid credential at database time `now`, else AuthError."""
     if not isinstance(cred.secret, str) or not cred.secret or len(cred.secret) > 200:
         raise AuthError("no valid reviewer token")
-    h = token_hash(cred.secret)
+    cols = (reviewers.c.name, reviewers.c.is_admin, reviewers.c.token_sha256)
     if cred.kind == "token":
-        row = conn.execute(select(reviewers.c.name, reviewers.c.is_admin).where(
-            reviewers.c.token_sha256 == h, reviewers.c.active)).first()
+        row = conn.execute(select(*cols).where(
+            reviewers.c.token_sha256 == token_hash(cred.secret), reviewers.c.active)).first()
     else:
         row = conn.execute(
-            select(reviewers.c.name, reviewers.c.is_admin)
-            .join(sessions, sessions.c.reviewer == reviewers.c.name)
-            .where(sessions.c.token_sha256 == h, sessions.c.revoked_at.is_(None),
+            select(*cols).join(sessions, sessions.c.reviewer == reviewers.c.name)
+            .where(sessions.c.token_sha256 == session_hash(conn, cred.secret),
+                   sessions.c.revoked_at.is_(None),
                    sessions.c.expires_at > now, reviewers.c.active)).first()
     if row is None:
         raise AuthError("reviewer token not recognised, session ended, or reviewer removed")
+    if not _signed_reviewer(conn, row.name, row.token_sha256, row.is_admin):
+        raise AuthError(f"reviewer '{row.name}' does not match its signed audit events "
+                        "(a row written behind the server's back); run `protdp review verify`")
     if admin and not row.is_admin:
         raise AuthError(f"'{row.name}' is not an admin; this needs an admin token")
     return row.name, bool(row.is_admin)
@@ -75,9 +112,10 @@ def read_limits(conn: Connection) -> dict[str, int]:
 
 def claimable(now: float, reviewer: str):
     """Pending, claimed under an expired lease, or held by `reviewer` (SQL condition)."""
-    return or_(items.c.state == "pending",
-               and_(items.c.state == "claimed",
-                    or_(items.c.lease_expires_at <= now, items.c.claimed_by == reviewer)))
+    return and_(items.c.superseded_by.is_(None),
+                or_(items.c.state == "pending",
+                    and_(items.c.state == "claimed",
+                         or_(items.c.lease_expires_at <= now, items.c.claimed_by == reviewer))))
 
 
 def explain_unavailable(conn: Connection, item_id: int, now: float):
@@ -85,6 +123,9 @@ def explain_unavailable(conn: Connection, item_id: int, now: float):
     row = conn.execute(select(items).where(items.c.id == item_id)).first()
     if row is None:
         raise ItemNotFound(f"no review item with id {item_id}")
+    if row.superseded_by is not None:
+        raise ClaimConflict(f"item {item_id} is superseded by item {row.superseded_by} (a newer "
+                            "prediction of the same target); review that one")
     if row.state in FINAL_STATES:
         raise ClaimConflict(f"item {item_id} was already {row.state} by {row.decided_by} "
                             f"at {iso(row.decided_at)}")
@@ -136,8 +177,13 @@ class Reviewer:
             if item_id is None:
                 cond = and_(cond, or_(items.c.claimed_by.is_(None), items.c.claimed_by != name))
             query = select(items.c.id, items.c.state, items.c.claimed_by).where(cond)
-            query = query.order_by(items.c.id).limit(1) if item_id is None \
-                else query.where(items.c.id == item_id)
+            if item_id is None:   # "claim next": not the item this reviewer just gave back
+                just_released = select(events.c.seq).where(
+                    events.c.seq == items.c.last_event_seq, events.c.action == "released",
+                    events.c.actor == name).exists()
+                query = query.where(~just_released).order_by(items.c.id).limit(1)
+            else:
+                query = query.where(items.c.id == item_id)
             row = conn.execute(query.with_for_update(skip_locked=True)).first()
             if row is None:
                 if item_id is None:
@@ -146,6 +192,8 @@ class Reviewer:
             renewal = row.state == "claimed" and row.claimed_by == name
             if not renewal:
                 self._check_capacity(conn, name, now)
+            else:
+                lease = self._bounded_renewal(conn, row.id, name, now, lease)
             new = conn.execute(update(items).where(items.c.id == row.id, cond).values(
                 state="claimed", claimed_by=name, lease_expires_at=now + lease)
                 .returning(*items.c)).mappings().first()
@@ -160,6 +208,18 @@ class Reviewer:
                         "comment": f"lease {lease:g} s until {iso(now + lease)}"})
             audit.append(db, conn, now, log)
             return item_dict(new, now)
+
+    def _bounded_renewal(self, conn: Connection, item_id: int, name: str, now: float,
+                         lease: float) -> float:
+        """The lease a renewal may take: never past `max_hold_seconds` after the claim."""
+        claimed_at = conn.execute(select(func.max(events.c.at)).where(
+            events.c.item_id == item_id, events.c.actor == name,
+            events.c.action == "claimed")).scalar() or now
+        left = claimed_at + read_limits(conn)["max_hold_seconds"] - now
+        if left <= 0:
+            raise ClaimConflict(f"item {item_id}: renewals end {read_limits(conn)['max_hold_seconds']}"
+                                " s after the claim (server limit); decide it or release it")
+        return min(lease, left)
 
     def _check_capacity(self, conn: Connection, name: str, now: float) -> None:
         limit = read_limits(conn)["max_claims_per_reviewer"]
@@ -217,7 +277,8 @@ class Reviewer:
                 log.append({"item_id": item_id, "actor": "system", "action": "lease_expired",
                             "comment": f"lease of {row.claimed_by} expired"})
             log.append({"item_id": item_id, "actor": name, "action": state,
-                        "comment": comment or None})
+                        "comment": comment or None,
+                        "bound_sha256": audit.content_digest(dict(new))})
             audit.append(db, conn, now, log)
             return item_dict(new, now)
 

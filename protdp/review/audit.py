@@ -5,27 +5,42 @@ Every state change appends events in the same transaction as the change. Event `
 first event chains to `GENESIS_HASH`. Appends are serialised (PostgreSQL advisory lock, taken
 last so it never waits while holding it; SQLite's single writer), so the chain is linear.
 
-`verify` recomputes the chain, then replays it: each item's state, holder, decider and comment
-and each reviewer's active/admin flags and token hash must be what their events say, and each
+`verify` recomputes the chain, then replays it: each item's state, holder, decider, comment and
+lease (never past what its claim event granted), each reviewer's active/admin flags and token
+hash, and each open web session's reviewer must be what their events say, and each
 row's `last_event_seq` must exist. So editing a rejection into an approval, forging a reviewer,
 rewriting or deleting events, or truncating the log are all reported; a head recorded elsewhere
 (`expect_head`, "SEQ:HASH") also catches a rewrite of the whole chain from that point on.
 On PostgreSQL `protdp review init-db` additionally denies the application role UPDATE/DELETE/
 TRUNCATE on the log, and triggers refuse them for every role.
+
+Keyed (v3): the chain itself is public arithmetic, so every event except the predictor's
+`enqueued`/`superseded` also carries `mac = HMAC(server key, hash)` (`protdp.review.keys`); an
+event inserted by anyone holding only a database credential has no valid mac and `verify`
+names it, and an unsigned event can only ever make an item pending. A decision event carries
+`bound_sha256`, the item's content digest (its scores, paths and the sha256 of every file at
+enqueue) at the moment of the decision; `verify` checks it equals the enqueue digest, and export
+re-hashes the files against it (`protdp.review.binding`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 
 from sqlalchemy import select, update
 from sqlalchemy.engine import Connection
 
-from protdp.review.schema import ACTIONS, GENESIS_HASH, events, items, reviewers
+from protdp.review import keys
+from protdp.review.errors import QueueError
+from protdp.review.schema import ACTIONS, GENESIS_HASH, events, items, reviewers, sessions
 
 MAX_PROBLEMS = 50
 _DECISIONS = set(ACTIONS.values())
+UNSIGNED_ACTIONS = ("enqueued", "superseded")   # the predictor's, which holds no key
+_LEASE_RE = re.compile(r"lease ([0-9.e+]+) s ")
+LEASE_SLACK_S = 1.0                             # the claim event's lease is printed with %g
 
 
 def canonical(obj) -> str:
@@ -34,13 +49,19 @@ def canonical(obj) -> str:
 
 def content_digest(row: dict) -> str:
     """SHA-256 of what the gate sent for review (recorded in the `enqueued` event)."""
-    keys = ("prediction_id", "target", "reasons", "details", "scores", "folder", "paths")
-    return hashlib.sha256(canonical({k: row[k] for k in keys}).encode()).hexdigest()
+    names = ("prediction_id", "target", "reasons", "details", "scores", "folder", "paths")
+    body = {k: row[k] for k in names}
+    if row.get("file_sha256") is not None:      # v3 items: the bytes of every file too
+        body["file_sha256"] = row["file_sha256"]
+    return hashlib.sha256(canonical(body).encode()).hexdigest()
 
 
 def event_hash(prev_hash: str, ev: dict) -> str:
-    body = canonical([ev["seq"], ev["item_id"], ev["subject"], ev["at"], ev["actor"],
-                      ev["action"], ev["comment"]])
+    fields = [ev["seq"], ev["item_id"], ev["subject"], ev["at"], ev["actor"], ev["action"],
+              ev["comment"]]
+    if ev.get("bound_sha256") is not None:
+        fields.append(ev["bound_sha256"])
+    body = canonical(fields)
     return hashlib.sha256(f"{prev_hash}|{body}".encode()).hexdigest()
 
 
@@ -49,6 +70,11 @@ def append(db, conn: Connection, at: float, entries: list[dict]) -> None:
     database time `at`; call after every row lock of the transaction is taken."""
     if not entries:
         return
+    key = conn.info.get("review_key")
+    if key is None and any(e["action"] not in UNSIGNED_ACTIONS for e in entries):
+        raise QueueError(f"this needs the queue's audit key ({db.key_path}), which this "
+                         f"process cannot read; run it where the review server runs, or set "
+                         f"{keys.KEY_ENV}")
     db.chain_lock(conn)
     head = conn.execute(select(events.c.seq, events.c.hash)
                         .order_by(events.c.seq.desc()).limit(1)).first()
@@ -58,8 +84,10 @@ def append(db, conn: Connection, at: float, entries: list[dict]) -> None:
         seq += 1
         ev = {"seq": seq, "item_id": e.get("item_id"), "subject": e.get("subject"),
               "at": float(e.get("at", at)),
-              "actor": e["actor"], "action": e["action"], "comment": e.get("comment")}
+              "actor": e["actor"], "action": e["action"], "comment": e.get("comment"),
+              "bound_sha256": e.get("bound_sha256")}
         ev["prev_hash"], ev["hash"] = prev, event_hash(prev, ev)
+        ev["mac"] = keys.mac(key, ev["hash"]) if key is not None else None
         prev = ev["hash"]
         rows.append(ev)
         if ev["item_id"] is not None:
@@ -78,16 +106,27 @@ def _replay_item(state: dict, ev) -> str | None:
     act = ev.action
     if act == "enqueued":
         state.update(state="pending", claimed_by=None, decided_by=None, comment=None,
+                     superseded_by=None,
                      digest=(ev.comment or "")[7:] if (ev.comment or "").startswith("sha256 ")
                      else None)
     elif "state" not in state:
         return f"event {ev.seq}: item {ev.item_id} has '{act}' before 'enqueued'"
     elif act in ("claimed", "renewed"):
-        state.update(state="claimed", claimed_by=ev.actor)
+        lease = _LEASE_RE.match(ev.comment or "")
+        state.update(state="claimed", claimed_by=ev.actor,
+                     lease_until=ev.at + float(lease.group(1)) if lease else None)
     elif act in ("lease_expired", "released"):
         state.update(state="pending", claimed_by=None)
+    elif act == "superseded":
+        newer = (ev.comment or "").removeprefix("by item ")
+        state["superseded_by"] = int(newer) if newer.isdigit() else newer
     elif act in _DECISIONS:
         state.update(state=act, claimed_by=None, decided_by=ev.actor, comment=ev.comment)
+        if state.get("digest") and ev.bound_sha256 is not None \
+                and ev.bound_sha256 != state["digest"]:
+            state["last"] = ev.seq
+            return (f"event {ev.seq}: the {act} decision of item {ev.item_id} does not bind the "
+                    "item's enqueued content (files or scores changed before the decision?)")
     else:
         return f"event {ev.seq}: unknown action '{act}'"
     state["last"] = ev.seq
@@ -109,13 +148,23 @@ def _replay_reviewer(state: dict, ev) -> str | None:
 def _walk_chain(conn: Connection, problems: list[str]):
     """Recompute the chain; returns (count, head hash, item states, reviewer states)."""
     expected_seq, prev = 1, GENESIS_HASH
+    key = conn.info.get("review_key")
+    if key is None:
+        problems.append("the audit key is not readable here, so signatures cannot be checked "
+                        f"(set {keys.KEY_ENV})")
     item_state: dict[int, dict] = {}
     reviewer_state: dict[str, dict] = {}
     for ev in conn.execute(select(events).order_by(events.c.seq)).yield_per(2000):
         if ev.seq != expected_seq:
             problems.append(f"events {expected_seq}..{ev.seq - 1} are missing (deleted?)")
         row = {"seq": ev.seq, "item_id": ev.item_id, "subject": ev.subject, "at": ev.at,
-               "actor": ev.actor, "action": ev.action, "comment": ev.comment}
+               "actor": ev.actor, "action": ev.action, "comment": ev.comment,
+               "bound_sha256": ev.bound_sha256}
+        if key is not None and not keys.same(ev.mac, keys.mac(key, ev.hash)) and (
+                ev.mac is not None or ev.action not in UNSIGNED_ACTIONS):
+            about = f" on item {ev.item_id}" if ev.item_id is not None else ""
+            problems.append(f"event {ev.seq}: '{ev.action}'{about} by {ev.actor!r} is not signed "
+                            "by the server's audit key (forged with a database credential?)")
         if ev.prev_hash != prev:
             problems.append(f"event {ev.seq}: prev_hash does not match event {ev.seq - 1}")
         if event_hash(ev.prev_hash, row) != ev.hash:
@@ -139,10 +188,16 @@ def _check_items(conn: Connection, replayed: dict[int, dict], problems: list[str
         if want is None or "state" not in want:
             problems.append(f"item {row['id']} has no 'enqueued' event")
             continue
-        for key in ("state", "claimed_by", "decided_by", "comment"):
-            if row[key] != want[key]:
+        for key in ("state", "claimed_by", "decided_by", "comment", "superseded_by"):
+            if row[key] != want.get(key):
                 problems.append(f"item {row['id']}: {key} is {row[key]!r} but the audit log "
-                                f"says {want[key]!r}")
+                                f"says {want.get(key)!r}")
+        until = want.get("lease_until")
+        if row["state"] == "claimed" and until is not None and row["lease_expires_at"] \
+                is not None and row["lease_expires_at"] > until + LEASE_SLACK_S:
+            problems.append(f"item {row['id']}: lease runs {row['lease_expires_at'] - until:.0f}"
+                            " s past what its last claim event granted (extended behind the "
+                            "log's back)")
         if row["last_event_seq"] != want["last"]:
             problems.append(f"item {row['id']}: last event is {row['last_event_seq']} but the "
                             f"log ends at {want['last']} for it (log truncated?)")
@@ -172,12 +227,23 @@ def _check_reviewers(conn: Connection, replayed: dict[str, dict], problems: list
                             f"but the log ends at {want['last']} for it (log truncated?)")
 
 
+def _check_sessions(conn: Connection, replayed: dict[str, dict], problems: list[str]) -> None:
+    """A live session must belong to a reviewer its signed events say is active."""
+    live = conn.execute(select(sessions.c.id, sessions.c.reviewer).where(
+        sessions.c.revoked_at.is_(None))).all()
+    for sid, name in live:
+        if not (replayed.get(name) or {}).get("active"):
+            problems.append(f"session {sid} is open for {name!r}, who is not an active reviewer "
+                            "in the audit log (written behind the server's back?)")
+
+
 def verify(conn: Connection, expect_head: str | None = None) -> dict:
     """{'ok', 'events', 'head': 'SEQ:HASH', 'problems': [...]} for the whole queue."""
     problems: list[str] = []
     count, head, item_state, reviewer_state = _walk_chain(conn, problems)
     _check_items(conn, item_state, problems)
     _check_reviewers(conn, reviewer_state, problems)
+    _check_sessions(conn, reviewer_state, problems)
     if expect_head:
         seq_text, _, want_hash = expect_head.partition(":")
         got = conn.execute(select(events.c.hash).where(events.c.seq == int(seq_text))).scalar() \
@@ -185,6 +251,10 @@ def verify(conn: Connection, expect_head: str | None = None) -> dict:
         if got != want_hash:
             problems.append(f"recorded head {expect_head} is not in the log "
                             f"(found {got!r}: the log was rewritten or truncated)")
+    named = [re.findall(r"\bitem (\d+)", p) for p in problems]
     return {"ok": not problems, "events": count, "head": f"{count}:{head}",
+            # items a problem names, and whether some problem names none (the whole log)
+            "bad_items": sorted({int(i) for ids in named for i in ids}),
+            "whole_log_suspect": any(not ids for ids in named),
             "problems": problems[:MAX_PROBLEMS],
             "more_problems": max(0, len(problems) - MAX_PROBLEMS)}

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from protdp.errors import InputError
 from protdp.gating import AFDB_BAND_LABELS, REASON_TEXT
+from protdp.review.files import MAX_STRUCTURE_BYTES
 from protdp.review.hygiene import display_text as _safe
 from protdp.review.store import (DEFAULT_QUEUE_URL, EXPORT_FORMATS, STATES, AuthError,
                                  ReviewStore, iso)
@@ -65,7 +66,7 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--comment", "-m", default="", required=action != "approve",
                        help="why (required to reject or escalate)")
 
-    s = sub.add_parser("export", parents=[common], help="decisions with their audit trail, or "
+    s = sub.add_parser("export", parents=[common, admin], help="decisions with their audit trail, or "
                                                         "approved predictions as training data")
     s.add_argument("--format", choices=EXPORT_FORMATS + ("store",), default="jsonl",
                    help="jsonl / csv: decisions; store: approved predictions as an HDF5 family "
@@ -87,7 +88,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8765)
     s.add_argument("--files-root", action="append", type=Path, default=None,
-                   help="serve prediction files only from folders under this root (repeatable)")
+                   help="serve prediction files only from folders under this root (repeatable; "
+                        "narrows the queue's roots fixed at init-db)")
+    s.add_argument("--max-structure-mb", type=float, default=MAX_STRUCTURE_BYTES / 2**20,
+                   help="largest structure file sent to the 3D view (%(default)g MB)")
     return p
 
 
@@ -101,6 +105,9 @@ def _admin_commands(sub, common, admin) -> None:
                         "TRUNCATE on the audit log)")
     s.add_argument("--enqueue-role", default=None,
                    help="PostgreSQL role of `protdp predict` (may only enqueue)")
+    s.add_argument("--files-root", action="append", type=Path, default=None,
+                   help="prediction files of items must lie under this folder (repeatable; "
+                        "fixed now; default for SQLite: the queue file's folder)")
 
     s = sub.add_parser("add-reviewer", parents=[common, admin],
                        help="create a reviewer; prints its token once (admin)")
@@ -167,7 +174,8 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.cmd == "serve":
         from protdp.review.web import serve
-        return serve(args.queue_url, host=args.host, port=args.port, files_roots=args.files_root)
+        return serve(args.queue_url, host=args.host, port=args.port, files_roots=args.files_root,
+                     max_structure_bytes=int(args.max_structure_mb * 2**20))
     store = ReviewStore(args.queue_url)
     try:
         handler = _ADMIN.get(args.cmd) or _REVIEWER.get(args.cmd) or _READ[args.cmd]
@@ -183,6 +191,9 @@ def _init_db(store: ReviewStore, args) -> None:
         if role:
             store.grant_role(role, kind)
             print(f"granted the {kind} privileges to PostgreSQL role '{role}'", file=sys.stderr)
+    if args.files_root and not any(r["is_admin"] for r in store.reviewers()):
+        roots = store.set_files_roots(args.files_root)
+        print(f"file roots fixed: {', '.join(roots)}", file=sys.stderr)
     if any(r["is_admin"] for r in store.reviewers()):
         print(f"queue {store.safe_url} is ready (schema and admin already there)", file=sys.stderr)
         return
@@ -278,7 +289,10 @@ def _export(store, args) -> None:
         if args.out is None:
             raise InputError("--format store writes an HDF5 file: give --out FILE.h5",
                              field="--out")
-        report = export_distillation(store, args.out, min_residue_plddt=args.min_residue_plddt)
+        report = export_distillation(  # an admin's: it runs verify and re-hashes every file
+            store, args.out, admin_token=_token(args, "admin_token", "PROTDP_REVIEW_ADMIN_TOKEN",
+                                                "admin"),
+            min_residue_plddt=args.min_residue_plddt)
         for s in report.skipped:
             print(f"skipped item {s['item_id']}: {s['reason']}", file=sys.stderr)
         print(f"wrote {len(report.exported)} approved prediction(s) as distillation families to "

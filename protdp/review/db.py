@@ -7,7 +7,12 @@ times all use it, so a reviewer whose machine runs an hour ahead cannot take a l
 Write transactions are `BEGIN IMMEDIATE` on SQLite (one writer at a time, WAL so readers never
 block); a writer that holds the lock longer than `busy_timeout_s` makes others fail with
 `QueueBusy` (a clear message, HTTP 503 in the web UI) instead of hanging. On PostgreSQL the
-same bound is the session's `lock_timeout`.
+same bound is the session's `lock_timeout`, and `statement_timeout` and
+`idle_in_transaction_session_timeout` end a stalled client's statement or open transaction, so
+one hung reviewer cannot hold row or chain locks that block everybody else's writes.
+
+`key` is the queue's audit key (`protdp.review.keys`), None where this process cannot read it;
+every transaction carries it as `conn.info["review_key"]`.
 """
 
 from __future__ import annotations
@@ -25,15 +30,18 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from protdp.errors import InputError
+from protdp.review import keys
 from protdp.review.errors import QueueBusy, QueueError
-from protdp.review.schema import (APPEND_ONLY_DDL, DEFAULT_LIMITS, SCHEMA_VERSION, metadata,
-                                  review_meta)
+from protdp.review.schema import (APPEND_ONLY_DDL, DEFAULT_LIMITS, INSERT_GUARD_DDL,
+                                  SCHEMA_VERSION, metadata, review_meta)
 
 DEFAULT_QUEUE_URL = "sqlite:///review_queue.sqlite"
 DEFAULT_BUSY_TIMEOUT_S = 10.0       # interactive: reviewers get a clear "busy" after this
 BATCH_BUSY_TIMEOUT_S = 60.0         # the predictor enqueues in a batch and may wait longer
 CHAIN_LOCK_KEY = 7310567             # pg_advisory_xact_lock key serialising audit appends
 _SCHEMA_LOCK_KEY = 7310566
+STATEMENT_TIMEOUT_S = 30.0          # PostgreSQL: one statement at most (verify/export included)
+IDLE_IN_TRANSACTION_S = 60.0        # PostgreSQL: a client stalled inside a transaction
 _NOW_SQL = {"sqlite": "SELECT (julianday('now') - 2440587.5) * 86400.0",
             "postgresql": "SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8"}
 
@@ -84,6 +92,8 @@ class Database:
             raise InputError(f"not a database URL: {exc}", field="queue-url") from None
         self.dialect = parsed.get_backend_name()
         self.safe_url = parsed.render_as_string(hide_password=True)
+        self.key_path = keys.default_key_path(parsed)
+        self.key = keys.read_key(self.key_path)
         if self.dialect == "sqlite":
             self.engine = self._sqlite_engine(parsed)
         elif self.dialect == "postgresql":
@@ -134,6 +144,9 @@ class Database:
         def _connect(dbapi_conn, _record):
             cur = dbapi_conn.cursor()
             cur.execute(f"SET lock_timeout = {lock_ms}")
+            cur.execute(f"SET statement_timeout = {int(STATEMENT_TIMEOUT_S * 1000)}")
+            cur.execute("SET idle_in_transaction_session_timeout = "
+                        f"{int(IDLE_IN_TRANSACTION_S * 1000)}")
             cur.close()
             dbapi_conn.commit()
 
@@ -150,6 +163,7 @@ class Database:
         try:
             with conn:
                 conn.execution_options(protdp_readonly=readonly)
+                conn.info["review_key"] = self.key
                 with conn.begin():
                     yield conn
         except DBAPIError as exc:
@@ -180,8 +194,9 @@ class Database:
                 if not self.create:
                     raise QueueError(f"{self.safe_url} is not a review queue (no review_meta "
                                      "table); nothing was changed")
+                self.ensure_key(conn)
                 metadata.create_all(conn)
-                for ddl in APPEND_ONLY_DDL[self.dialect]:
+                for ddl in APPEND_ONLY_DDL[self.dialect] + INSERT_GUARD_DDL[self.dialect]:
                     conn.exec_driver_sql(ddl)
                 conn.execute(review_meta.insert(), [
                     {"key": "schema_version", "value": str(SCHEMA_VERSION)},
@@ -193,7 +208,15 @@ class Database:
                 raise QueueError(f"{self.safe_url}: queue schema version {found} is not one this "
                                  f"protdp understands (<= {SCHEMA_VERSION}); upgrade protdp")
             if int(found) < SCHEMA_VERSION:
+                self.ensure_key(conn)
                 migrate(self, conn, int(found))
+
+    def ensure_key(self, conn: Connection) -> bytes:
+        """The audit key, created (0600) where none exists yet (queue creation, migration)."""
+        if self.key is None:
+            self.key = keys.create_key(self.key_path)
+        conn.info["review_key"] = self.key
+        return self.key
 
     def close(self) -> None:
         self.engine.dispose()

@@ -7,8 +7,10 @@ from (the files its provenance.json lists, each checked against its recorded sha
 predicted all-atom structure as the label (from the item's own folder, read with protdp's
 structure reader), resolution unknown, and group attributes `source_kind = "distillation"` and
 `distillation` (JSON: checkpoint, reviewer, decision time, item and prediction ids, mean pLDDT).
-Rejected, escalated and pending items never reach the export. An approved item whose files are
-gone or changed is skipped with its reason (returned), never exported from the wrong data.
+Rejected, escalated and pending items never reach the export. Decisions are read through
+`protdp.review.trusted` (an admin token, `verify` first): an approved item that fails verify,
+was superseded, or whose files are not the bytes hashed at enqueue is skipped with its reason
+(returned), never exported from the wrong data.
 Written to a temporary file, verified and renamed: a crash leaves no half-written store.
 """
 
@@ -105,15 +107,20 @@ def distillation_family(record: dict, min_residue_plddt: float = 0.0) -> tuple[d
     return family, files, digests
 
 
-def export_distillation(store, out: str | Path, *, min_residue_plddt: float = 0.0
-                        ) -> DistillReport:
+def export_distillation(store, out: str | Path, *, admin_token: str | None,
+                        min_residue_plddt: float = 0.0) -> DistillReport:
     """Approved predictions of `store` (a ReviewStore) -> HDF5 store at `out`."""
+    from protdp.review.trusted import trusted_records
+
     out = Path(out)
     report = DistillReport(out)
+    records, refused = trusted_records(store, admin_token, require_bytes=True)
+    report.skipped += [{"item_id": r["item_id"], "reason": r["reason"]} for r in refused
+                       if r["decision"] == "approved"]
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     h5 = new_store_file(tmp, json.dumps({"source": SOURCE_KIND}), str(out.parent.resolve()))
     try:
-        for rec in store.export_records():
+        for rec in records:
             if rec["decision"] != "approved":
                 continue
             try:

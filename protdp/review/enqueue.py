@@ -7,20 +7,27 @@ gives the predictor's database role only INSERT (and the SELECTs enqueue needs).
 
 Every string is control-escaped at the door (`hygiene.clean_json`), so a FASTA header with a
 NUL byte is queued as `\\x00` instead of failing the batch on every rerun.
+
+At enqueue the queue itself hashes every file of the item (`protdp.review.binding`); a newer
+prediction of the same target (another prediction id) marks every older item of that target
+`superseded_by` it, with a `superseded` event: such an item can no longer be claimed, decided
+or exported.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from protdp.errors import InputError
 from protdp.gating import AFDB_BANDS, band_of
 from protdp.review import audit
+from protdp.review.binding import file_digests
 from protdp.review.db import BATCH_BUSY_TIMEOUT_S, Database
 from protdp.review.files import split_paths
 from protdp.review.hygiene import CODE_RE, NAME_RE, clean_json, escape_controls
+from protdp.review.roots import check_folder, read_roots
 from protdp.review.schema import items
 
 _UPSERT_INSERT = {"sqlite": sqlite_insert, "postgresql": pg_insert}
@@ -84,8 +91,10 @@ class Enqueuer:
         if not isinstance(actor, str) or not NAME_RE.match(actor):
             raise InputError(f"actor {str(actor)[:40]!r} must be a plain name", field="actor")
         row = item_row(prediction_id, target, scores, paths, reasons, details)
+        row["file_sha256"] = file_digests(row)
         db = self._db
         with db.tx() as conn:
+            check_folder(row["folder"], read_roots(conn, db))
             row["created_at"] = db.now(conn)
             insert = (_UPSERT_INSERT[db.dialect](items).values(**row)
                       .on_conflict_do_nothing(index_elements=["prediction_id"])
@@ -94,9 +103,15 @@ class Enqueuer:
             if new_id is None:
                 return conn.execute(select(items.c.id).where(
                     items.c.prediction_id == row["prediction_id"])).scalar_one()
-            audit.append(db, conn, row["created_at"], [{
-                "item_id": new_id, "actor": actor, "action": "enqueued",
-                "comment": "sha256 " + audit.content_digest(row)}])
+            older = conn.execute(update(items).where(
+                items.c.target == row["target"], items.c.id != new_id,
+                items.c.superseded_by.is_(None)).values(superseded_by=new_id)
+                .returning(items.c.id)).scalars().all()
+            audit.append(db, conn, row["created_at"], [
+                {"item_id": new_id, "actor": actor, "action": "enqueued",
+                 "comment": "sha256 " + audit.content_digest(row)},
+                *({"item_id": old, "actor": actor, "action": "superseded",
+                   "comment": f"by item {new_id}"} for old in sorted(older))])
             return new_id
 
     def close(self) -> None:

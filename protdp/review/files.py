@@ -24,6 +24,8 @@ CONTENT_TYPES = {".pdb": "chemical/x-pdb", ".cif": "chemical/x-mmcif",
 IMPLICIT_FILES = {"scores": "scores.json", "provenance": "provenance.json"}
 STRUCTURE_KINDS = ("pdb", "cif")       # the viewer loads the first one present
 MAX_FILE_BYTES = 256 * 2**20
+MAX_STRUCTURE_BYTES = 20 * 2**20       # served to the 3D view (a 58 MB PDB froze a tab for
+                                       # minutes); the server's --max-structure-mb changes it
 
 
 def _bare_name(name: str) -> bool:
@@ -95,11 +97,21 @@ def resolve_item_file(item: dict, kind: str, files_roots: list[Path] | None = No
     return target if target.is_file() else None
 
 
-def read_item_file(item: dict, kind: str, files_roots: list[Path] | None = None
+def oversized(path: Path | None, kind: str, max_structure_bytes: int) -> int | None:
+    """The size of a structure file above the served limit, else None."""
+    if path is None or kind not in STRUCTURE_KINDS:
+        return None
+    size = path.stat().st_size
+    return size if size > max_structure_bytes else None
+
+
+def read_item_file(item: dict, kind: str, files_roots: list[Path] | None = None,
+                   max_structure_bytes: int = MAX_STRUCTURE_BYTES
                    ) -> tuple[bytes, str, str] | None:
-    """(content, content type, file name) of a servable file, else None."""
+    """(content, content type, file name) of a servable file, else None (also a structure
+    file over `max_structure_bytes`)."""
     target = resolve_item_file(item, kind, files_roots)
-    if target is None:
+    if target is None or oversized(target, kind, max_structure_bytes):
         return None
     try:
         fd = os.open(target, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))

@@ -6,6 +6,11 @@ reviewed calibration use; web sessions move server-side; the audit log is rebuil
 chain over the v1 events in their original order (times, actors and comments kept), followed
 by one `reviewer_added` (and `reviewer_removed`) event per existing reviewer. Nothing is lost:
 an item whose files were not in one folder keeps its paths in `details["v1_paths"]`.
+
+v2 -> v3: items gain `file_sha256` (None for old items: they were enqueued without file digests
+and so are never exported as reviewed) and `superseded_by`; events gain `bound_sha256` and `mac`,
+and every existing event is signed with the audit key created now (trust on first use: run the
+migration, i.e. `protdp review init-db`, as the administrator, then `verify`).
 """
 
 from __future__ import annotations
@@ -15,10 +20,10 @@ from sqlalchemy.engine import Connection
 
 from protdp.errors import InputError
 from protdp.gating import band_of
-from protdp.review import audit
+from protdp.review import audit, keys
 from protdp.review.files import split_paths
-from protdp.review.schema import (APPEND_ONLY_DDL, DEFAULT_LIMITS, SCHEMA_VERSION, events,
-                                  items, review_meta, reviewers, sessions)
+from protdp.review.schema import (APPEND_ONLY_DDL, DEFAULT_LIMITS, INSERT_GUARD_DDL,
+                                  SCHEMA_VERSION, events, items, review_meta, reviewers, sessions)
 
 _V2_ITEM_COLUMNS = {"folder": "TEXT", "band": "VARCHAR(16)", "length": "INTEGER",
                     "msa_depth": "INTEGER", "very_low_fraction": "FLOAT",
@@ -68,9 +73,31 @@ def _v1_to_v2(db, conn: Connection) -> None:
                                         for k, v in DEFAULT_LIMITS.items()])
 
 
+def _v2_to_v3(db, conn: Connection) -> None:
+    new_columns = {"review_items": {"file_sha256": "JSON", "superseded_by": "INTEGER"},
+                   "review_events": {"bound_sha256": "VARCHAR(64)", "mac": "VARCHAR(64)"}}
+    for table, columns in new_columns.items():
+        have = {c["name"] for c in inspect(conn).get_columns(table)}
+        for name, sql_type in columns.items():
+            if name not in have:    # a v1 queue's log was rebuilt with v3 columns already
+                conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN {name} {sql_type}")
+    key = db.ensure_key(conn)
+    # the append-only triggers refuse the one-time signing UPDATE: lift them for it
+    if db.dialect == "sqlite":
+        conn.exec_driver_sql("DROP TRIGGER review_events_no_update")
+    else:
+        conn.exec_driver_sql("DROP TRIGGER review_events_append_only ON review_events")
+    for row in conn.execute(select(events.c.id, events.c.hash)).all():
+        conn.execute(update(events).where(events.c.id == row.id)
+                     .values(mac=keys.mac(key, row.hash)))
+    conn.exec_driver_sql(APPEND_ONLY_DDL[db.dialect][0 if db.dialect == "sqlite" else 1])
+    for ddl in INSERT_GUARD_DDL[db.dialect]:
+        conn.exec_driver_sql(ddl)
+
+
 def migrate(db, conn: Connection, found: int) -> None:
     """Bring a queue at schema `found` to SCHEMA_VERSION inside `conn`'s transaction."""
-    steps = {1: _v1_to_v2}
+    steps = {1: _v1_to_v2, 2: _v2_to_v3}
     for version in range(found, SCHEMA_VERSION):
         steps[version](db, conn)
     conn.execute(update(review_meta).where(review_meta.c.key == "schema_version")

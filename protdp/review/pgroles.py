@@ -8,7 +8,14 @@ Run init-db as the database owner (the role that creates the tables). It grants:
   cannot be rewritten or emptied through it (the triggers refuse UPDATE/DELETE/TRUNCATE for
   every role as well, the owner included, until someone drops them);
 - the enqueue role (`protdp predict`): INSERT and SELECT on items and events, and UPDATE of
-  nothing but `review_items.last_event_seq` (the audit pointer enqueue maintains).
+  nothing but `review_items.last_event_seq` (the audit pointer enqueue maintains) and
+  `superseded_by` (a newer prediction of the same target; its events are unsigned and can
+  only ever take an item out of review, never approve one).
+
+Grants say which tables a role may write; what it may write is bounded by the insert triggers
+of `protdp.review.schema` (items are born pending, unsigned events can only enqueue) and by the
+audit key (`protdp.review.keys`), which no database role holds: a row or event written with a
+database credential alone authorises nothing and fails `protdp review verify`.
 
 Both roles must exist already (`CREATE ROLE protdp_app LOGIN PASSWORD '...'`).
 """
@@ -33,7 +40,7 @@ APP_GRANTS = [
 ENQUEUE_GRANTS = [
     "GRANT SELECT ON review_meta TO {r}",
     "GRANT SELECT, INSERT ON review_items, review_events TO {r}",
-    "GRANT UPDATE (last_event_seq) ON review_items TO {r}",
+    "GRANT UPDATE (last_event_seq, superseded_by) ON review_items TO {r}",
     "REVOKE UPDATE, DELETE, TRUNCATE ON review_events FROM {r}",
 ]
 

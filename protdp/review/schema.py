@@ -5,7 +5,8 @@
   (database time) or removal of the reviewer;
 - `review_items`: one flagged prediction each: what the gate said (`reasons`, `details`,
   `scores`), where its files are (`folder` plus bare file names in `paths`), and its state;
-- `review_events`: the audit log, append-only (triggers refuse UPDATE/DELETE/TRUNCATE) and
+- `review_events`: the audit log (v3: decisions bind the item's digest, events are signed
+  with the server key of `protdp.review.keys`), append-only (triggers refuse UPDATE/DELETE/TRUNCATE) and
   hash-chained (`seq`, `prev_hash`, `hash`; see `protdp.review.audit`).
 
 `last_event_seq` on items and reviewers points at the newest event about the row, so deleting
@@ -17,7 +18,7 @@ from __future__ import annotations
 from sqlalchemy import (JSON, Boolean, CheckConstraint, Column, Float, ForeignKey, Index, Integer,
                         MetaData, String, Table, Text)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 STATES = ("pending", "claimed", "approved", "rejected", "escalated")
 FINAL_STATES = ("approved", "rejected", "escalated")
 ACTIONS = {"approve": "approved", "reject": "rejected", "escalate": "escalated"}
@@ -25,7 +26,9 @@ ID_MAX = 2**31 - 1                     # ids are PostgreSQL `integer`
 GENESIS_HASH = "0" * 64                # prev_hash of the first event
 # Server-side limits (review_meta; an admin changes them with `protdp review set-limits`).
 DEFAULT_LIMITS = {"default_lease_seconds": 900, "max_lease_seconds": 3600,
-                  "max_claims_per_reviewer": 20}
+                  "max_claims_per_reviewer": 20,
+                  # renewals end here: one claim holds an item at most this long in all
+                  "max_hold_seconds": 4 * 3600}
 
 metadata = MetaData()
 
@@ -80,6 +83,10 @@ items = Table(
     Column("decided_at", Float),
     Column("comment", Text),
     Column("last_event_seq", Integer),
+    # v3: sha256 of every file of the item at enqueue (kind -> digest; "msa:<path>" for the MSA
+    # files its provenance lists, "checkpoint" for the weights digest it names; None = absent)
+    Column("file_sha256", JSON),
+    Column("superseded_by", Integer),              # a newer item for the same target
     CheckConstraint("state IN ('pending', 'claimed', 'approved', 'rejected', 'escalated')",
                     name="review_items_state_ck"),
     Index("review_items_state_id", "state", "id"),
@@ -98,6 +105,8 @@ events = Table(
     Column("comment", Text),
     Column("prev_hash", String(64), nullable=False),
     Column("hash", String(64), nullable=False),
+    Column("bound_sha256", String(64)),            # v3: item digest a decision binds
+    Column("mac", String(64)),                     # v3: HMAC(server key, hash); keys.py
 )
 
 APPEND_ONLY_DDL = {
@@ -115,5 +124,35 @@ APPEND_ONLY_DDL = {
         # row triggers do not fire on TRUNCATE: refuse it with a statement trigger
         "CREATE TRIGGER review_events_no_truncate BEFORE TRUNCATE ON review_events "
         "FOR EACH STATEMENT EXECUTE FUNCTION review_events_append_only()",
+    ],
+}
+
+# v3: rows are born harmless, for every role (a least-privilege role cannot drop triggers): an
+# item is inserted pending, unclaimed and undecided; an event without a signature (the
+# predictor's) can only be `enqueued` or `superseded`. A random `mac` gets past the trigger but
+# not `protdp review verify`.
+_ITEM_BORN_BAD = ("NEW.state <> 'pending' OR NEW.decided_by IS NOT NULL OR NEW.claimed_by IS "
+                  "NOT NULL OR NEW.superseded_by IS NOT NULL")
+_EVENT_BORN_BAD = "NEW.mac IS NULL AND NEW.action NOT IN ('enqueued', 'superseded')"
+INSERT_GUARD_DDL = {
+    "sqlite": [
+        f"CREATE TRIGGER review_items_insert_pending BEFORE INSERT ON review_items WHEN "
+        f"{_ITEM_BORN_BAD} BEGIN SELECT RAISE(ABORT, 'review items are inserted pending only'); "
+        "END",
+        f"CREATE TRIGGER review_events_insert_signed BEFORE INSERT ON review_events WHEN "
+        f"{_EVENT_BORN_BAD} BEGIN SELECT RAISE(ABORT, 'an unsigned audit event may only be "
+        "enqueued or superseded'); END",
+    ],
+    "postgresql": [
+        "CREATE OR REPLACE FUNCTION review_items_insert_pending() RETURNS trigger AS $$ BEGIN "
+        f"IF {_ITEM_BORN_BAD} THEN RAISE EXCEPTION 'review items are inserted pending only'; "
+        "END IF; RETURN NEW; END $$ LANGUAGE plpgsql",
+        "CREATE TRIGGER review_items_insert_pending BEFORE INSERT ON review_items "
+        "FOR EACH ROW EXECUTE FUNCTION review_items_insert_pending()",
+        "CREATE OR REPLACE FUNCTION review_events_insert_signed() RETURNS trigger AS $$ BEGIN "
+        f"IF {_EVENT_BORN_BAD} THEN RAISE EXCEPTION 'an unsigned audit event may only be "
+        "enqueued or superseded'; END IF; RETURN NEW; END $$ LANGUAGE plpgsql",
+        "CREATE TRIGGER review_events_insert_signed BEFORE INSERT ON review_events "
+        "FOR EACH ROW EXECUTE FUNCTION review_events_insert_signed()",
     ],
 }

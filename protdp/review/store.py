@@ -37,7 +37,7 @@ from sqlalchemy.engine import Connection
 from protdp.errors import InputError
 from protdp.review import audit
 from protdp.review.actions import (Admin, AuthError, Credential, Reviewer, add_reviewer_row,
-                                   authorize, read_limits, token_hash)
+                                   authorize, read_limits, session_hash, token_hash)
 from protdp.review.db import DEFAULT_BUSY_TIMEOUT_S, DEFAULT_QUEUE_URL, Database, normalize_url
 from protdp.review.enqueue import Enqueuer
 from protdp.review.errors import (ClaimConflict, ItemNotFound, QueueBusy, QueueError)
@@ -139,6 +139,19 @@ class ReviewStore:
                                  "`protdp review add-reviewer NAME --admin`")
             return add_reviewer_row(self.db, conn, now, "init-db", name, admin=True)
 
+    def set_files_roots(self, roots: list) -> list[str]:
+        """Fix the queue's file roots (`init-db --files-root`; before the first admin)."""
+        from protdp.review.roots import set_roots
+
+        with self.db.tx() as conn:
+            return set_roots(conn, roots)
+
+    def files_roots(self) -> list:
+        from protdp.review.roots import read_roots
+
+        with self.db.tx(readonly=True) as conn:
+            return read_roots(conn, self.db)
+
     def grant_role(self, role: str, kind: str) -> list[str]:
         """PostgreSQL grants for the application ("app") or predictor ("enqueue") role."""
         from protdp.review.pgroles import grant
@@ -163,7 +176,8 @@ class ReviewStore:
             name, is_admin = authorize(conn, Credential("token", token or ""), now)
             conn.execute(delete(sessions).where(sessions.c.expires_at < now - 86400))
             session = secrets.token_urlsafe(32)
-            conn.execute(sessions.insert().values(token_sha256=token_hash(session), reviewer=name,
+            conn.execute(sessions.insert().values(token_sha256=session_hash(conn, session),
+                                                  reviewer=name,
                                                   created_at=now,
                                                   expires_at=now + session_seconds))
         return session, Principal(name, is_admin, csrf_for(session))
@@ -183,8 +197,8 @@ class ReviewStore:
     def logout(self, session_token: str) -> None:
         """End a session server-side (a replayed cookie stops working at once)."""
         with self.db.tx() as conn:
-            conn.execute(update(sessions).where(sessions.c.token_sha256 == token_hash(
-                session_token), sessions.c.revoked_at.is_(None))
+            conn.execute(update(sessions).where(sessions.c.token_sha256 == session_hash(
+                conn, session_token), sessions.c.revoked_at.is_(None))
                 .values(revoked_at=self.db.now(conn)))
 
     # -- reading (never writes) --------------------------------------------------------------
@@ -300,9 +314,12 @@ class ReviewStore:
             decided = conn.execute(select(items).where(items.c.state.in_(FINAL_STATES))
                                    .order_by(items.c.decided_at, items.c.id)).mappings().all()
             trail: dict[int, list[dict]] = {}
+            bound: dict[int, str | None] = {}
             for ev in conn.execute(select(events).join(items, events.c.item_id == items.c.id)
                                    .where(items.c.state.in_(FINAL_STATES))
                                    .order_by(events.c.seq)).mappings():
+                if ev["action"] in ACTIONS.values():       # the decision's bound digest
+                    bound[ev["item_id"]] = ev["bound_sha256"]
                 trail.setdefault(ev["item_id"], []).append(
                     {"at": iso(ev["at"]), "actor": ev["actor"], "action": ev["action"],
                      "comment": ev["comment"]})
@@ -314,6 +331,8 @@ class ReviewStore:
             "msa_depth": r["msa_depth"], "length": r["length"],
             "afdb_bands": (r["scores"] or {}).get("afdb_bands"), "folder": r["folder"],
             "paths": r["paths"], "events": trail.get(r["id"], []),
+            "file_sha256": r["file_sha256"], "superseded_by": r["superseded_by"],
+            "scores": r["scores"], "bound_sha256": bound.get(r["id"]),
         } for r in decided]
 
     def export(self, fmt: str = "jsonl") -> str:
@@ -321,7 +340,8 @@ class ReviewStore:
         if fmt not in EXPORT_FORMATS:
             raise InputError(f"format must be one of {EXPORT_FORMATS}, got {fmt!r:.40}",
                              field="format")
-        records = self.export_records()
+        records = [{k: v for k, v in rec.items() if k != "scores"}
+                   for rec in self.export_records()]
         if fmt == "jsonl":
             return "".join(json.dumps(rec, sort_keys=True) + "\n" for rec in records)
         buf = io.StringIO()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from protdp.config import load_config
@@ -79,6 +80,9 @@ def calibrate(argv: list[str] | None = None) -> int:
                      help="largest predicted share of auto-accepted predictions reviewers "
                           "would reject (%(default)s)")
     rev.add_argument("--method", choices=review_cal.METHODS, default="logistic")
+    rev.add_argument("--admin-token", default=None,
+                     help="the queue's admin token (prefer env PROTDP_REVIEW_ADMIN_TOKEN): "
+                          "reviews are read only after `protdp review verify` passes")
     rev.add_argument("--gating", default=None,
                      help="the configured gate policy YAML: the floor the proposal never "
                           "loosens (default configs/gating.yaml)")
@@ -114,11 +118,15 @@ def _calibrate_from_reviews(args) -> int:
     if out is None and args.checkpoint is not None:
         from protdp.inference.checkpoint import checkpoint_home
         out = checkpoint_home(args.checkpoint)
+    token = args.admin_token or os.environ.get("PROTDP_REVIEW_ADMIN_TOKEN")
     path = review_cal.calibrate_from_reviews(
         args.from_reviews, out if out is not None else ".", floor=load_gate_policy(args.gating),
+        admin_token=token,
         target=args.target_reject_rate, method=args.method)
     doc = json.loads(path.read_text())
     c = doc["counts"]
+    for r in doc.get("refused", []):
+        print(f"refused item {r['item_id']}: {r['reason']}")
     print(f"{c['decisions']} reviewed decisions: {c['approved']} approved, {c['rejected']} "
           f"rejected ({c['skipped']['escalated']} escalated and {c['skipped']['incomplete']} "
           "without features left out)")
@@ -139,7 +147,7 @@ def _calibrate_from_reviews(args) -> int:
 
 def release(argv: list[str] | None = None) -> int:
     """`protdp release CKPT`: exit 0 when released, 1 when a check failed."""
-    from protdp.gating.release import DEFAULT_RELEASE, ReleasePolicy
+    from protdp.gating.release import ReleasePolicy, site_policy_path, weaker_thresholds
     from protdp.safety.release import check_line, evaluate_release
 
     ap = argparse.ArgumentParser(
@@ -153,7 +161,9 @@ def release(argv: list[str] | None = None) -> int:
     ap.add_argument("--families", default=None,
                     help="held-out ids, comma-separated or @file (default: the run's validation "
                          "split)")
-    ap.add_argument("--config", default=str(DEFAULT_RELEASE), help="thresholds (%(default)s)")
+    ap.add_argument("--config", default=site_policy_path(),
+                    help="thresholds (%(default)s: $PROTDP_RELEASE_POLICY or the packaged one); "
+                         "a record judged by weaker ones than the site's never serves")
     ap.add_argument("--out", default=None, help="folder for release.json (default: beside the "
                                                 "checkpoint)")
     ap.add_argument("--device", default="cpu")
@@ -165,5 +175,9 @@ def release(argv: list[str] | None = None) -> int:
     doc = json.loads(path.read_text())
     for c in doc["checks"]:
         print(check_line(c))
+    weaker = weaker_thresholds(doc["policy"])
+    if weaker:
+        print("note: judged by thresholds weaker than the site's policy, so `protdp predict` "
+              "treats this checkpoint as unreleased: " + "; ".join(weaker))
     print(f"protdp release: {doc['verdict']}; record: {path}")
     return 0 if doc["verdict"] == "released" else 1

@@ -5,9 +5,10 @@ figure go to `release.json` beside the checkpoint, where `protdp predict` looks 
 
 Held-out families: for a training checkpoint, the run's own validation split (recomputed from
 its recorded config: the same store, seed and fraction); otherwise `--data` / `--families`.
-The training data manifest is the run's HDF5 store (every family's sequence is screened); an
-imported or shipped model file has none, which the record states (the check is then
-"not applicable", not a pass by silence).
+The training data manifest is the run's HDF5 store(s) (every family's sequence is screened),
+found by the content digest its checkpoint recorded (also under `--data`); a recorded store that
+cannot be found fails the check. An imported or shipped model file records none, which the
+record states (the check is then "not applicable", not a pass by silence).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from protdp.config import from_dict
 from protdp.data.screening import ScreeningList
 from protdp.data.store import FamilyStore
 from protdp.errors import InputError
+from protdp.fileio import sha256_file
 from protdp.gating.bands import AFDB_BAND_FLOORS, AFDB_BANDS
 from protdp.gating.release import ReleasePolicy
 from protdp.inference.checkpoint import LoadedModel, checkpoint_home, load_model_checkpoint
@@ -27,7 +29,7 @@ from protdp.resources import resolve_config
 from protdp.safety.calibration import evaluate_families, summarize
 from protdp.safety.redteam import run_suite
 from protdp.train.args import TrainArgs
-from protdp.train.checkpointing import read_any_weights
+from protdp.train.checkpointing import DATA_KEYS, read_any_weights
 from protdp.train.release_record import RELEASE_FILE, RELEASE_FORMAT
 from protdp.train.trainer import split_families
 
@@ -99,16 +101,50 @@ def calibration_checks(loaded: LoadedModel, store: Path, families: list[str],
     return checks, report
 
 
-def screening_check(trained_meta: dict, policy: ReleasePolicy) -> dict:
-    """Every training family's sequence against the screening list (not applicable without a
-    training data manifest, e.g. imported weights)."""
-    data = (trained_meta.get("config") or {}).get("data")
-    if not data or not Path(data).is_file():
+def training_stores(trained_meta: dict, candidates: list[Path]) -> tuple[list[Path], list[str]]:
+    """(stores found, training stores not found) of a checkpoint's training data: by the sha256
+    its checkpoint recorded (`checkpointing.data_manifest`) at the recorded path or any of
+    `candidates` (e.g. --data), so a moved store is still found and another file with the old
+    name is not taken for it; a run saved before manifests existed, by its recorded path."""
+    config = trained_meta.get("config") or {}
+    manifest = trained_meta.get("data_manifest") or {}
+    found, missing = [], []
+    for key in DATA_KEYS:
+        path = config.get(key)
+        if not path:
+            continue
+        rec = manifest.get(key) if isinstance(manifest.get(key), dict) else None
+        if rec:
+            hit = next((p for p in [Path(path), *candidates]
+                        if p.is_file() and sha256_file(p) == rec.get("sha256")), None)
+        else:
+            hit = Path(path) if Path(path).is_file() else None
+        if hit is None:
+            missing.append(f"{key} {path}" + (f" (sha256 {rec['sha256'][:16]})" if rec else ""))
+        else:
+            found.append(hit)
+    return found, missing
+
+
+def screening_check(trained_meta: dict, policy: ReleasePolicy,
+                    candidates: list[Path] | None = None) -> dict:
+    """Every training family's sequence against the screening list. A recorded training store
+    that cannot be found is a failed check (never a pass); weights that record no training
+    data at all (imported or shipped models) are "not applicable", stated in the record."""
+    config = trained_meta.get("config") or {}
+    if not any(config.get(k) for k in DATA_KEYS):
         return _check("training_data_screening", None, 0, "hits ==", True,
                       "not applicable: no training data manifest recorded for these weights")
+    stores, missing = training_stores(trained_meta, candidates or [])
+    if missing:
+        return _check("training_data_screening", None, 0, "hits ==", False,
+                      "training data not found, so it cannot be screened: " + "; ".join(missing)
+                      + " (give --data pointing at that store)")
     screen = ScreeningList.from_fasta(resolve_config(policy.screening_list))
-    with FamilyStore(data) as store:
-        hits = [f for f in store.family_ids if screen.hits(store.read(f)["sequence"])]
+    hits = []
+    for path in stores:
+        with FamilyStore(path) as store:
+            hits += [f for f in store.family_ids if screen.hits(store.read(f)["sequence"])]
     return _check("training_data_screening", len(hits), 0, "hits ==", not hits,
                   f"families matching {policy.screening_list}: {hits[:10]}" if hits else "")
 
@@ -127,7 +163,7 @@ def evaluate_release(checkpoint: str | Path, *, data: str | Path | None = None,
     misses = [c["name"] for c in red["cases"] + red["global_checks"] if not c["passed"]]
     checks.append(_check("redteam", len(misses), policy.max_redteam_failures, "<=",
                          len(misses) <= policy.max_redteam_failures, ", ".join(misses[:10])))
-    checks.append(screening_check(trained.meta, policy))
+    checks.append(screening_check(trained.meta, policy, [Path(data)] if data else []))
     doc = {"format": RELEASE_FORMAT,
            "checkpoint": {"path": str(loaded.path), "sha256": loaded.sha256, "kind": loaded.kind,
                           "weights": loaded.weights, "iteration": loaded.iteration},

@@ -237,18 +237,21 @@ def plot_reliability(doc: dict, path: Path) -> None:
 
 
 def calibrate_from_reviews(queue_url: str, out_dir: str | Path, *, floor: GatePolicy,
-                           target: float = DEFAULT_TARGET, method: str = "logistic") -> Path:
-    """Read the queue, fit, write review_calibration.json (+ .png when fitted); returns it."""
+                           admin_token: str | None, target: float = DEFAULT_TARGET,
+                           method: str = "logistic") -> Path:
+    """Read the queue (an admin's: `verify` first, refused items named in the report), fit,
+    write review_calibration.json (+ .png when fitted); returns it."""
     from protdp.review.store import ReviewStore
+    from protdp.review.trusted import trusted_records
 
     store = ReviewStore(queue_url, create=False)
     try:
-        records = store.export_records()
+        records, refused = trusted_records(store, admin_token, require_bytes=False)
         source = store.safe_url
     finally:
         store.close()
     doc = fit_report(records, floor, target=target, method=method)
-    doc.update(queue=source, created_at=dt.datetime.now(dt.timezone.utc).isoformat(
+    doc.update(queue=source, refused=refused, created_at=dt.datetime.now(dt.timezone.utc).isoformat(
         timespec="seconds"))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

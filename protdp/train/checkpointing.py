@@ -6,6 +6,8 @@
                                                #   + each rank's optimizer shard, reshardable
     SAVE/iter_0000020/ema.pt                   # EMA weights (rank 0)
     SAVE/iter_0000020/rank_00001.pt            # per-rank sampler state and RNG states
+                                               #   (`protdp-rank-v2`: tensors, numbers, strings;
+                                               #   read with weights_only=True, never unpickled)
 
 and the single-file model format (`protdp-model-v1`: model config, weights, optional EMA, the
 training crop / MSA depth) used to ship a model, e.g. imported AlphaFold/OpenFold weights.
@@ -77,19 +79,51 @@ def code_version() -> dict:
     return info
 
 
+RANK_FILE_FORMAT = "protdp-rank-v2"   # v1 (pickled numpy/python objects) is refused
+
+
 def rng_state() -> dict:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """Every RNG stream of this process as tensors, ints and strings only, so the rank file is
+    readable with `torch.load(weights_only=True)` (no pickled objects)."""
+    version, mt, gauss = random.getstate()
+    np_name, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
+    state = {"python": {"version": int(version), "mt": torch.tensor(mt, dtype=torch.int64),
+                        "gauss": None if gauss is None else float(gauss)},
+             "numpy": {"name": str(np_name), "keys": torch.from_numpy(np_keys.astype(np.int64)),
+                       "pos": int(np_pos), "has_gauss": int(np_has_gauss),
+                       "cached_gaussian": float(np_gauss)},
+             "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+        state["cuda"] = list(torch.cuda.get_rng_state_all())
     return state
 
 
 def set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    py, npy = state["python"], state["numpy"]
+    random.setstate((py["version"], tuple(int(x) for x in py["mt"].tolist()), py["gauss"]))
+    np.random.set_state((npy["name"], npy["keys"].numpy().astype(np.uint32), npy["pos"],
+                         npy["has_gauss"], npy["cached_gaussian"]))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def read_rank_file(path: Path) -> dict:
+    """A rank file (`RANK_FILE_FORMAT`) read with weights_only=True; the old pickled format and
+    anything that is not plain tensors/containers is refused with an InputError naming the file
+    (unpickling a shared run folder would run its code)."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise InputError(
+            f"refused: {torch_load_refusal(exc)}; rank files written before format "
+            f"'{RANK_FILE_FORMAT}' held pickled objects and are not read any more (they could "
+            "run code); restart from a newer checkpoint, or fine-tune from this one's weights "
+            "with --finetune-from", path=path) from None
+    if not isinstance(state, dict) or state.get("format") != RANK_FILE_FORMAT:
+        raise InputError(f"not a '{RANK_FILE_FORMAT}' rank file (written by an older protdp?)",
+                         path=path)
+    return state
 
 
 def list_checkpoints(save_dir: Path) -> list[int]:
@@ -142,13 +176,15 @@ def save_checkpoint(saver: Saver, save_dir: str | Path, iteration: int, *, ema_s
         tmp.mkdir()
     saver.barrier()
     saver.save_engine(tmp / ENGINE)
-    torch.save({**rank_state, "rng": rng_state()}, tmp / f"rank_{saver.rank:05d}.pt")
+    torch.save({**rank_state, "format": RANK_FILE_FORMAT, "rng": rng_state()},
+               tmp / f"rank_{saver.rank:05d}.pt")
     if saver.rank == 0:
         torch.save(ema_state, tmp / EMA_FILE)
     saver.barrier()
     if saver.rank == 0:
         meta = {"iteration": iteration, "world_size": saver.world_size, "config": config,
-                "code_version": code_version(), "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                "code_version": code_version(), "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "data_manifest": data_manifest(config)}
         (tmp / META).write_text(json.dumps(meta, indent=1))
         if final.exists():  # re-saving an iteration (e.g. after a restart): replace it
             shutil.rmtree(final)
@@ -162,6 +198,33 @@ def save_checkpoint(saver: Saver, save_dir: str | Path, iteration: int, *, ema_s
                 shutil.rmtree(save_dir / iter_dir_name(old), ignore_errors=True)
     saver.barrier()
     return final
+
+
+_MANIFEST_CACHE: dict[tuple, dict] = {}
+DATA_KEYS = ("data", "distillation_data")   # the training stores a run's config names
+
+
+def data_manifest(config: dict) -> dict:
+    """{config key: {"path", "sha256", "num_families", "family_ids_sha256"}} of the training
+    stores, so the release's screening finds them by content wherever they are later
+    (cached per process by path, size and mtime: a store is hashed once per run)."""
+    from protdp.data.store import FamilyStore
+
+    out = {}
+    for key in DATA_KEYS:
+        path = config.get(key)
+        if not path or not Path(path).is_file():
+            continue
+        st = Path(path).stat()
+        stamp = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
+        if stamp not in _MANIFEST_CACHE:
+            with FamilyStore(path) as store:
+                ids = sorted(store.family_ids)
+            _MANIFEST_CACHE[stamp] = {
+                "path": stamp[0], "sha256": sha256_file(path), "num_families": len(ids),
+                "family_ids_sha256": hashlib.sha256("\n".join(ids).encode()).hexdigest()}
+        out[key] = _MANIFEST_CACHE[stamp]
+    return out
 
 
 @dataclass
@@ -189,10 +252,9 @@ def load_checkpoint(path: Path, rank: int) -> Loaded:
     rank_file = path / f"rank_{rank:05d}.pt"
     # onto the CPU: the saving rank's GPU may not exist here (RNG states are CPU tensors anyway;
     # the EMA moves itself onto the model's device)
-    rank_state = (torch.load(rank_file, map_location="cpu", weights_only=False)
-                  if rank_file.exists() else None)
+    rank_state = read_rank_file(rank_file) if rank_file.exists() else None
     return Loaded(path=path, iteration=int(meta["iteration"]), meta=meta,
-                  ema_state=torch.load(path / EMA_FILE, map_location="cpu", weights_only=True),
+                  ema_state=load_cpu(path / EMA_FILE),
                   rank_state=rank_state)
 
 

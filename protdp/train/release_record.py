@@ -5,7 +5,9 @@ folder; the policy it judges by is `protdp.gating.release.ReleasePolicy`. Two re
 verdict: `protdp predict`, before it serves predictions, and the trainer, which reports the
 verdict of its last checkpoint's background release job. Both read it here. A record counts
 only for the exact weights it was made for: its checkpoint sha256 must equal the digest of the
-checkpoint being served (`checkpointing.read_weights(...).sha256` or `checkpoint_digest`).
+checkpoint being served (`checkpointing.read_weights(...).sha256` or `checkpoint_digest`),
+and (given `floor`, e.g. `protdp.gating.release.weaker_thresholds`) only when the policy it was
+judged by is not weaker than the site's.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 RELEASE_FILE = "release.json"          # the record, in the checkpoint's folder
 RELEASE_FORMAT = "protdp-release-v1"   # its "format" field
@@ -32,7 +35,8 @@ class ReleaseStatus:
                 "reason": self.reason}
 
 
-def read_release(home: str | Path, checkpoint_sha256: str) -> ReleaseStatus:
+def read_release(home: str | Path, checkpoint_sha256: str,
+                 floor: Callable[[dict], list[str]] | None = None) -> ReleaseStatus:
     """The release status of the checkpoint whose reports live in `home` (never raises for a
     missing or broken record: that is an unreleased checkpoint, with the reason)."""
     path = Path(home) / RELEASE_FILE
@@ -54,4 +58,9 @@ def read_release(home: str | Path, checkpoint_sha256: str) -> ReleaseStatus:
     if not checks or failed or doc.get("verdict") != "released":
         return ReleaseStatus(False, path, failed or ["verdict"],
                              "failed release checks: " + ", ".join(failed or ["verdict"]))
+    weaker = floor(doc.get("policy")) if floor is not None else []
+    if weaker:
+        return ReleaseStatus(False, path, ["release_policy"],
+                             "released under a policy weaker than this site's: "
+                             + "; ".join(weaker))
     return ReleaseStatus(True, path)

@@ -1,4 +1,5 @@
-// protdp review: keyboard shortcuts, lease countdown and renewal, comment drafts, selection.
+// protdp review: keyboard shortcuts (approve needs "a" twice, never from the 3D viewer), lease
+// countdown and renewal, comment drafts (cleared at logout), selection.
 // Same-origin script (CSP script-src 'self'); the pages work without it.
 "use strict";
 
@@ -91,16 +92,58 @@
 
   function click(sel) { const el = $(sel); if (el) { el.click(); return true; } return false; }
 
+  // -- drafts never outlive the session (the server also sends Clear-Site-Data at logout) -------
+  function setupLogout() {
+    const btn = $("#logout");
+    if (!btn || !btn.form) return;
+    btn.form.addEventListener("submit", () => {
+      Object.keys(localStorage).filter((k) => k.startsWith("protdp-draft-"))
+        .forEach((k) => localStorage.removeItem(k));
+    });
+  }
+
+  // -- approve by keyboard: "a" arms, a second "a" within ARM_MS approves; never while the
+  // pointer last acted inside the 3D viewer (a click there gives it the keyboard's attention)
+  const ARM_MS = 3000;
+  let armedAt = -Infinity;
+  let inViewer = false;
+  function setupViewerGuard() {
+    document.addEventListener("pointerdown", (ev) => {
+      const viewer = $("#viewer");
+      inViewer = !!(viewer && viewer.contains(ev.target));
+      armedAt = -Infinity;
+    }, true);
+  }
+  function approveKey() {
+    const hint = $("#decide-hint");
+    if (inViewer) {
+      if (hint) hint.textContent = "Keys are off while you work in the 3D view; click outside it first.";
+      return true;
+    }
+    if (!$("#approve")) return false;
+    if (performance.now() - armedAt < ARM_MS) {
+      armedAt = -Infinity;
+      return click("#approve");
+    }
+    armedAt = performance.now();
+    if (hint) hint.textContent = "Press a again to approve.";
+    return true;
+  }
+
   // -- keyboard shortcuts -----------------------------------------------------------------------
   function onKey(ev) {
     if (ev.ctrlKey || ev.metaKey || ev.altKey || typing(document.activeElement)) return;
+    const viewer = $("#viewer");
+    if (viewer && viewer.contains(document.activeElement)) return;   // the viewer's own keys
+    if (ev.key !== "a") armedAt = -Infinity;
     const head = $("#item-head");
     const key = ev.key;
     let done = true;
     if (head) {                                     // item page
       if (key === "j" && head.dataset.next) location.href = head.dataset.next;
       else if (key === "k" && head.dataset.prev) location.href = head.dataset.prev;
-      else if (key === "a") done = click("#approve");
+      else if (key === "a") done = approveKey();
+      else if (inViewer && (key === "r" || key === "e")) done = true;   // not from the viewer
       else if (key === "r") done = click("#reject");
       else if (key === "e") done = click("#escalate");
       else if (key === "c") done = click("#claim") || click("#renew");
@@ -123,6 +166,8 @@
     clearDecidedDraft();
     setupLease();
     setupSelection();
+    setupLogout();
+    setupViewerGuard();
     document.addEventListener("keydown", onKey);
     document.body.dataset.shortcuts = "ready";
   });

@@ -14,6 +14,7 @@ from fastapi.staticfiles import StaticFiles
 from protdp.errors import InputError
 from protdp.gating import AFDB_BAND_COLORS
 from protdp.review.errors import AuthError, ClaimConflict, ItemNotFound, QueueBusy, QueueError
+from protdp.review.files import MAX_STRUCTURE_BYTES
 from protdp.review.store import SESSION_SECONDS, ReviewStore
 from protdp.review.web import routes_admin, routes_items, routes_queue
 from protdp.review.web.auth import HTTPProblem
@@ -64,18 +65,23 @@ def _install_error_pages(app: FastAPI) -> None:
 
 def create_app(store: ReviewStore | str, *, secret: bytes | None = None,
                session_seconds: int = SESSION_SECONDS,
-               files_roots: list[str | Path] | None = None) -> FastAPI:
+               files_roots: list[str | Path] | None = None,
+               max_structure_bytes: int = MAX_STRUCTURE_BYTES) -> FastAPI:
     """The review UI over `store` (a ReviewStore or its URL). Sessions live in the queue
-    database (`secret` is accepted for compatibility and unused). `files_roots`, when given,
-    confines the prediction files served to folders under those roots."""
+    database (`secret` is accepted for compatibility and unused). Files are served only under
+    the queue's roots (`protdp.review.roots`); `files_roots`, when given, narrows them."""
     del secret
     store = ReviewStore(store) if isinstance(store, str) else store
     env = make_env()
     app = FastAPI(title="protdp review", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.store = store
     app.state.session_seconds = session_seconds
-    app.state.files_roots = None if files_roots is None else [
-        Path(r).resolve() for r in files_roots]
+    app.state.max_structure_bytes = int(max_structure_bytes)
+    # the queue's roots, fixed at init-db; the server's own --files-root narrows them
+    queue_roots = store.files_roots()
+    app.state.files_roots = queue_roots if files_roots is None else [
+        Path(r).resolve() for r in files_roots
+        if any(Path(r).resolve().is_relative_to(q.resolve()) for q in queue_roots)]
 
     def render(template: str, http_status: int = 200, **ctx) -> HTMLResponse:
         return HTMLResponse(env.get_template(template).render(**ctx), status_code=http_status)
@@ -107,11 +113,12 @@ BANDS_CSS = "".join(f".band-{b} {{ background: {c};{' color: #fff;' if b == 'ver
 
 
 def serve(queue_url: str, *, host: str = "127.0.0.1", port: int = 8765,
-          files_roots: list[Path] | None = None) -> int:
+          files_roots: list[Path] | None = None,
+          max_structure_bytes: int = MAX_STRUCTURE_BYTES) -> int:
     """`protdp review serve`: run the UI with uvicorn."""
     import uvicorn
 
-    app = create_app(queue_url, files_roots=files_roots)
+    app = create_app(queue_url, files_roots=files_roots, max_structure_bytes=max_structure_bytes)
     print(f"protdp review UI: http://{host}:{port}/  (log in with a reviewer token; an admin "
           "adds one with `protdp review add-reviewer NAME`)", flush=True)
     if host not in ("127.0.0.1", "localhost", "::1"):

@@ -6,12 +6,20 @@
 - API clients may send `Authorization: Bearer <reviewer token>` instead (no cookie, no CSRF).
 - Every POST is authenticated (401) and, for cookie sessions, carries the session's CSRF token
   (403 when missing or wrong). The login form uses a double-submit cookie.
+- Failed logins are rate-limited per client address (`LOGIN_FAILURES` in `LOGIN_WINDOW_S`,
+  then 429 until the window passes); logout answers `Clear-Site-Data: "storage"` so comment
+  drafts never outlive the session in a shared browser (review.js clears them as well).
+- `opened(request)` is the set of items this session has opened (the item page); batch
+  approval accepts only those (routes_queue).
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import secrets
+import threading
+import time
 from dataclasses import dataclass
 from urllib.parse import urlencode
 
@@ -24,7 +32,29 @@ from protdp.review.errors import AuthError
 SESSION_COOKIE = "protdp_session"
 LOGIN_CSRF_COOKIE = "protdp_login_csrf"
 
+LOGIN_FAILURES = 10                  # failed logins per client address per window
+LOGIN_WINDOW_S = 300.0
+
 router = APIRouter()
+_lock = threading.Lock()
+
+
+def _failures(request: Request) -> list[float]:
+    """Recent failed-login times of this client (app state, pruned to the window)."""
+    table = request.app.state.__dict__.setdefault("_login_failures", {})
+    host = request.client.host if request.client else "?"
+    now = time.monotonic()
+    recent = [t for t in table.get(host, []) if now - t < LOGIN_WINDOW_S]
+    table[host] = recent
+    return recent
+
+
+def opened(request: Request, who: "Viewer") -> set[int]:
+    """Item ids this session (or bearer token) has opened on the item page."""
+    table = request.app.state.__dict__.setdefault("_opened", {})
+    key = who.session or who.token or ""
+    with _lock:
+        return table.setdefault(hashlib.sha256(key.encode()).hexdigest(), set())
 
 
 class HTTPProblem(Exception):
@@ -131,9 +161,15 @@ def login(request: Request, token: str = Form(""), login_csrf: str = Form(""),
     if not cookie or not hmac.compare_digest(cookie, login_csrf):
         raise HTTPProblem(403, "login form expired or forged (CSRF check failed); reload it")
     seconds = request.app.state.session_seconds
+    with _lock:
+        if len(_failures(request)) >= LOGIN_FAILURES:
+            raise HTTPProblem(429, f"too many failed logins from this address; wait "
+                                   f"{LOGIN_WINDOW_S / 60:g} minutes")
     try:
         session, _ = request.app.state.store.login(token.strip(), seconds)
     except AuthError:
+        with _lock:
+            _failures(request).append(time.monotonic())
         return _login_page(request, 401, "Token not recognised.", next)
     resp = RedirectResponse(local(next), status_code=303)
     set_cookie(request, resp, SESSION_COOKIE, session, max(0, int(seconds)))
@@ -146,6 +182,10 @@ def logout(request: Request, csrf_token: str = Form("")):
     who = require_post(request, csrf_token)
     if who.session:
         request.app.state.store.logout(who.session)  # server-side: a replayed cookie is dead
-    resp = RedirectResponse("/login", status_code=303)
+    resp = RedirectResponse("/login?logged_out=1", status_code=303)
     resp.delete_cookie(SESSION_COOKIE)
+    resp.headers["Clear-Site-Data"] = '"storage"'     # comment drafts go with the session
+    with _lock:
+        request.app.state.__dict__.get("_opened", {}).pop(
+            hashlib.sha256((who.session or who.token or "").encode()).hexdigest(), None)
     return resp

@@ -117,6 +117,22 @@ def residue_html(sequence: str | None, plddt: list) -> Markup:
     return Markup("".join(parts))
 
 
+PAE_DISPLAY_MAX = 512      # pixels per side of the PAE image; larger maps are block-averaged
+
+
+def downsample_pae(arr: np.ndarray, size: int = PAE_DISPLAY_MAX) -> np.ndarray:
+    """[L, L] -> [ceil(L/f), ceil(L/f)] block means with f = ceil(L / size) (edge blocks
+    averaged over the residues they hold), so a long chain's map stays a small image."""
+    n = arr.shape[0]
+    f = -(-n // size)
+    if f <= 1:
+        return arr
+    m = -(-n // f)
+    padded = np.full((m * f, m * f), np.nan)
+    padded[:n, :n] = arr
+    return np.nanmean(padded.reshape(m, f, m, f), axis=(1, 3))               # [m, m]
+
+
 @functools.lru_cache(maxsize=32)
 def _pae_png(path: str, _mtime_ns: int, _size: int) -> bytes | None:
     import matplotlib
@@ -132,7 +148,7 @@ def _pae_png(path: str, _mtime_ns: int, _size: int) -> bytes | None:
     arr = np.array(pae, dtype=float)                      # [L, L] Å
     if arr.ndim != 2 or arr.shape[0] != arr.shape[1] or arr.shape[0] > 10_000:
         return None
-    arr = np.nan_to_num(arr, nan=PAE_MAX)
+    arr = downsample_pae(np.nan_to_num(arr, nan=PAE_MAX))
     buf = io.BytesIO()
     image.imsave(buf, arr, vmin=0.0, vmax=PAE_MAX, cmap="Greens_r", format="png")
     return buf.getvalue()

@@ -9,10 +9,12 @@ from protdp.errors import InputError
 from protdp.gating import AFDB_BAND_COLORS, AFDB_BANDS
 from protdp.gating.bands import AFDB_BAND_FLOORS
 from protdp.review.errors import ClaimConflict
-from protdp.review.files import (STRUCTURE_KINDS, item_files, read_item_file, resolve_item_file)
+from protdp.review.files import (STRUCTURE_KINDS, item_files, oversized, read_item_file,
+                                 resolve_item_file)
 from protdp.review.hygiene import int_in_range
 from protdp.review.schema import ACTIONS, FINAL_STATES, ID_MAX
-from protdp.review.web.auth import HTTPProblem, Viewer, acting, require_page, require_post
+from protdp.review.web.auth import (HTTPProblem, Viewer, acting, opened, require_page,
+                                   require_post)
 from protdp.review.web.render import coverage_plot, pae_png, plddt_plot, residue_html
 
 router = APIRouter()
@@ -39,7 +41,11 @@ def item_context(request: Request, who: Viewer, item_id: int) -> dict:
     plddt = scores.get("plddt") or []
     files = {k: f"/items/{item['id']}/files/{k}" for k in item_files(item)
              if resolve_item_file(item, k, roots) is not None}
-    structure = next(((k, files[k]) for k in STRUCTURE_KINDS if k in files), None)
+    limit = request.app.state.max_structure_bytes
+    too_big = {k: oversized(resolve_item_file(item, k, roots), k, limit)
+               for k in STRUCTURE_KINDS if k in files}
+    structure = next(((k, files[k]) for k in STRUCTURE_KINDS
+                      if k in files and not too_big[k]), None)
     coverage = scores.get("msa_coverage")
     mine = item["state"] == "claimed" and item["claimed_by"] == who.name
     return dict(viewer=who, item=item, scores=scores, files=files, structure=structure,
@@ -50,13 +56,17 @@ def item_context(request: Request, who: Viewer, item_id: int) -> dict:
                 is not None, events=view["events"], final=item["state"] in FINAL_STATES,
                 mine=mine, decidable=item["state"] == "pending" or mine, actions=list(ACTIONS),
                 prev_id=view["prev_id"], next_id=view["next_id"], draft="", error=None,
-                limits=view["limits"], band_scale=band_scale())
+                limits=view["limits"], band_scale=band_scale(),
+                structure_too_big=max((v for v in too_big.values() if v), default=None),
+                structure_limit=limit)
 
 
 @router.get("/items/{item_id}")
 def item_page(request: Request, item_id: str):
     who = require_page(request)
-    return request.app.state.render("item.html", **item_context(request, who, _id(item_id)))
+    ctx = item_context(request, who, _id(item_id))
+    opened(request, who).add(ctx["item"]["id"])       # batch approval accepts only these
+    return request.app.state.render("item.html", **ctx)
 
 
 @router.get("/items/{item_id}/files/{kind}")
@@ -65,7 +75,12 @@ def item_file(request: Request, item_id: str, kind: str):
     anything outside the folder (links followed first), absent, or not a structure/JSON."""
     require_page(request)
     item = request.app.state.store.get(_id(item_id))
-    found = read_item_file(item, kind, request.app.state.files_roots)
+    limit = request.app.state.max_structure_bytes
+    size = oversized(resolve_item_file(item, kind, request.app.state.files_roots), kind, limit)
+    if size:
+        raise HTTPProblem(413, f"the {kind} file is {size / 2**20:.1f} MB, over this server's "
+                               f"{limit / 2**20:g} MB limit for the 3D view")
+    found = read_item_file(item, kind, request.app.state.files_roots, limit)
     if found is None:
         raise HTTPProblem(404, f"item {item['id']} has no {kind[:40]} file on this server")
     data, media, name = found

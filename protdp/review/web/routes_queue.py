@@ -11,7 +11,7 @@ from protdp.gating import REASON_TEXT
 from protdp.review.hygiene import check_filter_text, int_in_range
 from protdp.review.schema import ID_MAX, STATES
 from protdp.review.store import EXPORT_FORMATS, SORT_KEYS
-from protdp.review.web.auth import HTTPProblem, acting, require_page, require_post
+from protdp.review.web.auth import HTTPProblem, acting, opened, require_page, require_post
 
 router = APIRouter()
 PER_PAGE = 50
@@ -73,11 +73,23 @@ def claim_next(request: Request, csrf_token: str = Form("")):
 
 @router.post("/queue/batch")
 def batch(request: Request, csrf_token: str = Form(""), ids: list[str] = Form([]),
-          action: str = Form("approve"), comment: str = Form("")):
-    """One decision and one comment for a selection; per-item outcome shown."""
+          action: str = Form("approve"), comment: str = Form(""),
+          confirm_count: str = Form("")):
+    """One decision and one comment for a selection; per-item outcome shown. Approval takes
+    only items this session has opened, and the reviewer must confirm how many."""
     who = require_post(request, csrf_token)
-    item_ids = [int_in_range(i, "ids", 1, ID_MAX) for i in ids]
-    results = acting(request, who).decide_many(item_ids, action, comment)
+    item_ids = list(dict.fromkeys(int_in_range(i, "ids", 1, ID_MAX) for i in ids))
+    results: dict[int, str] = {}
+    if action == "approve":
+        if confirm_count.strip() != str(len(item_ids)):
+            raise HTTPProblem(400, f"confirm the number of items to approve: type "
+                                   f"{len(item_ids)} (you selected {len(item_ids)})")
+        seen = opened(request, who)
+        results = {i: "not approved: you have not opened this item in this session"
+                   for i in item_ids if i not in seen}
+        item_ids = [i for i in item_ids if i in seen]
+    if item_ids or not results:
+        results.update(acting(request, who).decide_many(item_ids, action, comment))
     return request.app.state.render("batch.html", viewer=who, results=results, action=action,
                                     comment=comment)
 
