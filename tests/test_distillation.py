@@ -121,7 +121,7 @@ def test_changed_msa_is_skipped_with_its_reason(reviewed, capsys):
 def test_structure_edited_after_approval_is_never_exported(reviewed, capsys):
     """Issue 26: the approved PDB doubled in place is refused by name, not exported."""
     tmp, url, by_target = reviewed
-    pdb = tmp / "pred" / "targets" / "2q2k_A" / "2q2k_A.pdb"
+    pdb = current_prediction(tmp / "pred" / "targets" / "2q2k_A") / "2q2k_A.pdb"
     original = pdb.read_bytes()
     st = gemmi.read_structure(str(pdb))
     for res in st[0][0]:
