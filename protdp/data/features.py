@@ -189,13 +189,9 @@ def sample_plan(msa: np.ndarray, rng: np.random.Generator, *, max_rows: int, max
             "bert_mask": selected, "assignment": assignment, "keep": keep}
 
 
-def msa_sample(msa: np.ndarray, dels: np.ndarray, window: slice, rng: np.random.Generator, *,
-               max_rows: int, max_extra: int, mask_fraction: float, profile: np.ndarray | None,
-               one_hot: torch.Tensor | None = None) -> dict[str, np.ndarray]:
-    """One MSA sample (steps 1-5 of the module docstring). msa/dels [N_all, L_full] -> the
-    cluster and extra keys over the cropped `window` (numpy)."""
-    plan = sample_plan(msa, rng, max_rows=max_rows, max_extra=max_extra,
-                       mask_fraction=mask_fraction, profile=profile, one_hot=one_hot)
+def msa_sample(msa: np.ndarray, dels: np.ndarray, window: slice, plan: dict) -> dict[str, np.ndarray]:
+    """One MSA sample (steps 1-5 of the module docstring) from its `sample_plan`. msa/dels
+    [N_all, L_full] -> the cluster and extra keys over the cropped `window` (numpy)."""
     centre_rows, extra_rows = plan["centre_rows"], plan["extra_rows"]
     centres, selected = plan["msa"][:, window], plan["bert_mask"][:, window]
     msa, dels = msa[:, window], dels[:, window]                     # views: rows copied cropped
@@ -255,12 +251,13 @@ def _query_aatype(family: dict, msa: np.ndarray) -> np.ndarray:
     return aatype
 
 
-def featurize(family: dict, *, crop_size: int | None, max_msa_rows: int, seed: int,
-              training: bool = True, max_extra_msa_rows: int = DEFAULT_MAX_EXTRA_MSA,
-              msa_samples: int = 1, masked_msa_fraction: float | None = None) -> dict:
-    """One example (unbatched, docs/batch_format.md) from a store family dict
-    (`FamilyStore.read`). Deterministic given `seed`. `masked_msa_fraction` defaults to 0.15
-    in training and 0 otherwise (AF2's own inference masks 0.15; pass it to reproduce that)."""
+def plan_example(family: dict, *, crop_size: int | None, max_msa_rows: int, seed: int,
+                 training: bool = True, max_extra_msa_rows: int = DEFAULT_MAX_EXTRA_MSA,
+                 msa_samples: int = 1, masked_msa_fraction: float | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, slice, list[dict]]:
+    """Every random choice of one example: (msa uint8 [N_all, L_full], deletions, aatype
+    [L_full], crop window, one `sample_plan` per MSA sample). `featurize` and the compact host
+    batch (`protdp.data.pipeline.compact`) both build from it, so they cannot disagree."""
     if max_msa_rows < 1 or max_extra_msa_rows < 0 or msa_samples < 1:
         raise ValueError("max_msa_rows and msa_samples must be >= 1, max_extra_msa_rows >= 0")
     fraction = (BERT_MASK_PROB if training else 0.0) if masked_msa_fraction is None else masked_msa_fraction
@@ -272,31 +269,51 @@ def featurize(family: dict, *, crop_size: int | None, max_msa_rows: int, seed: i
     window = slice(start, L_full if crop_size is None else min(L_full, start + crop_size))
     profile = msa_profile(msa) if fraction > 0 else None
     one_hot = shared_one_hot(msa) if msa.shape[0] > max_msa_rows else None
-    samples = [msa_sample(msa, dels, window, _rng(seed, 1, p), max_rows=max_msa_rows,
-                          max_extra=max_extra_msa_rows, mask_fraction=fraction, profile=profile,
-                          one_hot=one_hot)
-               for p in range(msa_samples)]
-    msa_keys = {k: (samples[0][k] if msa_samples == 1 else np.stack([s[k] for s in samples]))
-                for k in MSA_KEYS}
+    plans = [sample_plan(msa, _rng(seed, 1, p), max_rows=max_msa_rows, max_extra=max_extra_msa_rows,
+                         mask_fraction=fraction, profile=profile, one_hot=one_hot)
+             for p in range(msa_samples)]
+    return msa, dels, aatype, window, plans
+
+
+def residue_features(family: dict, aatype: np.ndarray, window: slice) -> dict:
+    """The residue, structure and scalar keys of an example over the crop `window`."""
+    L_full = len(aatype)
     structure = {k: v[window] for k, v in structure_arrays(family, aatype).items()}
     L = window.stop - window.start
     brk = np.asarray(family.get("between_segment_residues", np.zeros(L_full)), np.float32)[window]
-    out = {
+    return {
         "aatype": torch.from_numpy(aatype[window].copy()),                            # [L]
         "residue_index": torch.from_numpy(np.asarray(family["residue_index"])[window].astype(np.int64)),
         "seq_mask": torch.ones(L, dtype=torch.float32),                               # [L]
         "between_segment_residues": torch.from_numpy(brk.copy()),                     # [L]
         **{k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in structure.items()},
-        **{k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in msa_keys.items()},
         "resolution": torch.tensor(float(family.get("resolution", float("nan"))), dtype=torch.float32),
         "num_residues": torch.tensor(L, dtype=torch.int64),
         "family_id": str(family.get("family_id", "")),
     }
+
+
+def featurize(family: dict, *, crop_size: int | None, max_msa_rows: int, seed: int,
+              training: bool = True, max_extra_msa_rows: int = DEFAULT_MAX_EXTRA_MSA,
+              msa_samples: int = 1, masked_msa_fraction: float | None = None) -> dict:
+    """One example (unbatched, docs/batch_format.md) from a store family dict
+    (`FamilyStore.read`). Deterministic given `seed`. `masked_msa_fraction` defaults to 0.15
+    in training and 0 otherwise (AF2's own inference masks 0.15; pass it to reproduce that)."""
+    msa, dels, aatype, window, plans = plan_example(
+        family, crop_size=crop_size, max_msa_rows=max_msa_rows, seed=seed, training=training,
+        max_extra_msa_rows=max_extra_msa_rows, msa_samples=msa_samples,
+        masked_msa_fraction=masked_msa_fraction)
+    samples = [msa_sample(msa, dels, window, plan) for plan in plans]
+    msa_keys = {k: (samples[0][k] if msa_samples == 1 else np.stack([s[k] for s in samples]))
+                for k in MSA_KEYS}
+    out = residue_features(family, aatype, window)
+    out.update({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in msa_keys.items()})
     return out
 
 
 def collate(examples: list[dict]) -> dict:
-    """Stack examples into a batch, zero-padding L and the MSA rows; masks are 0 on padding."""
+    """Stack examples into a batch, zero-padding L and the MSA rows; masks are 0 on padding.
+    The batch is built on the examples' device."""
     if not examples:
         raise ValueError("collate needs at least one example")
     B = len(examples)
@@ -308,7 +325,7 @@ def collate(examples: list[dict]) -> dict:
         if any(len(s) != len(shapes[0]) for s in shapes):
             raise ValueError(f"collate: examples disagree on the rank of '{key}' (MSA samples?)")
         shape = tuple(max(s[i] for s in shapes) for i in range(len(shapes[0])))
-        out = torch.zeros((B,) + shape, dtype=examples[0][key].dtype)
+        out = torch.zeros((B,) + shape, dtype=examples[0][key].dtype, device=examples[0][key].device)
         for b, e in enumerate(examples):      # at the origin; the rest stays zero padding
             out[(b,) + tuple(slice(0, n) for n in e[key].shape)] = e[key]
         batch[key] = out
