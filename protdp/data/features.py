@@ -167,12 +167,14 @@ def summarize_clusters(centres: np.ndarray, centre_del: np.ndarray, extra: np.nd
 
 def sample_plan(msa: np.ndarray, rng: np.random.Generator, *, max_rows: int, max_extra: int,
                 mask_fraction: float, profile: np.ndarray | None,
-                one_hot: torch.Tensor | None = None) -> dict[str, np.ndarray]:
+                one_hot: torch.Tensor | None = None, assign: bool = True) -> dict[str, np.ndarray]:
     """The random choices of one MSA sample over the full length (steps 1-3 and the draw of 5):
     `centre_rows` [N] and `extra_rows` [E_all] (row indices), `msa` the masked centres and
     `bert_mask` the selected positions (int64 / bool [N, L_full]), `assignment` [E_all] (the
     centre of every extra row) and `keep` [E] (positions in `extra_rows` kept as the extra
-    MSA). `one_hot`: `agreement_one_hot(msa)` of every row, shared between samples."""
+    MSA). `one_hot`: `agreement_one_hot(msa)` of every row, shared between samples.
+    `assign=False` leaves out `assignment` (the device computes it: `pipeline.expand`); the
+    random draws are the same either way."""
     order = np.concatenate([[0], 1 + rng.permutation(msa.shape[0] - 1)])
     centre_rows, extra_rows = order[:max_rows], order[max_rows:]
     true_msa = msa[centre_rows].astype(np.int64)                    # [N, L_full]
@@ -180,7 +182,9 @@ def sample_plan(msa: np.ndarray, rng: np.random.Generator, *, max_rows: int, max
         centres, selected = bert_mask(true_msa, profile, rng, mask_fraction)
     else:
         centres, selected = true_msa, np.zeros(true_msa.shape, bool)
-    if one_hot is not None:   # every row against the centres, then the extra rows' answers
+    if not assign:
+        assignment = None
+    elif one_hot is not None:   # every row against the centres, then the extra rows' answers
         assignment = nearest_centre(one_hot, centres)[extra_rows]
     else:
         assignment = nearest_centre(msa[extra_rows], centres)
@@ -253,8 +257,8 @@ def _query_aatype(family: dict, msa: np.ndarray) -> np.ndarray:
 
 def plan_example(family: dict, *, crop_size: int | None, max_msa_rows: int, seed: int,
                  training: bool = True, max_extra_msa_rows: int = DEFAULT_MAX_EXTRA_MSA,
-                 msa_samples: int = 1, masked_msa_fraction: float | None = None
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, slice, list[dict]]:
+                 msa_samples: int = 1, masked_msa_fraction: float | None = None,
+                 assign: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, slice, list[dict]]:
     """Every random choice of one example: (msa uint8 [N_all, L_full], deletions, aatype
     [L_full], crop window, one `sample_plan` per MSA sample). `featurize` and the compact host
     batch (`protdp.data.pipeline.compact`) both build from it, so they cannot disagree."""
@@ -268,9 +272,9 @@ def plan_example(family: dict, *, crop_size: int | None, max_msa_rows: int, seed
     start = crop_start(L_full, crop_size, _rng(seed, 0), training)
     window = slice(start, L_full if crop_size is None else min(L_full, start + crop_size))
     profile = msa_profile(msa) if fraction > 0 else None
-    one_hot = shared_one_hot(msa) if msa.shape[0] > max_msa_rows else None
+    one_hot = shared_one_hot(msa) if assign and msa.shape[0] > max_msa_rows else None
     plans = [sample_plan(msa, _rng(seed, 1, p), max_rows=max_msa_rows, max_extra=max_extra_msa_rows,
-                         mask_fraction=fraction, profile=profile, one_hot=one_hot)
+                         mask_fraction=fraction, profile=profile, one_hot=one_hot, assign=assign)
              for p in range(msa_samples)]
     return msa, dels, aatype, window, plans
 
