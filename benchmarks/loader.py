@@ -107,8 +107,12 @@ def build_store(path: Path, families: list[dict]) -> None:
         write_index(h5)
 
 
-def feed_run(store_path: Path, *, workers: int, depth: int, step_s: float, steps: int) -> dict:
-    """Steps of a stand-in model (sleep `step_s`) fed by BatchFeed; data_wait per step."""
+def feed_run(store_path: Path, *, workers: int, depth: int, step_s: float, steps: int,
+             compact: bool = True) -> dict:
+    """Steps of a stand-in accelerator (sleep `step_s`: no host CPU) fed by BatchFeed on the
+    GPU path: the training thread waits for the workers' compact examples (data_wait); their
+    expansion is device work, part of the accelerator's step (loader_gpu_check.py).
+    `compact=False`: the CPU-device path (workers run featurize + collate, 88 MB batches)."""
     from protdp.data.sampler import FamilySampler
     from protdp.data.store import FamilyStore
     from protdp.train.feed import BatchFeed
@@ -119,13 +123,14 @@ def feed_run(store_path: Path, *, workers: int, depth: int, step_s: float, steps
     feed = BatchFeed(sources=sources, seed_of=lambda it, m: it, source_of=lambda s: sources[PDB],
                      example_seed=lambda s, k: s + k, kwargs={**AF2, "training": True},
                      start_iteration=0, num_micro=1, device=torch.device("cpu"), workers=workers,
-                     prefetch_depth=depth, timeout=600)
+                     prefetch_depth=depth, timeout=600, compact=compact)
     waits, totals, fams = [], [], []
     try:
-        feed.next(0, 0)                                   # warm-up: worker start, first batch
+        feed.next_host(0, 0)                              # warm-up: worker start, first batch
+        time.sleep(step_s)
         for it in range(1, steps + 1):
             t0 = time.perf_counter()
-            _, fids, _ = feed.next(it, 0)
+            _, fids, _ = feed.next_host(it, 0)
             t1 = time.perf_counter()
             time.sleep(step_s)                            # the accelerator's step
             waits.append(t1 - t0)
@@ -133,7 +138,8 @@ def feed_run(store_path: Path, *, workers: int, depth: int, step_s: float, steps
             fams.append(fids[0])
     finally:
         feed.close()
-    return {"workers": workers, "prefetch_depth": depth, "stand_in_step_s": step_s,
+    return {"path": "gpu (compact)" if compact else "cpu (featurize)", "workers": workers,
+            "prefetch_depth": depth, "stand_in_step_s": step_s, "load_avg_1m": os.getloadavg()[0],
             "steps": steps, "data_wait_fraction": sum(waits) / sum(totals),
             "max_step_s": max(totals), "mean_step_s": sum(totals) / len(totals),
             "per_step_s": [round(t, 3) for t in totals], "families": fams}
@@ -145,35 +151,46 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer repeats and steps")
     ap.add_argument("--feed-rows", type=int, default=2000, help="MSA rows of the feed's families")
     ap.add_argument("--out", default=str(REPO_ROOT / "benchmarks/results/loader.json"))
+    ap.add_argument("--keep-featurizer", action="store_true",
+                    help="reuse the featurizer section of the existing --out file")
     args = ap.parse_args()
     torch.set_num_threads(1)
     repeats = 1 if args.quick else 2
-    result = {"benchmark": "loader", "baseline_rev": args.baseline_rev,
-              "featurizer": featurizer_section(args.baseline_rev, [5000, 10000], repeats)}
+    result = {"benchmark": "loader", "baseline_rev": args.baseline_rev}
+    if args.keep_featurizer and Path(args.out).exists():
+        result["featurizer"] = json.loads(Path(args.out).read_text())["featurizer"]
+    else:
+        result["featurizer"] = featurizer_section(args.baseline_rev, [5000, 10000], repeats)
     from protdp.data.features import featurize
+    from protdp.data.pipeline.compact import compact_example as compact
     with tempfile.TemporaryDirectory() as tmp:
         fams = [synthetic_family(args.feed_rows, 384, s) for s in range(6)]
-        one = cpu_seconds(lambda: featurize(fams[0], seed=0, **AF2), 1)
+        one = cpu_seconds(lambda: compact(fams[0], seed=0, **AF2), 2)
         store = Path(tmp) / "feed.h5"
         build_store(store, fams)
         steps = 8 if args.quick else 12
-        result["feed"] = {"family": f"{args.feed_rows}x384", "featurize_cpu_s": one, "runs": []}
-        for step_s in (0.5, 1.0):
-            for workers in (1, 2):
-                r = feed_run(store, workers=workers, depth=2 * workers, step_s=step_s, steps=steps)
-                print(json.dumps({k: v for k, v in r.items() if k not in ("per_step_s", "families")}))
-                result["feed"]["runs"].append(r)
+        full = cpu_seconds(lambda: featurize(fams[0], seed=0, **AF2), 1)
+        result["feed"] = {"family": f"{args.feed_rows}x384", "compact_cpu_s": one,
+                          "featurize_cpu_s": full, "runs": []}
+        for compact_path, step_s, workers in [(c, s, w) for c in (True, False) for s in (0.5, 1.0)
+                                              for w in (1, 2)]:
+            r = feed_run(store, workers=workers, depth=2 * workers, step_s=step_s, steps=steps,
+                         compact=compact_path)
+            print(json.dumps({k: v for k, v in r.items() if k not in ("per_step_s", "families")}))
+            result["feed"]["runs"].append(r)
         slow_rows = 10 * args.feed_rows                   # ~10x the featurize time
         slow = synthetic_family(slow_rows, 384, 99, family_id="zz_slow")
         slow_store = Path(tmp) / "slow.h5"
         build_store(slow_store, fams + [slow])
         slow_cpu = cpu_seconds(lambda: featurize(slow, seed=0, **AF2), 1)
-        runs = [feed_run(slow_store, workers=2, depth=d, step_s=1.0, steps=steps) for d in (1, 6)]
+        # the CPU path (featurize in the workers: ~0.3 s per family, the slow one ~10x that)
+        runs = [feed_run(slow_store, workers=2, depth=d, step_s=1.0, steps=steps, compact=False)
+                for d in (1, 6)]
         for r in runs:
             slow_steps = [t for t, f in zip(r["per_step_s"], r["families"]) if f == "zz_slow"]
             r["slow_family_step_s"] = slow_steps
             print(json.dumps({k: v for k, v in r.items() if k not in ("per_step_s", "families")}))
-        result["slow_family"] = {"slow_featurize_cpu_s": slow_cpu, "other_featurize_cpu_s": one,
+        result["slow_family"] = {"slow_featurize_cpu_s": slow_cpu, "other_featurize_cpu_s": full,
                                  "runs": runs}
     result["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(),
                          "torch": torch.__version__, "numpy": np.__version__,

@@ -20,7 +20,6 @@ import os
 from collections import deque
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
 from protdp.data.features import collate, featurize
@@ -82,10 +81,11 @@ class BatchFeed:
 
     def __init__(self, *, sources: dict, seed_of, source_of, example_seed, kwargs: dict,
                  start_iteration: int, num_micro: int, device: torch.device, workers: int,
-                 prefetch_depth: int, timeout: float):
+                 prefetch_depth: int, timeout: float, compact: bool | None = None):
         self.sources, self.seed_of, self.source_of = sources, seed_of, source_of
         self.example_seed, self.kwargs, self.device = example_seed, kwargs, device
         self.num_micro = num_micro
+        self.compact = device.type == "cuda" if compact is None else compact
         self._cursor = (start_iteration, 0)
         self._planned: deque[_Planned] = deque()
         self._consumed = self._states()
@@ -103,7 +103,7 @@ class BatchFeed:
         fids = source.next_micro_batch()
         payload = {"store": str(source.store.path), "fids": list(fids),
                    "seeds": [self.example_seed(seed, k) for k in range(len(fids))],
-                   "kwargs": self.kwargs, "compact": self.device.type == "cuda"}
+                   "kwargs": self.kwargs, "compact": self.compact}
         self._cursor = (it + 1, 0) if micro + 1 == self.num_micro else (it, micro + 1)
         planned = _Planned(it, micro, source, list(fids), payload, self._states())
         if self.pool is not None:
@@ -113,6 +113,16 @@ class BatchFeed:
 
     def next(self, iteration: int, micro: int):
         """(source, family ids, batch on the device) of micro-batch `micro` of `iteration`."""
+        source, fids, out = self.next_host(iteration, micro)
+        if "compact" in out:
+            batch = expand_batch(out["compact"], self.device)
+        else:
+            batch = to_device(out, self.device)
+        return source, fids, batch
+
+    def next_host(self, iteration: int, micro: int):
+        """(source, family ids, what the worker returned: numpy arrays of the collated batch,
+        or {"compact": [compact examples]})."""
         while len(self._planned) < self.depth + 1:
             self._plan()
         task = self._planned.popleft()
@@ -121,12 +131,7 @@ class BatchFeed:
                                f"planned is ({task.iteration}, {task.micro})")
         out = self.pool.get() if self.pool is not None else build_micro_batch(task.payload)
         self._consumed = task.states
-        if "compact" in out:
-            batch = expand_batch(out["compact"], self.device)
-        else:
-            batch = to_device({k: (np.asarray(v) if isinstance(v, np.ndarray) else v)
-                               for k, v in out.items()}, self.device)
-        return task.source, task.fids, batch
+        return task.source, task.fids, out
 
     def sampler_states(self) -> dict:
         """Each source's sampler state at the last consumed micro-batch (for checkpoints)."""
