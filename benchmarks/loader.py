@@ -67,6 +67,45 @@ def main_featurize(rev: str):
     return mod.featurize
 
 
+def load_openfold(src: str):
+    """OpenFold's data modules from an extracted snapshot (`src`/openfold/...), without running
+    its package __init__ (which imports the model and its kernels). Needs ml-collections,
+    dm-tree, pandas, modelcif (pip)."""
+    import types
+
+    pkg = types.ModuleType("openfold")
+    pkg.__path__ = [str(Path(src) / "openfold")]
+    sys.modules["openfold"] = pkg
+    from openfold import config
+    from openfold.data import data_pipeline, feature_pipeline, parsers
+    return config, data_pipeline, feature_pipeline, parsers
+
+
+def openfold_example(fam: dict, openfold, seed: int) -> tuple[dict, float]:
+    """OpenFold's own pipeline on the same MSA: `data_pipeline`'s sequence and MSA features,
+    then `FeaturePipeline.process_features(..., "train")` at the same sizes (templates off,
+    max_recycling_iters = samples - 1). -> (features, CPU seconds of both)."""
+    config, dp, fp, parsers = openfold
+    alphabet = LETTERS + "X-"
+    t = time.process_time()
+    seqs = ["".join(alphabet[i] for i in row) for row in fam["msa"]]
+    L = fam["msa"].shape[1]
+    raw = {**dp.make_sequence_features(seqs[0], "x", L),
+           **dp.make_msa_features([parsers.Msa(seqs, fam["deletion_matrix"].astype(int).tolist(),
+                                               [""] * len(seqs))]),
+           "all_atom_positions": fam["all_atom_positions"],
+           "all_atom_mask": fam["all_atom_mask"].astype(np.float32),
+           "resolution": np.array([2.0], np.float32), "is_distillation": np.array(0.0, np.float32)}
+    cfg = config.model_config("initial_training", train=True).data
+    cfg.common.use_templates = False
+    cfg.common.max_recycling_iters = AF2["msa_samples"] - 1
+    cfg.train.max_msa_clusters, cfg.train.max_extra_msa = AF2["max_msa_rows"], AF2["max_extra_msa_rows"]
+    cfg.train.crop_size = AF2["crop_size"]
+    torch.manual_seed(seed)
+    out = fp.FeaturePipeline(cfg).process_features(raw, "train")
+    return out, time.process_time() - t
+
+
 def cpu_seconds(fn, repeats: int) -> float:
     best = float("inf")
     for _ in range(repeats):
@@ -76,10 +115,12 @@ def cpu_seconds(fn, repeats: int) -> float:
     return best
 
 
-def featurizer_section(rev: str, sizes: list[int], repeats: int) -> list[dict]:
+def featurizer_section(rev: str, sizes: list[int], repeats: int, openfold_src: str | None
+                       ) -> list[dict]:
     from protdp.data.features import featurize
 
     old = main_featurize(rev)
+    openfold = load_openfold(openfold_src) if openfold_src else None
     out = []
     for rows in sizes:
         fam = synthetic_family(rows, 384, 0)
@@ -93,6 +134,12 @@ def featurizer_section(rev: str, sizes: list[int], repeats: int) -> list[dict]:
                "main_cpu_s": t_old, "new_featurize_cpu_s": t_new, "compact_host_cpu_s": t_compact,
                "speedup_featurize": t_old / t_new, "speedup_compact_host": t_old / t_compact,
                "bytes_featurized": nbytes(b), "bytes_compact": nbytes(compact_example(fam, seed=1, **AF2))}
+        if openfold is not None:
+            feats, row["openfold_cpu_s"] = openfold_example(fam, openfold, 1)
+            row["openfold_bytes"] = sum(v.numel() * v.element_size() for v in feats.values()
+                                        if isinstance(v, torch.Tensor))
+            row["openfold_over_new_featurize"] = row["openfold_cpu_s"] / t_new
+            row["openfold_over_compact_host"] = row["openfold_cpu_s"] / t_compact
         print(json.dumps(row))
         out.append(row)
     return out
@@ -151,6 +198,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer repeats and steps")
     ap.add_argument("--feed-rows", type=int, default=2000, help="MSA rows of the feed's families")
     ap.add_argument("--out", default=str(REPO_ROOT / "benchmarks/results/loader.json"))
+    ap.add_argument("--openfold", default=None, metavar="SRC",
+                    help="folder holding OpenFold's openfold/ package (from a fetched snapshot: "
+                         "git archive HEAD openfold | tar -x -C SRC) to time it as the peer")
     ap.add_argument("--keep-featurizer", action="store_true",
                     help="reuse the featurizer section of the existing --out file")
     args = ap.parse_args()
@@ -160,7 +210,8 @@ def main() -> None:
     if args.keep_featurizer and Path(args.out).exists():
         result["featurizer"] = json.loads(Path(args.out).read_text())["featurizer"]
     else:
-        result["featurizer"] = featurizer_section(args.baseline_rev, [5000, 10000], repeats)
+        result["featurizer"] = featurizer_section(args.baseline_rev, [5000, 10000], repeats,
+                                                  args.openfold)
     from protdp.data.features import featurize
     from protdp.data.pipeline.compact import compact_example as compact
     with tempfile.TemporaryDirectory() as tmp:

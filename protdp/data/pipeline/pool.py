@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import queue
+import threading
 import time
 import traceback
 from typing import Any, Callable
@@ -83,6 +84,28 @@ class OrderedPool:
         self._running: dict[int, int] = {}       # worker -> task it started last
         self._next_submit = self._next_get = 0
         self._closed = False
+        # a receiver thread reads (and unpickles) results as they arrive, so a prefetched
+        # batch is already in this process when the training thread asks for it
+        self._cond = threading.Condition()
+        self._last_progress = time.monotonic()
+        self._receiver = threading.Thread(target=self._receive, daemon=True, name="protdp-data-rx")
+        self._receiver.start()
+
+    def _receive(self) -> None:
+        while not self._closed:
+            try:
+                kind, i, value = self._results.get(timeout=POLL_S)
+            except queue.Empty:
+                continue
+            except (EOFError, OSError, ValueError):    # queue closed under us
+                return
+            with self._cond:
+                self._last_progress = time.monotonic()
+                if kind == "start":
+                    self._running[value] = i
+                else:
+                    self._ready[i] = (kind, value)
+                self._cond.notify_all()
 
     @property
     def outstanding(self) -> int:
@@ -110,29 +133,25 @@ class OrderedPool:
         if self._next_get >= self._next_submit:
             raise RuntimeError("OrderedPool.get() with no task submitted")
         index = self._next_get
-        deadline = time.monotonic() + self.timeout
-        while index not in self._ready:
-            try:
-                kind, i, value = self._results.get(timeout=POLL_S)
-            except queue.Empty:
-                dead = self._dead_worker()
-                if dead is not None:
-                    self.close()
-                    raise dead from None
-                if time.monotonic() > deadline:
+        started = time.monotonic()
+        error = None
+        with self._cond:
+            while index not in self._ready and error is None:
+                self._cond.wait(timeout=POLL_S)
+                if index in self._ready:
+                    break
+                error = self._dead_worker()
+                if error is None and time.monotonic() - max(started, self._last_progress) > self.timeout:
                     owner = [w for w, t in self._running.items() if t == index]
                     who = f"data worker {owner[0]}" if owner else "no data worker (all busy)"
-                    self.close()
-                    raise WorkerError(f"{who} made no progress for {self.timeout:g} s while "
-                                      f"building {self.describe(self._payloads[index])} "
-                                      "(--data-timeout)") from None
-                continue
-            deadline = time.monotonic() + self.timeout        # any progress restarts the clock
-            if kind == "start":
-                self._running[value] = i
-            else:
-                self._ready[i] = (kind, value)
-        kind, value = self._ready.pop(index)
+                    error = WorkerError(f"{who} made no progress for {self.timeout:g} s while "
+                                        f"building {self.describe(self._payloads[index])} "
+                                        "(--data-timeout)")
+            if error is None:
+                kind, value = self._ready.pop(index)
+        if error is not None:
+            self.close()
+            raise error
         self._payloads.pop(index)
         self._next_get += 1
         if kind == "error":
@@ -144,6 +163,8 @@ class OrderedPool:
         if self._closed:
             return
         self._closed = True
+        if self._receiver is not threading.current_thread():
+            self._receiver.join(timeout=2 * POLL_S + 1.0)
         for _ in self._procs:
             try:
                 self._tasks.put(None)
