@@ -20,6 +20,7 @@ import os
 from collections import deque
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from protdp.data.features import collate, featurize
@@ -44,8 +45,8 @@ def default_workers() -> int:
 
 def build_micro_batch(payload: dict) -> dict:
     """Worker side (module level: picklable by reference). payload: store path, family ids,
-    per-example seeds, featurize keyword arguments, `compact` -> numpy arrays: the collated
-    batch, or {"compact": [examples]}."""
+    per-example seeds, featurize keyword arguments, `compact` -> the collated batch, or
+    {"compact": [examples]}; arrays as CPU tensors (shared memory in transit)."""
     from protdp.data.store import FamilyStore
 
     store = _STORES.get(payload["store"])
@@ -53,11 +54,11 @@ def build_micro_batch(payload: dict) -> dict:
         store = _STORES[payload["store"]] = FamilyStore(payload["store"])
     kwargs = payload["kwargs"]
     if payload["compact"]:
-        return {"compact": [compact_example(store.read(f), seed=s, **kwargs)
+        return {"compact": [{k: (torch.from_numpy(v) if isinstance(v, np.ndarray) else v)
+                             for k, v in compact_example(store.read(f), seed=s, **kwargs).items()}
                             for f, s in zip(payload["fids"], payload["seeds"])]}
-    batch = collate([featurize(store.read(f), seed=s, **kwargs)
-                     for f, s in zip(payload["fids"], payload["seeds"])])
-    return {k: (v.numpy() if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
+    return collate([featurize(store.read(f), seed=s, **kwargs)
+                    for f, s in zip(payload["fids"], payload["seeds"])])
 
 
 def describe(payload: dict) -> str:
@@ -90,8 +91,8 @@ class BatchFeed:
         self._planned: deque[_Planned] = deque()
         self._consumed = self._states()
         self.depth = max(1, prefetch_depth) if workers > 0 else 0
-        self.pool = (OrderedPool(build_micro_batch, workers, timeout=timeout, describe=describe)
-                     if workers > 0 else None)
+        self.workers, self.timeout = workers, timeout
+        self.pool: OrderedPool | None = None       # started with the first micro-batch
 
     def _states(self) -> dict:
         return {name: s.sampler.state_dict() for name, s in self.sources.items()}
@@ -106,7 +107,10 @@ class BatchFeed:
                    "kwargs": self.kwargs, "compact": self.compact}
         self._cursor = (it + 1, 0) if micro + 1 == self.num_micro else (it, micro + 1)
         planned = _Planned(it, micro, source, list(fids), payload, self._states())
-        if self.pool is not None:
+        if self.workers > 0:
+            if self.pool is None:
+                self.pool = OrderedPool(build_micro_batch, self.workers, timeout=self.timeout,
+                                        describe=describe)
             self.pool.submit(payload)
         self._planned.append(planned)
         return planned
@@ -138,6 +142,8 @@ class BatchFeed:
         return self._consumed
 
     def close(self) -> None:
+        """Stop the workers; the feed cannot be used afterwards."""
         if self.pool is not None:
             self.pool.close()
-            self.pool = None
+        self.pool, self.workers, self.depth = None, 0, 0
+        self._planned.clear()

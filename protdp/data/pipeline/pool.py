@@ -5,14 +5,15 @@ Tasks are submitted in order and numbered; any free worker takes the oldest wait
 results come back in submission order whatever the number of workers or their timing, so a
 batch is a pure function of its task. Workers are started with `forkserver` (or `spawn`):
 never `fork` a process that already runs torch's thread pools. A task that raises re-raises
-its exception (the same class and message) when its result is asked for; a worker that dies
+its exception (the same class and message) when its result is asked for. Results travel
+through torch's multiprocessing queues: tensors in them are moved to shared memory and only
+their handles are pickled, so an 88 MB batch is not copied through a pipe. A worker that dies
 or makes no progress for `timeout` seconds is a `WorkerError` naming the task (the
 families), never a silent hang of the training job.
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import queue
 import threading
 import time
@@ -72,7 +73,9 @@ class OrderedPool:
             raise ValueError(f"workers must be >= 1, got {workers}")
         if start_method not in START_METHODS:
             raise ValueError(f"start_method must be one of {START_METHODS}")
-        ctx = mp.get_context(start_method)
+        import torch.multiprocessing as tmp   # its queues pass tensors through shared memory
+
+        ctx = tmp.get_context(start_method)
         self.timeout, self.describe = timeout, describe
         self._tasks, self._results = ctx.Queue(), ctx.Queue()
         self._procs = [ctx.Process(target=_worker_loop, args=(w, fn, self._tasks, self._results),
