@@ -43,13 +43,14 @@ def default_workers() -> int:
     return max(0, min(8, per_rank - 1))
 
 
-def build_micro_batch(payload: dict) -> dict:
+def build_micro_batch(payload: dict, store=None) -> dict:
     """Worker side (module level: picklable by reference). payload: store path, family ids,
     per-example seeds, featurize keyword arguments, `compact` -> the collated batch, or
-    {"compact": [examples]}; arrays as CPU tensors (shared memory in transit)."""
+    {"compact": [examples]}; arrays as CPU tensors (shared memory in transit). `store`: the
+    open store (in the training process), else one opened per worker process."""
     from protdp.data.store import FamilyStore
 
-    store = _STORES.get(payload["store"])
+    store = store if store is not None else _STORES.get(payload["store"])
     if store is None:
         store = _STORES[payload["store"]] = FamilyStore(payload["store"])
     kwargs = payload["kwargs"]
@@ -133,7 +134,8 @@ class BatchFeed:
         if (task.iteration, task.micro) != (iteration, micro):
             raise RuntimeError(f"feed out of step: asked for ({iteration}, {micro}), next "
                                f"planned is ({task.iteration}, {task.micro})")
-        out = self.pool.get() if self.pool is not None else build_micro_batch(task.payload)
+        out = (self.pool.get() if self.pool is not None
+               else build_micro_batch(task.payload, task.source.store))
         self._consumed = task.states
         return task.source, task.fids, out
 
