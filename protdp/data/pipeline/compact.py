@@ -1,7 +1,7 @@
 """Compact host examples: what a worker ships instead of featurized float tensors.
 
 `featurize` (docs/batch_format.md) returns, at AF2's training sizes (crop 256, 512 clusters,
-1,024 extra rows, 4 MSA samples), ~88 MB per example, most of it the float32 cluster profile
+1,024 extra rows, 4 MSA samples), 88 MB per example, most of it the float32 cluster profile
 [P, N, L, 23] and int64 / float32 copies of token rows. The same example is fully described by
 the MSA once (int8) with its deletion counts (a code into small tables), plus per MSA sample
 the random choices of `features.sample_plan` (row order, BERT-masked centre tokens and their
