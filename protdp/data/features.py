@@ -71,63 +71,110 @@ def msa_profile(msa: np.ndarray) -> np.ndarray:
 def bert_mask(msa: np.ndarray, profile: np.ndarray, rng: np.random.Generator,
               mask_prob: float = BERT_MASK_PROB) -> tuple[np.ndarray, np.ndarray]:
     """AF2 masked-MSA corruption. msa int64 [N, L], profile [L, 23] ->
-    (corrupted msa int64 [N, L], selected bool [N, L])."""
+    (corrupted msa int64 [N, L], selected bool [N, L]).
+
+    The replacement distribution is built only at the selected positions (~15 %): the same
+    float64 operations in the same order as over the full [N, L, 23] array, so the draws and
+    the result are bit for bit those of the full computation at a seventh of the work."""
     n, L = msa.shape
-    probs = np.zeros((n, L, NUM_MSA_TOKENS))                        # [N, L, 23]
-    probs[..., :NUM_AA] += BERT_UNIFORM / NUM_AA
-    probs += BERT_PROFILE * profile[None]
-    probs[np.arange(n)[:, None], np.arange(L)[None, :], msa] += BERT_SAME
-    probs[..., MASK_ID] += 1.0 - BERT_UNIFORM - BERT_PROFILE - BERT_SAME
-    cum = np.cumsum(probs, axis=-1)
-    u = rng.random((n, L, 1)) * cum[..., -1:]
-    replacement = np.minimum((u > cum).sum(-1), NUM_MSA_TOKENS - 1)  # [N, L]
+    u = rng.random((n, L, 1))                                        # drawn for every position
     selected = rng.random((n, L)) < mask_prob
-    return np.where(selected, replacement, msa), selected
+    rows, cols = np.nonzero(selected)
+    tokens = msa[rows, cols]                                         # [S]
+    probs = np.zeros((len(rows), NUM_MSA_TOKENS))                    # [S, 23]
+    probs[:, :NUM_AA] += BERT_UNIFORM / NUM_AA
+    probs += BERT_PROFILE * profile[cols]
+    probs[np.arange(len(rows)), tokens] += BERT_SAME
+    probs[:, MASK_ID] += 1.0 - BERT_UNIFORM - BERT_PROFILE - BERT_SAME
+    cum = np.cumsum(probs, axis=-1)
+    draw = u[rows, cols] * cum[:, -1:]                               # [S, 1]
+    out = msa.copy()
+    out[rows, cols] = np.minimum((draw > cum).sum(-1), NUM_MSA_TOKENS - 1)
+    return out, selected
 
 
-def _agreement_one_hot(msa: np.ndarray) -> np.ndarray:
-    """[N, L] tokens -> float32 [N, L * 21]: one-hot of residues and X; gaps and mask are 0."""
-    n, L = msa.shape
-    out = np.zeros((n, L, AGREEMENT_CLASSES), np.float32)
-    keep = msa < AGREEMENT_CLASSES
-    rows, cols = np.nonzero(keep)
-    out[rows, cols, msa[keep]] = 1.0
-    return out.reshape(n, L * AGREEMENT_CLASSES)
+def agreement_one_hot(msa) -> torch.Tensor:
+    """[N, L] tokens -> int8 [N, L * 21]: one-hot of residues and X; gaps and mask are 0."""
+    tokens = torch.as_tensor(np.asarray(msa)).to(torch.int8)
+    classes = torch.arange(AGREEMENT_CLASSES, dtype=torch.int8)
+    return (tokens.unsqueeze(-1) == classes).view(torch.int8).reshape(tokens.shape[0], -1)
 
 
-def cluster_assignment(centres: np.ndarray, extra: np.ndarray, chunk: int = 1024) -> np.ndarray:
-    """AF2 `nearest_neighbor_clusters`: index of the centre [N, L] each extra row [E, L] agrees
-    with most (exact integer counts in float32; ties go to the first centre) -> int64 [E].
-    Extra rows are one-hot encoded `chunk` at a time to bound memory."""
-    if extra.shape[0] == 0:
+def _agreement_counts(extra: torch.Tensor, centres_t: torch.Tensor) -> torch.Tensor:
+    """Exact agreement counts: int8 one-hots extra [E, K], centres_t [K, N] -> int32 [E, N].
+    An int8 x int8 -> int32 matrix product (VNNI/IMMA; about 5x float32 on one core); where
+    torch has none, a float32 product (exact: counts <= K < 2^24)."""
+    try:
+        return torch._int_mm(extra, centres_t)
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return (extra.float() @ centres_t.float()).to(torch.int32)
+
+
+def nearest_centre(rows, centres: np.ndarray, chunk: int = 4096) -> np.ndarray:
+    """For every row (tokens [R, L] or their `agreement_one_hot` [R, L*21]) the index of the
+    centre [N, L] it agrees with most (ties: the first centre, `torch.argmax`) -> int64 [R]."""
+    if rows.shape[0] == 0:
         return np.zeros(0, np.int64)
-    centres_t = _agreement_one_hot(centres).T                                   # [L*21, N]
-    return np.concatenate([np.argmax(_agreement_one_hot(extra[i:i + chunk]) @ centres_t, axis=1)
-                           for i in range(0, extra.shape[0], chunk)])
+    centres_t = agreement_one_hot(centres).T.contiguous()                       # [L*21, N]
+    out = []
+    for i in range(0, rows.shape[0], chunk):
+        part = rows[i:i + chunk]
+        part = part if isinstance(part, torch.Tensor) else agreement_one_hot(part)
+        out.append(torch.argmax(_agreement_counts(part, centres_t), dim=1))
+    return torch.cat(out).numpy().astype(np.int64)
+
+
+def cluster_assignment(centres: np.ndarray, extra: np.ndarray, chunk: int = 4096) -> np.ndarray:
+    """AF2 `nearest_neighbor_clusters`: index of the centre [N, L] each extra row [E, L] agrees
+    with most (exact integer counts: residues and X count, gaps and the mask token do not;
+    ties go to the first centre) -> int64 [E]."""
+    return nearest_centre(extra, centres, chunk)
+
+
+def _cluster_sums(assignment: np.ndarray, n: int, L: int) -> tuple[np.ndarray, np.ndarray]:
+    """(cell (centre, column) of every extra position int64 [E*L], 1e-6 + members float64
+    [N, L]): every extra row joins its centre in every column, so members are per centre."""
+    cell = (assignment[:, None] * L + np.arange(L)[None, :]).ravel()
+    members = 1.0 + np.bincount(assignment, minlength=n).astype(np.float64)    # [N]
+    return cell, np.broadcast_to(1e-6 + members[:, None], (n, L))
+
+
+def cluster_deletion_mean(centre_del: np.ndarray, extra_del: np.ndarray, assignment: np.ndarray,
+                          cell: np.ndarray | None = None) -> np.ndarray:
+    """Mean deletion count per centre and column over its assigned extra rows and itself
+    (float64 [N, L]; AF2 `summarize_clusters`)."""
+    n, L = centre_del.shape
+    cell_, denominator = _cluster_sums(assignment, n, L)
+    cell = cell_ if cell is None else cell
+    deletions = centre_del + np.bincount(cell, weights=extra_del.ravel().astype(np.float64),
+                                         minlength=n * L).reshape(n, L)
+    return deletions / denominator
 
 
 def summarize_clusters(centres: np.ndarray, centre_del: np.ndarray, extra: np.ndarray,
                        extra_del: np.ndarray, assignment: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """AF2 `summarize_clusters`: per centre the 23-class profile [N, L, 23] and the mean
-    deletion count [N, L] over its assigned extra rows and itself (float32)."""
+    deletion count [N, L] over its assigned extra rows and itself (float32). The centre's
+    own token is counted in the same integer bincount as its members' tokens."""
     n, L = centres.shape
-    cell = (assignment[:, None] * L + np.arange(L)[None, :]).ravel()           # (centre, column)
-    members = 1.0 + np.bincount(cell, minlength=n * L).reshape(n, L)
-    counts = np.bincount(cell * NUM_MSA_TOKENS + extra.ravel(), minlength=n * L * NUM_MSA_TOKENS)
-    profile = counts.reshape(n, L, NUM_MSA_TOKENS).astype(np.float64)
-    profile[np.arange(n)[:, None], np.arange(L)[None, :], centres] += 1.0     # the centre itself
-    deletions = centre_del + np.bincount(cell, weights=extra_del.ravel().astype(np.float64),
-                                         minlength=n * L).reshape(n, L)
-    denominator = 1e-6 + members
-    return ((profile / denominator[..., None]).astype(np.float32),
-            (deletions / denominator).astype(np.float32))
+    cell, denominator = _cluster_sums(assignment, n, L)
+    own = (np.arange(n * L) * NUM_MSA_TOKENS + centres.ravel())               # the centre itself
+    counts = np.bincount(np.concatenate([cell * NUM_MSA_TOKENS + extra.ravel(), own]),
+                         minlength=n * L * NUM_MSA_TOKENS).reshape(n, L, NUM_MSA_TOKENS)
+    return ((counts / denominator[..., None]).astype(np.float32),
+            cluster_deletion_mean(centre_del, extra_del, assignment, cell).astype(np.float32))
 
 
-def msa_sample(msa: np.ndarray, dels: np.ndarray, window: slice, rng: np.random.Generator, *,
-               max_rows: int, max_extra: int, mask_fraction: float, profile: np.ndarray | None
-               ) -> dict[str, np.ndarray]:
-    """One MSA sample (steps 1-5 of the module docstring). msa/dels [N_all, L_full] -> the
-    cluster and extra keys over the cropped `window` (numpy)."""
+def sample_plan(msa: np.ndarray, rng: np.random.Generator, *, max_rows: int, max_extra: int,
+                mask_fraction: float, profile: np.ndarray | None,
+                one_hot: torch.Tensor | None = None, assign: bool = True) -> dict[str, np.ndarray]:
+    """The random choices of one MSA sample over the full length (steps 1-3 and the draw of 5):
+    `centre_rows` [N] and `extra_rows` [E_all] (row indices), `msa` the masked centres and
+    `bert_mask` the selected positions (int64 / bool [N, L_full]), `assignment` [E_all] (the
+    centre of every extra row) and `keep` [E] (positions in `extra_rows` kept as the extra
+    MSA). `one_hot`: `agreement_one_hot(msa)` of every row, shared between samples.
+    `assign=False` leaves out `assignment` (the device computes it: `pipeline.expand`); the
+    random draws are the same either way."""
     order = np.concatenate([[0], 1 + rng.permutation(msa.shape[0] - 1)])
     centre_rows, extra_rows = order[:max_rows], order[max_rows:]
     true_msa = msa[centre_rows].astype(np.int64)                    # [N, L_full]
@@ -135,13 +182,29 @@ def msa_sample(msa: np.ndarray, dels: np.ndarray, window: slice, rng: np.random.
         centres, selected = bert_mask(true_msa, profile, rng, mask_fraction)
     else:
         centres, selected = true_msa, np.zeros(true_msa.shape, bool)
-    extra_all = msa[extra_rows].astype(np.int64)
-    assignment = cluster_assignment(centres, extra_all)
-    centres, true_msa, selected = centres[:, window], true_msa[:, window], selected[:, window]
-    centre_del = dels[centre_rows][:, window]
-    extra_all, extra_del = extra_all[:, window], dels[extra_rows][:, window]
-    cluster_profile, mean_del = summarize_clusters(centres, centre_del, extra_all, extra_del, assignment)
+    if not assign:
+        assignment = None
+    elif one_hot is not None:   # every row against the centres, then the extra rows' answers
+        assignment = nearest_centre(one_hot, centres)[extra_rows]
+    else:
+        assignment = nearest_centre(msa[extra_rows], centres)
     keep = rng.permutation(len(extra_rows))[:max_extra]
+    return {"centre_rows": centre_rows, "extra_rows": extra_rows, "msa": centres,
+            "bert_mask": selected, "assignment": assignment, "keep": keep}
+
+
+def msa_sample(msa: np.ndarray, dels: np.ndarray, window: slice, plan: dict) -> dict[str, np.ndarray]:
+    """One MSA sample (steps 1-5 of the module docstring) from its `sample_plan`. msa/dels
+    [N_all, L_full] -> the cluster and extra keys over the cropped `window` (numpy)."""
+    centre_rows, extra_rows = plan["centre_rows"], plan["extra_rows"]
+    centres, selected = plan["msa"][:, window], plan["bert_mask"][:, window]
+    msa, dels = msa[:, window], dels[:, window]                     # views: rows copied cropped
+    true_msa = msa[centre_rows].astype(np.int64)
+    centre_del = dels[centre_rows]
+    extra_all, extra_del = msa[extra_rows].astype(np.int64), dels[extra_rows]
+    cluster_profile, mean_del = summarize_clusters(centres, centre_del, extra_all, extra_del,
+                                                   plan["assignment"])
+    keep = plan["keep"]
     extra, extra_del = extra_all[keep], extra_del[keep]
     extra_mask = np.ones(extra.shape, np.float32)
     if extra.shape[0] == 0:      # one padding row, as AF2 runs its stack on a padded extra MSA
@@ -156,6 +219,13 @@ def msa_sample(msa: np.ndarray, dels: np.ndarray, window: slice, rng: np.random.
         "extra_has_deletion": (extra_del > 0).astype(np.float32),
         "extra_deletion_value": deletion_value(extra_del),
     }
+
+
+def shared_one_hot(msa: np.ndarray, limit_bytes: int = 512 << 20) -> torch.Tensor | None:
+    """`agreement_one_hot` of every row, computed once for all MSA samples of an example, or
+    None when it would exceed `limit_bytes` (then each sample encodes its extra rows)."""
+    n, L = msa.shape
+    return agreement_one_hot(msa) if n * L * AGREEMENT_CLASSES <= limit_bytes else None
 
 
 def structure_arrays(family: dict, aatype: np.ndarray) -> dict[str, np.ndarray]:
@@ -185,12 +255,13 @@ def _query_aatype(family: dict, msa: np.ndarray) -> np.ndarray:
     return aatype
 
 
-def featurize(family: dict, *, crop_size: int | None, max_msa_rows: int, seed: int,
-              training: bool = True, max_extra_msa_rows: int = DEFAULT_MAX_EXTRA_MSA,
-              msa_samples: int = 1, masked_msa_fraction: float | None = None) -> dict:
-    """One example (unbatched, docs/batch_format.md) from a store family dict
-    (`FamilyStore.read`). Deterministic given `seed`. `masked_msa_fraction` defaults to 0.15
-    in training and 0 otherwise (AF2's own inference masks 0.15; pass it to reproduce that)."""
+def plan_example(family: dict, *, crop_size: int | None, max_msa_rows: int, seed: int,
+                 training: bool = True, max_extra_msa_rows: int = DEFAULT_MAX_EXTRA_MSA,
+                 msa_samples: int = 1, masked_msa_fraction: float | None = None,
+                 assign: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, slice, list[dict]]:
+    """Every random choice of one example: (msa uint8 [N_all, L_full], deletions, aatype
+    [L_full], crop window, one `sample_plan` per MSA sample). `featurize` and the compact host
+    batch (`protdp.data.pipeline.compact`) both build from it, so they cannot disagree."""
     if max_msa_rows < 1 or max_extra_msa_rows < 0 or msa_samples < 1:
         raise ValueError("max_msa_rows and msa_samples must be >= 1, max_extra_msa_rows >= 0")
     fraction = (BERT_MASK_PROB if training else 0.0) if masked_msa_fraction is None else masked_msa_fraction
@@ -201,30 +272,52 @@ def featurize(family: dict, *, crop_size: int | None, max_msa_rows: int, seed: i
     start = crop_start(L_full, crop_size, _rng(seed, 0), training)
     window = slice(start, L_full if crop_size is None else min(L_full, start + crop_size))
     profile = msa_profile(msa) if fraction > 0 else None
-    samples = [msa_sample(msa, dels, window, _rng(seed, 1, p), max_rows=max_msa_rows,
-                          max_extra=max_extra_msa_rows, mask_fraction=fraction, profile=profile)
-               for p in range(msa_samples)]
-    msa_keys = {k: (samples[0][k] if msa_samples == 1 else np.stack([s[k] for s in samples]))
-                for k in MSA_KEYS}
+    one_hot = shared_one_hot(msa) if assign and msa.shape[0] > max_msa_rows else None
+    plans = [sample_plan(msa, _rng(seed, 1, p), max_rows=max_msa_rows, max_extra=max_extra_msa_rows,
+                         mask_fraction=fraction, profile=profile, one_hot=one_hot, assign=assign)
+             for p in range(msa_samples)]
+    return msa, dels, aatype, window, plans
+
+
+def residue_features(family: dict, aatype: np.ndarray, window: slice) -> dict:
+    """The residue, structure and scalar keys of an example over the crop `window`."""
+    L_full = len(aatype)
     structure = {k: v[window] for k, v in structure_arrays(family, aatype).items()}
     L = window.stop - window.start
     brk = np.asarray(family.get("between_segment_residues", np.zeros(L_full)), np.float32)[window]
-    out = {
+    return {
         "aatype": torch.from_numpy(aatype[window].copy()),                            # [L]
         "residue_index": torch.from_numpy(np.asarray(family["residue_index"])[window].astype(np.int64)),
         "seq_mask": torch.ones(L, dtype=torch.float32),                               # [L]
         "between_segment_residues": torch.from_numpy(brk.copy()),                     # [L]
         **{k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in structure.items()},
-        **{k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in msa_keys.items()},
         "resolution": torch.tensor(float(family.get("resolution", float("nan"))), dtype=torch.float32),
         "num_residues": torch.tensor(L, dtype=torch.int64),
         "family_id": str(family.get("family_id", "")),
     }
+
+
+def featurize(family: dict, *, crop_size: int | None, max_msa_rows: int, seed: int,
+              training: bool = True, max_extra_msa_rows: int = DEFAULT_MAX_EXTRA_MSA,
+              msa_samples: int = 1, masked_msa_fraction: float | None = None) -> dict:
+    """One example (unbatched, docs/batch_format.md) from a store family dict
+    (`FamilyStore.read`). Deterministic given `seed`. `masked_msa_fraction` defaults to 0.15
+    in training and 0 otherwise (AF2's own inference masks 0.15; pass it to reproduce that)."""
+    msa, dels, aatype, window, plans = plan_example(
+        family, crop_size=crop_size, max_msa_rows=max_msa_rows, seed=seed, training=training,
+        max_extra_msa_rows=max_extra_msa_rows, msa_samples=msa_samples,
+        masked_msa_fraction=masked_msa_fraction)
+    samples = [msa_sample(msa, dels, window, plan) for plan in plans]
+    msa_keys = {k: (samples[0][k] if msa_samples == 1 else np.stack([s[k] for s in samples]))
+                for k in MSA_KEYS}
+    out = residue_features(family, aatype, window)
+    out.update({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in msa_keys.items()})
     return out
 
 
 def collate(examples: list[dict]) -> dict:
-    """Stack examples into a batch, zero-padding L and the MSA rows; masks are 0 on padding."""
+    """Stack examples into a batch, zero-padding L and the MSA rows; masks are 0 on padding.
+    The batch is built on the examples' device."""
     if not examples:
         raise ValueError("collate needs at least one example")
     B = len(examples)
@@ -236,7 +329,7 @@ def collate(examples: list[dict]) -> dict:
         if any(len(s) != len(shapes[0]) for s in shapes):
             raise ValueError(f"collate: examples disagree on the rank of '{key}' (MSA samples?)")
         shape = tuple(max(s[i] for s in shapes) for i in range(len(shapes[0])))
-        out = torch.zeros((B,) + shape, dtype=examples[0][key].dtype)
+        out = torch.zeros((B,) + shape, dtype=examples[0][key].dtype, device=examples[0][key].device)
         for b, e in enumerate(examples):      # at the origin; the rest stays zero padding
             out[(b,) + tuple(slice(0, n) for n in e[key].shape)] = e[key]
         batch[key] = out

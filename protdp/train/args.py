@@ -57,6 +57,13 @@ class TrainArgs(ParallelConfig):
     distillation_fraction: float = _f(0.75, "fraction of micro-batches drawn from "
                                       "--distillation-data (AF2: 75 %% distillation, 25 %% PDB)")
     distillation_loss_weight: float = _f(1.0, "loss weight of distillation micro-batches")
+    data_workers: int | None = _f(None, "processes per rank that featurize micro-batches ahead of the "
+                                  "step (0: in the training thread; default: the rank's cores - 1, "
+                                  "0..8)")
+    prefetch_depth: int | None = _f(None, "micro-batches prepared ahead per rank (default 2 x "
+                                    "--data-workers, at least 2)")
+    data_timeout: float = _f(300.0, "seconds a data worker may make no progress before the run "
+                             "stops with an error naming the families")
     val_fraction: float = _f(0.1, "fraction of families held out for validation (at least one if > 0)")
     val_families: str | None = _f(None, "comma-separated family ids to hold out (overrides --val-fraction)")
     # --- parallelism: every ParallelConfig field (Megatron names), plus
@@ -111,6 +118,12 @@ class TrainArgs(ParallelConfig):
             v = getattr(self, name)
             if v is not None and v < 1:
                 bad(name.replace("_", "-"), f"must be >= 1, got {v}")
+        for name in ("data_workers", "prefetch_depth"):
+            v = getattr(self, name)
+            if v is not None and v < 0:
+                bad(name.replace("_", "-"), f"must be >= 0, got {v}")
+        if self.data_timeout <= 0:
+            bad("data-timeout", f"must be > 0, got {self.data_timeout}")
         if self.eval_iters < 0:
             bad("eval-iters", f"must be >= 0, got {self.eval_iters}")
         if self.lr_warmup_iters < 0:

@@ -183,6 +183,7 @@ class Trainer:
         self.iteration = 0
         self.resumed_from: str | None = None
         self._resume()
+        self.feed = self._build_feed()  # after resume: the samplers are at the saved position
         self.logger = RunLogger(
             args.run_dir, rank=self.rank, config={**args.to_dict(), "world_size": self.world,
                                                   "finetune_source": self.finetune_source},
@@ -276,6 +277,24 @@ class Trainer:
                     f"restart #{self.restart_count})")
 
     # ------------------------------------------------------------------ data
+    def _build_feed(self):
+        """Training micro-batches off the training thread (`protdp.train.feed`), each the
+        same as `_batch(fids, seed)` would build it."""
+        from protdp.train.feed import BatchFeed, default_workers
+
+        args, cfg = self.args, self.model_config
+        workers = default_workers() if args.data_workers is None else args.data_workers
+        kwargs = {"crop_size": args.crop_size, "max_msa_rows": args.max_msa_rows, "training": True,
+                  "msa_samples": cfg.max_recycles + 1,
+                  "max_extra_msa_rows": args.max_extra_msa_rows if cfg.extra_msa else 0}
+        return BatchFeed(
+            sources=self.sources, seed_of=lambda it, micro: derive_seed(args.seed, it, micro, self.dp_rank),
+            source_of=lambda seed: self.sources[pick_source(derive_seed(seed, 11), args.distillation_fraction,
+                                                            DISTILLATION in self.sources)],
+            example_seed=derive_seed, kwargs=kwargs, start_iteration=self.iteration,
+            num_micro=self.num_micro, device=self.device, workers=workers, timeout=args.data_timeout,
+            prefetch_depth=max(2, 2 * workers) if args.prefetch_depth is None else args.prefetch_depth)
+
     def _batch(self, fids: list[str], seed: int, training: bool = True, store=None) -> dict:
         """Features of `fids`: one MSA sample per recycling pass (AF2 resample_msa_in_recycling;
         the sampled number of recycles decides how many the model reads); `store`: the
@@ -322,12 +341,8 @@ class Trainer:
         lddt_sum, lddt_n, samples, residues = 0.0, 0, 0, 0
         per_source = dict.fromkeys(self.sources, 0)
         for micro in range(self.num_micro):
-            with timer.phase("data_wait"):
-                seed = derive_seed(args.seed, it, micro, self.dp_rank)
-                source = self.sources[pick_source(derive_seed(seed, 11), args.distillation_fraction,
-                                                  DISTILLATION in self.sources)]
-                fids = source.next_micro_batch()
-                batch = self._batch(fids, seed, store=source.store)
+            with timer.phase("data_wait"):   # the prefetched micro-batch (protdp.train.feed)
+                source, fids, batch = self.feed.next(it, micro)
                 per_source[source.name] += len(fids)
             last = micro == self.num_micro - 1
             with (contextlib.nullcontext() if last else self.ddp.no_sync()):
@@ -473,9 +488,9 @@ class Trainer:
             save_engine=lambda p: self._engine_save(p, self.ddp, self.opt))
         path = checkpointing.save_checkpoint(
             saver, self.args.save, self.iteration, ema_state=self.ema.state_dict(),
-            rank_state={"iteration": self.iteration, **{
-                ("sampler" if name == PDB else f"{name}_sampler"): s.sampler.state_dict()
-                for name, s in self.sources.items()}},
+            rank_state={"iteration": self.iteration, **{   # as consumed, not as prefetched
+                ("sampler" if name == PDB else f"{name}_sampler"): state
+                for name, state in self.feed.sampler_states().items()}},
             config={**self.args.to_dict(), "model": dataclasses.asdict(self.model_config),
                     "finetune_source": self.finetune_source})
         self.logger.print(f"saved checkpoint {path}")
@@ -528,6 +543,7 @@ class Trainer:
                 (args.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
             return summary
         finally:
+            self.feed.close()
             self.logger.close()
 
     def _eval_and_log(self) -> None:

@@ -1,0 +1,151 @@
+"""The trainer's feeding side: micro-batches built off the training thread, in order.
+
+For every (iteration, micro-batch) the trainer's main process decides, as before, the seed
+(`derive_seed(seed, iteration, micro, rank)`), the corpus and the families (the rank's
+sampler); only the featurization moves to `--data-workers` processes
+(`protdp.data.pipeline.pool.OrderedPool`), `--prefetch-depth` micro-batches ahead. A batch is
+a pure function of (families, per-example seeds, sizes), so it is the same with 0, 1 or N
+workers and whatever their timing. Checkpoints store the samplers' state *as consumed* (the
+snapshot taken when the micro-batch the step trained on was drawn), not the prefetched state,
+so resume restarts at the exact position.
+
+On a CPU device the workers return the finished batch (`featurize` + `collate`); on a GPU
+they return compact integer examples (`pipeline.compact`), expanded on the device
+(`pipeline.expand`, pinned memory, non_blocking copies).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from protdp.data.features import collate, featurize
+from protdp.data.pipeline.compact import compact_example
+from protdp.data.pipeline.expand import expand_batch, to_device
+from protdp.data.pipeline.pool import OrderedPool
+
+_STORES: dict = {}      # path -> FamilyStore, one open store per worker process
+
+
+def default_workers() -> int:
+    """Featurizing processes per rank: the cores this rank may use (the process's CPU set
+    divided by LOCAL_WORLD_SIZE) less one for the training thread, 0..8 (0: a rank with one
+    core featurizes in its training thread, as two processes on one core gain nothing)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    per_rank = cores // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    return max(0, min(8, per_rank - 1))
+
+
+def build_micro_batch(payload: dict, store=None) -> dict:
+    """Worker side (module level: picklable by reference). payload: store path, family ids,
+    per-example seeds, featurize keyword arguments, `compact` -> the collated batch, or
+    {"compact": [examples]}; arrays as CPU tensors (shared memory in transit). `store`: the
+    open store (in the training process), else one opened per worker process."""
+    from protdp.data.store import FamilyStore
+
+    store = store if store is not None else _STORES.get(payload["store"])
+    if store is None:
+        store = _STORES[payload["store"]] = FamilyStore(payload["store"])
+    kwargs = payload["kwargs"]
+    if payload["compact"]:
+        return {"compact": [{k: (torch.from_numpy(v) if isinstance(v, np.ndarray) else v)
+                             for k, v in compact_example(store.read(f), seed=s, **kwargs).items()}
+                            for f, s in zip(payload["fids"], payload["seeds"])]}
+    return collate([featurize(store.read(f), seed=s, **kwargs)
+                    for f, s in zip(payload["fids"], payload["seeds"])])
+
+
+def describe(payload: dict) -> str:
+    return f"families {', '.join(payload['fids'])} of {payload['store']}"
+
+
+@dataclass
+class _Planned:
+    iteration: int
+    micro: int
+    source: object
+    fids: list[str]
+    payload: dict
+    states: dict = field(repr=False)      # every source's sampler state after drawing this one
+
+
+class BatchFeed:
+    """Micro-batches in the trainer's order. `seed_of(iteration, micro)` -> the micro-batch
+    seed; `source_of(seed)` -> the `Source`; `example_seed(seed, k)` -> example k's seed;
+    `kwargs`: featurize's sizes. `workers` 0 featurizes in the calling thread."""
+
+    def __init__(self, *, sources: dict, seed_of, source_of, example_seed, kwargs: dict,
+                 start_iteration: int, num_micro: int, device: torch.device, workers: int,
+                 prefetch_depth: int, timeout: float, compact: bool | None = None):
+        self.sources, self.seed_of, self.source_of = sources, seed_of, source_of
+        self.example_seed, self.kwargs, self.device = example_seed, kwargs, device
+        self.num_micro = num_micro
+        self.compact = device.type == "cuda" if compact is None else compact
+        self._cursor = (start_iteration, 0)
+        self._planned: deque[_Planned] = deque()
+        self._consumed = self._states()
+        self.depth = max(1, prefetch_depth) if workers > 0 else 0
+        self.workers, self.timeout = workers, timeout
+        self.pool: OrderedPool | None = None       # started with the first micro-batch
+
+    def _states(self) -> dict:
+        return {name: s.sampler.state_dict() for name, s in self.sources.items()}
+
+    def _plan(self) -> _Planned:
+        it, micro = self._cursor
+        seed = self.seed_of(it, micro)
+        source = self.source_of(seed)
+        fids = source.next_micro_batch()
+        payload = {"store": str(source.store.path), "fids": list(fids),
+                   "seeds": [self.example_seed(seed, k) for k in range(len(fids))],
+                   "kwargs": self.kwargs, "compact": self.compact}
+        self._cursor = (it + 1, 0) if micro + 1 == self.num_micro else (it, micro + 1)
+        planned = _Planned(it, micro, source, list(fids), payload, self._states())
+        if self.workers > 0:
+            if self.pool is None:
+                self.pool = OrderedPool(build_micro_batch, self.workers, timeout=self.timeout,
+                                        describe=describe)
+            self.pool.submit(payload)
+        self._planned.append(planned)
+        return planned
+
+    def next(self, iteration: int, micro: int):
+        """(source, family ids, batch on the device) of micro-batch `micro` of `iteration`."""
+        source, fids, out = self.next_host(iteration, micro)
+        if "compact" in out:
+            batch = expand_batch(out["compact"], self.device)
+        else:
+            batch = to_device(out, self.device)
+        return source, fids, batch
+
+    def next_host(self, iteration: int, micro: int):
+        """(source, family ids, what the worker returned: numpy arrays of the collated batch,
+        or {"compact": [compact examples]})."""
+        while len(self._planned) < self.depth + 1:
+            self._plan()
+        task = self._planned.popleft()
+        if (task.iteration, task.micro) != (iteration, micro):
+            raise RuntimeError(f"feed out of step: asked for ({iteration}, {micro}), next "
+                               f"planned is ({task.iteration}, {task.micro})")
+        out = (self.pool.get() if self.pool is not None
+               else build_micro_batch(task.payload, task.source.store))
+        self._consumed = task.states
+        return task.source, task.fids, out
+
+    def sampler_states(self) -> dict:
+        """Each source's sampler state at the last consumed micro-batch (for checkpoints)."""
+        return self._consumed
+
+    def close(self) -> None:
+        """Stop the workers; the feed cannot be used afterwards."""
+        if self.pool is not None:
+            self.pool.close()
+        self.pool, self.workers, self.depth = None, 0, 0
+        self._planned.clear()
