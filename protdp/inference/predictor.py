@@ -42,6 +42,7 @@ from protdp.inference.checkpoint import (LoadedModel, checkpoint_home, load_mode
 from protdp.inference.targets import (Target, clean_sequence, find_msa_files, load_msa,
                                       read_targets, sha256_text)
 from protdp.inference.writers import round_plddt, write_json, write_structures, write_summary
+from protdp.model.attention import backend_report
 from protdp.train.release_record import read_release
 
 CLINICAL_NOTICE = ("Computational prediction for research use. NOT for clinical or diagnostic "
@@ -342,6 +343,7 @@ class Predictor:
                        "msa_files": msa_files, "screening_list": self.screening_path,
                        "screening_list_sha256": self.screening_sha},
             "config": {"model": to_dict(self.loaded.config), **self.settings},
+            "attention": backend_report(self.loaded.config.attention_backend, self.device),
             "gate": decision.to_dict(), "review_queue": self.sink.display if "review_item" in row else None,
             "review_item": row.get("review_item"),
             "outputs": outputs, "fingerprint": fp,

@@ -28,7 +28,7 @@ from protdp.model.heads import (DistogramHead, ExperimentallyResolvedHead, Maske
                                 PLDDTHead, pae_bin_centres, plddt_from_logits, ptm_from_logits)
 from protdp.model.inputs import (EXTRA_MSA_FEAT_DIM, check_batch, extra_msa_feat, msa_feat,
                                  num_passes, select_pass, target_feat)
-from protdp.model.primitives import Linear
+from protdp.model.primitives import Linear, set_attention_backend
 from protdp.model.structure import StructureModule
 
 
@@ -57,6 +57,7 @@ class AlphaFoldModel(nn.Module):
         self.experimentally_resolved_head = ExperimentallyResolvedHead(cfg)
         if cfg.pae_head:
             self.pae_head = PAEHead(cfg)
+        set_attention_backend(self, cfg.attention_backend)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from protdp.model.attention import resolved_backend
 from protdp.errors import ConfigError
 from protdp.parallel import init_distributed
 from protdp.parallel import load_checkpoint as engine_load
@@ -365,6 +366,8 @@ class Trainer:
                "time/step_mean": sums[5 + len(PHASES)].item() / self.world,
                "time/step": maxes[0].item(), "max_memory_mb": maxes[1].item(),
                "comm/grad_sync_busy_s": maxes[2].item(), "restart": self.restart_count,
+               "attention_kernel": resolved_backend(self.model_config.attention_backend,
+                                                    self.device, bias_grad=True),
                **{f"samples/{k}": int(sums[n_phase + len(keys) + i])
                   for i, k in enumerate(self.sources)}}
         rec["samples_per_s"] = rec["samples"] / rec["time/step"]
