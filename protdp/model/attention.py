@@ -86,6 +86,7 @@ def _sdpa_context(kernel: str):
 
     pinned = {"sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION,
               "sdpa_flash_cpu": SDPBackend.FLASH_ATTENTION,
+              "sdpa_flash": SDPBackend.FLASH_ATTENTION,
               "sdpa_math": SDPBackend.MATH,
               "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION}[kernel]
     return sdpa_kernel([pinned])
