@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -35,7 +37,13 @@ def test_gpu_model_benchmark_runs_on_cpu_tiny(tmp_path):
         assert row["loss_finite"] and row["step_s"] > 0 and row["achieved_tflops"] >= 0, (L, row)
     assert all(row["finite"] for row in sec["inference"]["lengths"].values())
 
-    bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_model.py"), "--device", "cpu",
-                          "--tiny", "--out", str(tmp_path / "x.json"), "--only", "nope"],
-                         capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert bad.returncode == 2 and "unknown section" in bad.stderr
+
+
+def test_gpu_model_rejects_unknown_section(tmp_path, capsys):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu_model import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--device", "cpu", "--tiny", "--out", str(tmp_path / "x.json"), "--only", "block,nope"])
+    assert exc.value.code == 2 and "unknown section(s) ['nope']" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
