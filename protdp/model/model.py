@@ -28,7 +28,7 @@ from protdp.model.heads import (DistogramHead, ExperimentallyResolvedHead, Maske
 from protdp.model.inputs import (EXTRA_MSA_FEAT_DIM, check_batch, extra_msa_feat, msa_feat,
                                  num_passes, select_pass, target_feat)
 from protdp.model.precision import trunk_autocast
-from protdp.model.primitives import Linear, set_attention_backend
+from protdp.model.primitives import Linear, set_attention_backend, set_inference_chunk_size
 from protdp.model.structure import StructureModule
 
 
@@ -58,6 +58,7 @@ class AlphaFoldModel(nn.Module):
         if cfg.pae_head:
             self.pae_head = PAEHead(cfg)
         set_attention_backend(self, cfg.attention_backend)
+        set_inference_chunk_size(self, cfg.chunk_size)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

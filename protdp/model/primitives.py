@@ -118,6 +118,14 @@ def set_attention_backend(module: nn.Module, backend: str) -> None:
             sub.backend = backend
 
 
+def set_inference_chunk_size(module: nn.Module, chunk_size: int | None) -> None:
+    """Set `inference_chunk_size` on every submodule that has one (triangle multiplication:
+    it chunks only without autograd), from ModelConfig.chunk_size."""
+    for sub in module.modules():
+        if hasattr(sub, "inference_chunk_size"):
+            sub.inference_chunk_size = chunk_size
+
+
 class Transition(nn.Module):
     """LayerNorm -> Linear(relu) n*c -> Linear(final) c (Alg. 9 and 15), chunked over rows."""
 
@@ -129,7 +137,9 @@ class Transition(nn.Module):
 
     def _transition(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         # no masking, as in AF2's Transition: a padded row's value is never read by a real one
-        return self.linear_2(F.relu(self.linear_1(self.norm(x))))
+        hidden = self.linear_1(self.norm(x))                                    # [*, R, Q, n*C]
+        hidden = hidden.relu_() if not torch.is_grad_enabled() else F.relu(hidden)
+        return self.linear_2(hidden)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, chunk_size: int | None = None) -> torch.Tensor:
         # x [*, R, Q, C], mask [*, R, Q] (only sets the chunk layout) -> [*, R, Q, C]
