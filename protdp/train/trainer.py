@@ -25,8 +25,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from protdp.model.attention import resolved_backend
 from protdp.errors import ConfigError
+from protdp.model.attention import resolved_backend
+from protdp.model.compile import compile_evoformer_blocks
 from protdp.parallel import init_distributed
 from protdp.parallel import load_checkpoint as engine_load
 from protdp.parallel import save_checkpoint as engine_save
@@ -146,6 +147,8 @@ class Trainer:
         model, self.finetune_source = self._build_model(build_model)
         if self.device.type != "cpu":
             model.to(self.device)
+        if args.compile:
+            compile_evoformer_blocks(model)
         self.model_config = model.config
         self.pcfg = args.parallel_config()
         self._engine_save, self._engine_load = engine_save, engine_load
