@@ -9,8 +9,8 @@ import torch
 from model_fixtures import one_thread  # noqa: F401
 
 from protdp.model.attention import (BACKENDS, backend_report, biased_attention,
-                                    explicit_attention, lowmem_attention, resolved_backend,
-                                    sdpa_attention)
+                                    explicit_attention, lowmem_attention, recompute_attention,
+                                    resolved_backend, sdpa_attention)
 from protdp.model.config import ModelConfig
 from protdp.model.primitives import Attention, set_attention_backend
 
@@ -57,6 +57,15 @@ def test_sdpa_equals_explicit_outputs_and_grads(dtype, shape):
     for name, a, b in zip(("out", "dq", "dk", "dv", "dbias"), got, ref):
         assert torch.isfinite(a).all(), name
         assert _max_rel(a, b) < TOL[dtype], (name, _max_rel(a, b))
+    # "recompute": the explicit values, even the zero bias gradient of fully masked rows
+    # under any upstream gradient; row chunks of 1 (the default would take all rows at once)
+    args = args[:5] + (torch.randn_like(args[5]),)
+    ref = _out_and_grads(explicit_attention, *args)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("protdp.model.attention.RECOMPUTE_ELEMENTS", 1)
+        got = _out_and_grads(recompute_attention, *args)
+    for name, a, b in zip(("out", "dq", "dk", "dv", "dbias"), got, ref):
+        assert _max_rel(a, b) < TOL[dtype], ("recompute", name, _max_rel(a, b))
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -90,7 +99,7 @@ def test_masked_keys_have_no_influence_in_every_backend():
             assert torch.allclose(a, b, atol=1e-9), backend
 
 
-@pytest.mark.parametrize("backend", ["sdpa", "lowmem", "auto"])
+@pytest.mark.parametrize("backend", ["sdpa", "lowmem", "auto", "recompute"])
 def test_attention_module_weights_grads_equal_explicit(backend):
     """Through the gated Attention module (Alg. 7 with pair bias): outputs, the input and bias
     gradients and every weight gradient equal the explicit backend's (fp64), chunked or not;
@@ -129,7 +138,7 @@ def test_backend_resolution_and_report():
     assert backend_report("auto", "cpu") == {"attention_backend": "auto",
                                              "attention_kernel_train": "explicit",
                                              "attention_kernel_infer": "sdpa_flash_cpu"}
-    assert set(BACKENDS) == {"auto", "explicit", "sdpa", "lowmem"}
+    assert set(BACKENDS) == {"auto", "explicit", "sdpa", "lowmem", "recompute"}
     with pytest.raises(ValueError, match="attention_backend must be one of"):
         resolved_backend("cudnn", "cpu")
     with pytest.raises(ValueError, match="attention_backend must be one of"):

@@ -16,6 +16,10 @@ rows). Backends:
   on CPU the fused flash kernel. The key mask is folded into one extra q/k channel (q: 1,
   k: 0 or -big), so the mask never becomes a [*, H, Q, K] tensor; without a pair bias it is
   passed as a broadcast [*, 1, 1, K] additive mask instead.
+- "recompute": the explicit computation as one autograd function that keeps only q, k, v,
+  bias and mask for backward and recomputes the probabilities there, `RECOMPUTE_ELEMENTS` logits
+  at a time over rows; the bias gradient (a sum over rows) is accumulated chunk by chunk, so no
+  [*, R, H, Q, K] tensor is ever stored (what the CUDA memory-efficient kernel does, on CPU).
 - "lowmem": inference-only (no autograd) query/key-blocked attention with an online softmax
   (Rabe & Staats 2021, as OpenFold's "low-memory attention"); peak extra memory
   [*, H, q_block, k_block] instead of [*, H, Q, K].
@@ -38,7 +42,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-BACKENDS = ("auto", "explicit", "sdpa", "lowmem")
+BACKENDS = ("auto", "explicit", "sdpa", "lowmem", "recompute")
 """Accepted values of ModelConfig.attention_backend."""
 
 # Large negative value for masked attention logits (finite so fully-masked rows stay finite).
@@ -47,6 +51,9 @@ MASK_NEG = -1e9
 # extra q/k channels that carry the key mask (one used, the rest zero): keeps the head dim a
 # multiple of 8, which the CUDA memory-efficient kernel wants for aligned loads
 MASK_CHANNELS = 8
+
+# logits computed at a time by the "recompute" backend (fp32 elements: 64 MiB)
+RECOMPUTE_ELEMENTS = 1 << 24
 
 # default block sizes of the low-memory backend (queries x keys per step)
 LOWMEM_Q_BLOCK = 256
@@ -61,7 +68,7 @@ def resolved_backend(name: str, device: torch.device | str, bias_grad: bool = Fa
     if name not in BACKENDS:
         raise ValueError(f"attention_backend must be one of {BACKENDS}, got {name!r}")
     device_type = torch.device(device).type
-    if name in ("explicit", "lowmem"):
+    if name in ("explicit", "lowmem", "recompute"):
         return name
     if device_type == "cuda":
         return "sdpa_efficient"
@@ -155,6 +162,71 @@ def sdpa_attention(q, k, v, mask, bias=None, kernel: str = "sdpa_flash_cpu"):
     return out[..., :c].reshape(lead + (h, n_q, c))
 
 
+def _row_probs(q, k, bias, drop, acc):
+    """Softmax weights (fp32/fp64) of a chunk of rows, masked keys replaced as in explicit."""
+    logits = torch.matmul(q.to(acc), k.to(acc).transpose(-1, -2)).mul_(1.0 / math.sqrt(q.shape[-1]))
+    if bias is not None:
+        logits += bias.to(acc)
+    logits.masked_fill_(drop, MASK_NEG)
+    return torch.softmax(logits, dim=-1)
+
+
+class _RecomputedAttention(torch.autograd.Function):
+    """Explicit attention whose backward recomputes the weights row chunk by row chunk.
+    q [*, R, H, Q, c], k/v [*, R, H, K, c], drop [*, R, 1, 1, K] (bool), bias [*, 1, H, Q, K]."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, bias, drop, rows):
+        acc = _softmax_dtype(q.dtype)
+        out = torch.empty(q.shape[:-1] + v.shape[-1:], dtype=v.dtype, device=v.device)
+        for s in range(0, q.shape[-4], rows):
+            sl = (..., slice(s, s + rows), slice(None), slice(None), slice(None))
+            p = _row_probs(q[sl], k[sl], bias, drop[sl], acc)
+            out[sl] = torch.matmul(p.to(v.dtype), v[sl])
+        ctx.save_for_backward(q, k, v, bias, drop)
+        ctx.rows, ctx.has_bias = rows, bias is not None
+        return out
+
+    @staticmethod
+    def backward(ctx, d_out):
+        q, k, v, bias, drop = ctx.saved_tensors
+        acc = _softmax_dtype(q.dtype)
+        scale = 1.0 / math.sqrt(q.shape[-1])
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        d_bias = None if bias is None else torch.zeros(bias.shape, dtype=acc, device=bias.device)
+        for s in range(0, q.shape[-4], ctx.rows):
+            sl = (..., slice(s, s + ctx.rows), slice(None), slice(None), slice(None))
+            p = _row_probs(q[sl], k[sl], bias, drop[sl], acc)              # [*, r, H, Q, K]
+            g = d_out[sl].to(acc)
+            dv[sl] = torch.matmul(p.transpose(-1, -2), g).to(dv.dtype)
+            dp = torch.matmul(g, v[sl].to(acc).transpose(-1, -2))
+            ds = dp.sub_((dp * p).sum(-1, keepdim=True)).mul_(p)            # softmax backward
+            ds.masked_fill_(drop[sl], 0.0)                                 # masked_fill backward
+            if d_bias is not None:
+                d_bias += ds.sum(-4, keepdim=True)
+            dq[sl] = torch.matmul(ds, k[sl].to(acc)).mul_(scale).to(dq.dtype)
+            dk[sl] = torch.matmul(ds.transpose(-1, -2), q[sl].to(acc)).mul_(scale).to(dk.dtype)
+        return dq, dk, dv, (None if d_bias is None else d_bias.to(bias.dtype)), None, None
+
+
+def recompute_attention(q, k, v, mask, bias=None):
+    """Same arguments and values as explicit_attention; backward memory without the
+    [*, R, H, Q, K] weights (see the module docstring)."""
+    squeeze = q.dim() == 4                                    # [*, H, Q, c] without a row axis
+    if squeeze:
+        q, k, v, mask = q[..., None, :, :, :], k[..., None, :, :, :], v[..., None, :, :, :], mask[..., None, :]
+        bias = None if bias is None else bias[..., None, :, :, :]
+    if bias is not None:
+        bias = bias.reshape((1,) * (q.dim() - bias.dim()) + bias.shape)
+        if bias.shape[-4] != 1:
+            raise ValueError("recompute_attention: the bias must be shared by all rows ([*, 1, H, Q, K])")
+    h, n_q, n_k = q.shape[-3], q.shape[-2], k.shape[-2]
+    rows = max(1, RECOMPUTE_ELEMENTS // (h * n_q * n_k))
+    drop = (mask == 0)[..., None, None, :]                                   # [*, R, 1, 1, K]
+    out = _RecomputedAttention.apply(q, k, v, bias, drop, rows)
+    return out[..., 0, :, :, :] if squeeze else out
+
+
 @torch.no_grad()
 def lowmem_attention(q, k, v, mask, bias=None, q_block: int = LOWMEM_Q_BLOCK,
                      k_block: int = LOWMEM_K_BLOCK):
@@ -201,10 +273,13 @@ def biased_attention(q, k, v, mask, bias=None, backend: str = "auto"):
         return explicit_attention(q, k, v, mask, bias)
     if kernel == "lowmem":
         return lowmem_attention(q, k, v, mask, bias)
+    if kernel == "recompute":
+        return recompute_attention(q, k, v, mask, bias)
     dtype = q.dtype
     k, v = k.to(dtype), v.to(dtype)
     return sdpa_attention(q, k, v, mask, bias, kernel)
 
 
-__all__ = ["BACKENDS", "MASK_NEG", "backend_report", "biased_attention", "explicit_attention", "lowmem_attention",
+__all__ = ["BACKENDS", "MASK_NEG", "backend_report", "biased_attention", "explicit_attention",
+           "lowmem_attention", "recompute_attention",
            "resolved_backend", "sdpa_attention"]
