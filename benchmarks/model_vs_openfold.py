@@ -9,7 +9,8 @@ EvoformerStack with strict=True, and both stacks are first checked to give the s
 Cases, each in its own subprocess (peak RSS belongs to that case alone; memory = peak RSS minus
 the RSS just before the measured call, model and inputs resident), one thread, peers
 alternated in the same run:
-- train: forward + backward of the stack (eval mode: no dropout) at L = 128 and 256, the
+- train: forward + backward of the stack (eval mode: no dropout) at L = 128 and 256 (protdp
+  with its default attention and with the "recompute" attention backend), the
   "small" widths (configs/model/small.yaml) and AF2's full widths, N_seq 32, 1 block for full
   width, 2 for small;
 - infer: inference forward with chunk size 4 (OpenFold: its chunk_size; protdp: chunk_size plus
@@ -39,6 +40,10 @@ def forward_(*args, **kwargs):
     raise RuntimeError("attn_core_inplace_cuda is CUDA-only (stubbed for the CPU benchmark)")
 backward_ = forward_
 '''
+
+
+# (row name, protdp attention backend): OpenFold; protdp's default; its "recompute" backend
+TRAIN_IMPLS = (("openfold", "auto"), ("protdp", "auto"), ("protdp_recompute", "recompute"))
 
 
 def _rss_mib() -> float:
@@ -183,12 +188,13 @@ def main(argv=None) -> int:
         for width, blocks in (("small", 2), ("full", 1)) if args.only != "infer" else ():
             for L in train_L:
                 row = {"width": width, "blocks": blocks, "L": L}
-                for _ in range(args.rounds):          # peers alternated: shared-CPU noise hits both
-                    for impl in ("openfold", "protdp"):
-                        reps = 1 if (width, L) == ("full", 256) else repeats
+                big = (width, L) == ("full", 256)
+                for _ in range(1 if big else args.rounds):  # peers alternated: shared-CPU noise hits all
+                    for impl, backend in TRAIN_IMPLS:
                         _keep_best(row, impl, _subprocess(
-                            {"impl": impl, "mode": "train", "width": width, "blocks": blocks, "L": L,
-                             "N": 32, "repeats": reps, "stub_dir": stub_dir}, args.openfold))
+                            {"impl": impl.split("_")[0], "mode": "train", "width": width,
+                             "blocks": blocks, "L": L, "N": 32, "repeats": 1 if big else repeats,
+                             "backend": backend, "stub_dir": stub_dir}, args.openfold))
                 _ratios(row)
                 result["train"].append(row)
                 print(json.dumps(row), flush=True)
