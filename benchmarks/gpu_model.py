@@ -300,7 +300,8 @@ def main(argv=None) -> int:
         torch.set_num_threads(1)
     budget = Budget(args.budget_s)
     sizes = TINY if args.tiny else FULL
-    result = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
+    result = {"device": name or "cpu",
               "torch": torch.__version__, "tiny": args.tiny, "budget_s": args.budget_s,
               "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
               "sections": {}}

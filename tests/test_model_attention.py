@@ -41,9 +41,10 @@ def _max_rel(a, b):
     return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
 
 
-# (rows, heads, length, channels): OpenFold's attention test shape (batch 1, 5 rows... 4 heads,
-# 32 channels), length 1, 17, 64 mod 128 (the H100 cuDNN bias-gradient bug) and 128
-SHAPES = [(3, 4, 1, 8), (5, 4, 17, 16), (2, 2, 64, 32), (2, 2, 192, 8), (3, 8, 25, 32)]
+# (rows, heads, length, channels): OpenFold's Evoformer-attention kernel test shape (18 MSA rows,
+# 20 residues, 4 heads, 32 channels), lengths 1, 17, 64 and 192 (64 mod 128: the H100 cuDNN
+# bias-gradient bug), 8 heads
+SHAPES = [(18, 4, 20, 32), (3, 4, 1, 8), (5, 4, 17, 16), (2, 2, 64, 32), (2, 2, 192, 8), (3, 8, 25, 32)]
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])

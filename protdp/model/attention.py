@@ -214,7 +214,8 @@ def recompute_attention(q, k, v, mask, bias=None):
     [*, R, H, Q, K] weights (see the module docstring)."""
     squeeze = q.dim() == 4                                    # [*, H, Q, c] without a row axis
     if squeeze:
-        q, k, v, mask = q[..., None, :, :, :], k[..., None, :, :, :], v[..., None, :, :, :], mask[..., None, :]
+        q, k, v = (t[..., None, :, :, :] for t in (q, k, v))
+        mask = mask[..., None, :]
         bias = None if bias is None else bias[..., None, :, :, :]
     if bias is not None:
         bias = bias.reshape((1,) * (q.dim() - bias.dim()) + bias.shape)
