@@ -5,8 +5,8 @@
 
 Sections (each records its own settings, and "skipped" when the budget ran out first):
 - block: one Evoformer block (AF2 full widths) at N_res 256, N_msa 128 under bf16 autocast,
-  forward / backward time and peak memory per attention backend (explicit, sdpa, and lowmem for
-  the forward); the published A100-40GB rows (OpenFold 17.2 / 23.7 ms, 8.08 GB; FastFold 9.4 /
+  forward / backward time and peak memory per attention backend (explicit, sdpa, recompute;
+  lowmem for the forward only); the published A100-40GB rows (OpenFold 17.2 / 23.7 ms, 8.08 GB; FastFold 9.4 /
   20.2 ms, 7.81 GB) are copied into the JSON for side-by-side reading.
 - bias_grad: each SDPA kernel of the device (CUDA: efficient, math, cuDNN, flash; CPU: math,
   flash) against the explicit path: output and dq / dk / dv / d(bias) max relative error, at
@@ -114,7 +114,7 @@ def section_block(device, sizes, tiny, budget) -> dict:
     flops = evoformer_block_flops(cfg, S, L)
     res = {"n_seq": S, "n_res": L, "widths": {"c_m": cfg.c_m, "c_z": cfg.c_z}, "dtype": "bf16 autocast",
            "forward_gflop": round(flops / 1e9, 4), "published_a100_40gb": PUBLISHED_A100, "backends": {}}
-    for backend in ("explicit", "sdpa", "lowmem"):
+    for backend in ("explicit", "sdpa", "recompute", "lowmem"):
         if budget.left() < 5:
             res["backends"][backend] = {"skipped": "budget"}
             continue
