@@ -2,8 +2,9 @@
 
 Each block (Alg. 6 / 18) is compiled in place with `nn.Module.compile`, so parameter names and
 checkpoints are unchanged and recompute (torch.utils.checkpoint) wraps the compiled block as
-before. Off by default: on CPU it is not faster in our measurements (benchmarks/results/
-compile.json), and on GPU its benefit has not been measured yet (benchmarks/gpu_model.py).
+before. Off by default: on CPU (benchmarks/results/compile.json, small widths, L = 64) a
+compiled step takes 0.65x eager's time with the same numerics, but the first call compiles for
+minutes and every new crop size / MSA depth compiles again; on GPU it is not measured yet.
 """
 
 from __future__ import annotations
