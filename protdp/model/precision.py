@@ -1,7 +1,6 @@
 """bf16 autocast policy of the model (where AlphaFold/OpenFold keep fp32).
 
-AlphaFold trains in bf16 (supplement §1.11.1 "bfloat16 for the Evoformer") and OpenFold runs
-its trunk under autocast with these regions kept in fp32, which protdp follows:
+AlphaFold was trained with bfloat16 activations, and OpenFold runs its trunk under autocast with these regions kept in fp32, which protdp follows:
 
 - attention logits and softmax: fp32 (protdp.model.attention: explicit/lowmem compute them in
   fp32; the fused SDPA kernels accumulate in fp32 internally);
@@ -9,7 +8,7 @@ its trunk under autocast with these regions kept in fp32, which protdp follows:
 - the structure module, the heads' probabilities and the losses: fp32 — the model leaves the
   autocast region after the trunk and casts m, z, s back to the parameter dtype.
 
-`trunk_autocast` is the one place that opens the region; `fp32_region` closes it inside.
+`trunk_autocast` is the one place that opens the region.
 """
 
 from __future__ import annotations
@@ -28,7 +27,3 @@ def trunk_autocast(device: torch.device | str, enabled: bool):
         return contextlib.nullcontext()
     return torch.autocast(device_type=torch.device(device).type, dtype=COMPUTE_DTYPE)
 
-
-def fp32_region(device: torch.device | str):
-    """Leave autocast (inputs must be cast to fp32 by the caller)."""
-    return torch.autocast(device_type=torch.device(device).type, enabled=False)
