@@ -200,7 +200,7 @@ class _RecomputedAttention(torch.autograd.Function):
             g = d_out[sl].to(acc)
             dv[sl] = torch.matmul(p.transpose(-1, -2), g).to(dv.dtype)
             dp = torch.matmul(g, v[sl].to(acc).transpose(-1, -2))
-            ds = dp.sub_((dp * p).sum(-1, keepdim=True)).mul_(p)            # softmax backward
+            ds = torch.ops.aten._softmax_backward_data(dp, p, -1, acc)    # softmax backward
             ds.masked_fill_(drop[sl], 0.0)                                 # masked_fill backward
             if d_bias is not None:
                 d_bias += ds.sum(-4, keepdim=True)
