@@ -198,7 +198,7 @@ def main(argv=None) -> int:
                 _ratios(row)
                 result["train"].append(row)
                 print(json.dumps(row), flush=True)
-        infer_L = (256,) if args.quick else (512, 1024) + ((2048,) if args.long else ())
+        infer_L = (256,) if args.quick else (512,) + ((1024, 2048) if args.long else ())
         infer_L = () if args.only == "train" else infer_L
         for L in infer_L:
             row = {"width": "small", "blocks": 1, "L": L, "chunk": 4}

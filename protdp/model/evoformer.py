@@ -155,12 +155,15 @@ class TriangleMultiplication(nn.Module):
         b.mul_(torch.sigmoid_(self.linear_b_g(z))).mul_(mask)
         if not self.outgoing:             # incoming: x[i, j] = sum_k a[k, i] b[k, j]
             a, b = a.transpose(-2, -3), b.transpose(-2, -3)
+        # channels first, once, so each chunk is one batched matmul on contiguous operands
+        a = a.movedim(-1, -3).contiguous()                                  # [*, c, I, K]
+        b = b.movedim(-1, -3).transpose(-1, -2).contiguous()                # [*, c, K, J]
         n = z.shape[-3]
         size = self.inference_chunk_size or n
         out = None
         for start in range(0, n, size):
             rows = slice(start, start + size)
-            x = torch.einsum("...ikc,...jkc->...ijc", a[..., rows, :, :], b)  # [*, I, L, c]
+            x = torch.matmul(a[..., rows, :], b).movedim(-3, -1)           # [*, I, J, c]
             x = self.linear_z(self.norm_out(x))
             x.mul_(torch.sigmoid_(self.linear_g(z[..., rows, :, :])))
             if out is None:
