@@ -149,15 +149,16 @@ class TriangleMultiplication(nn.Module):
         """Same values without a graph: gates applied in place, and the product, output norm,
         projection and gate evaluated `inference_chunk_size` output rows at a time, so the [*, L, L, c]
         temporaries are one chunk instead of the whole map."""
-        a = self.linear_a_p(z)
-        a.mul_(torch.sigmoid_(self.linear_a_g(z))).mul_(mask)               # [*, L, L, c]
-        b = self.linear_b_p(z)
-        b.mul_(torch.sigmoid_(self.linear_b_g(z))).mul_(mask)
-        if not self.outgoing:             # incoming: x[i, j] = sum_k a[k, i] b[k, j]
-            a, b = a.transpose(-2, -3), b.transpose(-2, -3)
-        # channels first, once, so each chunk is one batched matmul on contiguous operands
-        a = a.movedim(-1, -3).contiguous()                                  # [*, c, I, K]
-        b = b.movedim(-1, -3).transpose(-1, -2).contiguous()                # [*, c, K, J]
+        def gated(linear_p, linear_g):
+            x = linear_p(z)
+            x.mul_(torch.sigmoid_(linear_g(z))).mul_(mask)                  # [*, L, L, c]
+            # incoming: x[i, j] = sum_k a[k, i] b[k, j], the outgoing form on transposes
+            return x if self.outgoing else x.transpose(-2, -3)
+
+        # channels first (one batched matmul per chunk on contiguous operands); each
+        # [*, L, L, c] projection is freed as soon as its permuted copy exists
+        a = gated(self.linear_a_p, self.linear_a_g).movedim(-1, -3).contiguous()       # [*, c, I, K]
+        b = gated(self.linear_b_p, self.linear_b_g).movedim(-1, -3).transpose(-1, -2).contiguous()
         n = z.shape[-3]
         size = self.inference_chunk_size or n
         out = None
