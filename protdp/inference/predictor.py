@@ -53,6 +53,7 @@ from protdp.inference.prediction_files import write_prediction_files
 from protdp.inference.ranking import ensemble_spread, rank
 from protdp.inference.recycling import RecycleEarlyStop
 from protdp.inference.writers import round_plddt, write_json, write_summary
+from protdp.model.attention import backend_report
 from protdp.train.release_record import read_release
 
 CLINICAL_NOTICE = ("Computational prediction for research use. NOT for clinical or diagnostic "
@@ -456,6 +457,7 @@ class Predictor:
                        "msa_files": msa_files, "screening_list": self.screening_path,
                        "screening_list_sha256": self.screening_sha},
             "config": {"model": to_dict(self.loaded.config), **self.settings},
+            "attention": backend_report(self.loaded.config.attention_backend, self.device),
             "gate": decision.to_dict(), "outputs": outputs, "fingerprint": fp,
             "summary": {k: v for k, v in row.items() if k != "gate"},
         }

@@ -168,6 +168,8 @@ class ModelConfig:
     """Chunk attention/transitions over rows with this many rows at a time (None = no chunking)."""
     bf16: bool = False
     """Run the trunk under bf16 autocast (CPU or CUDA); structure module and losses stay fp32."""
+    attention_backend: str = "auto"
+    """Biased-attention kernel: auto | explicit | sdpa | lowmem (protdp.model.attention)."""
 
     loss: LossConfig = field(default_factory=LossConfig)
     """Loss weights and settings."""
@@ -200,6 +202,10 @@ class ModelConfig:
         if self.chunk_size is not None and (not isinstance(self.chunk_size, int)
                                             or self.chunk_size <= 0):
             raise ValueError(f"chunk_size must be a positive integer or null, got {self.chunk_size!r}")
+        from protdp.model.attention import BACKENDS
+        if self.attention_backend not in BACKENDS:
+            raise ValueError(f"attention_backend must be one of {BACKENDS}, "
+                             f"got {self.attention_backend!r}")
         if not self.distogram_min < self.distogram_max:
             raise ValueError("distogram_min must be < distogram_max")
         if not self.recycle_min_bin < self.recycle_max_bin:

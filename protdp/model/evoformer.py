@@ -128,10 +128,16 @@ class TriangleMultiplication(nn.Module):
         self.norm_out = LayerNorm(c_hidden)
         self.linear_z = Linear(c_hidden, c_z, init="final")
 
+    inference_chunk_size: int | None = None
+    """Output rows computed at a time without autograd (ModelConfig.chunk_size, set by
+    protdp.model.primitives.set_inference_chunk_size)."""
+
     def forward(self, z, pair_mask):
         # z [*, L, L, C_z], pair_mask [*, L, L]
         mask = pair_mask[..., None].to(z.dtype)
         z = self.norm_in(z)
+        if not torch.is_grad_enabled():
+            return self._inference(z, mask)
         a = torch.sigmoid(self.linear_a_g(z)) * self.linear_a_p(z) * mask  # [*, L, L, c]
         b = torch.sigmoid(self.linear_b_g(z)) * self.linear_b_p(z) * mask
         if self.outgoing:
@@ -139,6 +145,33 @@ class TriangleMultiplication(nn.Module):
         else:
             x = torch.einsum("...kic,...kjc->...ijc", a, b)
         return torch.sigmoid(self.linear_g(z)) * self.linear_z(self.norm_out(x))
+
+    def _inference(self, z, mask):
+        """Same values without a graph: gates applied in place, and the product, output norm,
+        projection and gate evaluated `inference_chunk_size` output rows at a time, so the [*, L, L, c]
+        temporaries are one chunk instead of the whole map."""
+        def gated(linear_p, linear_g):
+            x = linear_p(z)
+            x.mul_(torch.sigmoid_(linear_g(z))).mul_(mask)                  # [*, L, L, c]
+            # incoming: x[i, j] = sum_k a[k, i] b[k, j], the outgoing form on transposes
+            return x if self.outgoing else x.transpose(-2, -3)
+
+        # channels first (one batched matmul per chunk on contiguous operands); each
+        # [*, L, L, c] projection is freed as soon as its permuted copy exists
+        a = gated(self.linear_a_p, self.linear_a_g).movedim(-1, -3).contiguous()       # [*, c, I, K]
+        b = gated(self.linear_b_p, self.linear_b_g).movedim(-1, -3).transpose(-1, -2).contiguous()
+        n = z.shape[-3]
+        size = self.inference_chunk_size or n
+        out = None
+        for start in range(0, n, size):
+            rows = slice(start, start + size)
+            x = torch.matmul(a[..., rows, :], b).movedim(-3, -1)           # [*, I, J, c]
+            x = self.linear_z(self.norm_out(x))
+            x.mul_(torch.sigmoid_(self.linear_g(z[..., rows, :, :])))
+            if out is None:
+                out = x.new_empty(z.shape[:-1] + x.shape[-1:])
+            out[..., rows, :, :] = x
+        return out
 
 
 class TriangleAttention(nn.Module):

@@ -12,7 +12,6 @@ rank for the step, so all ranks run the same graph.
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -28,7 +27,8 @@ from protdp.model.heads import (DistogramHead, ExperimentallyResolvedHead, Maske
                                 PLDDTHead, pae_bin_centres, plddt_from_logits, ptm_from_logits)
 from protdp.model.inputs import (EXTRA_MSA_FEAT_DIM, check_batch, extra_msa_feat, msa_feat,
                                  num_passes, select_pass, target_feat)
-from protdp.model.primitives import Linear
+from protdp.model.precision import trunk_autocast
+from protdp.model.primitives import Linear, set_attention_backend, set_inference_chunk_size
 from protdp.model.structure import StructureModule
 
 
@@ -57,6 +57,8 @@ class AlphaFoldModel(nn.Module):
         self.experimentally_resolved_head = ExperimentallyResolvedHead(cfg)
         if cfg.pae_head:
             self.pae_head = PAEHead(cfg)
+        set_attention_backend(self, cfg.attention_backend)
+        set_inference_chunk_size(self, cfg.chunk_size)
 
     def set_axial_comm(self, comm) -> None:
         """Run the Evoformer and extra-MSA stacks split over a DAP group (`comm`: a
@@ -74,9 +76,7 @@ class AlphaFoldModel(nn.Module):
         return self.input_embedder.linear_tf_m.weight.dtype
 
     def _autocast(self, device: torch.device):
-        if not self.config.bf16:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+        return trunk_autocast(device, self.config.bf16)
 
     def _extra_msa(self, batch: Mapping, dtype: torch.dtype):
         """Extra-MSA features [*, E, L, 25] and mask [*, E, L]: the batch's `extra_*` keys; else

@@ -4,7 +4,8 @@
   "relu" (He normal), "glorot", "gating" (weights 0, bias 1) and "final" (all zeros, so every
   residual branch starts as the identity).
 - `Attention`: gated multi-head attention with optional pair bias (Alg. 7 / 8 / 13 / 14 share it),
-  evaluated in chunks over the "row" dimension when `chunk_size` is set (§1.11.8).
+  evaluated in chunks over the "row" dimension when `chunk_size` is set (§1.11.8); the softmax
+  itself is `protdp.model.attention.biased_attention` with the module's `backend`.
 - `Transition`: 2-layer MLP (Alg. 9 / 15), also chunked; unmasked, as in AF2.
 - `SharedDropout`: dropout whose mask is shared along rows or columns (§1.11.6).
 """
@@ -19,10 +20,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from einops import rearrange
 
-INIT_SCHEMES = ("default", "relu", "glorot", "gating", "final")
+from protdp.model.attention import MASK_NEG, biased_attention, resolved_backend
 
-# Large negative value for masked attention logits (finite so fully-masked rows stay finite).
-MASK_NEG = -1e9
+INIT_SCHEMES = ("default", "relu", "glorot", "gating", "final")
 
 
 def _trunc_normal_(weight: torch.Tensor, scale: float) -> None:
@@ -81,10 +81,12 @@ class Attention(nn.Module):
     all rows (pair bias / triangle bias) and `mask` [*, R, Q] masks keys.
     """
 
-    def __init__(self, c_in: int, c_hidden: int, n_heads: int):
+    def __init__(self, c_in: int, c_hidden: int, n_heads: int, backend: str = "auto"):
         super().__init__()
         self.c_hidden = c_hidden
         self.n_heads = n_heads
+        resolved_backend(backend, "cpu")                  # validates the name
+        self.backend = backend
         hc = c_hidden * n_heads
         self.linear_q = Linear(c_in, hc, bias=False, init="glorot")
         self.linear_k = Linear(c_in, hc, bias=False, init="glorot")
@@ -97,20 +99,31 @@ class Attention(nn.Module):
         q = rearrange(self.linear_q(x), "... q (h c) -> ... h q c", h=h)  # [*, R, H, Q, c]
         k = rearrange(self.linear_k(x), "... k (h c) -> ... h k c", h=h)
         v = rearrange(self.linear_v(x), "... k (h c) -> ... h k c", h=h)
-        # in-place bias/mask updates: matmul/add/masked_fill backward never need these values,
-        # so only the logits and the softmax output are ever resident ([*, R, H, Q, K] each)
-        logits = torch.matmul(q / math.sqrt(self.c_hidden), k.transpose(-1, -2)).float()  # [*, R, H, Q, K]
-        if bias is not None:
-            logits += bias.float().unsqueeze(-4)                                  # bias [*, 1, H, Q, K]
-        logits.masked_fill_(mask[..., None, None, :] == 0, MASK_NEG)
-        weights = torch.softmax(logits, dim=-1).to(v.dtype)
-        o = rearrange(torch.matmul(weights, v), "... h q c -> ... q (h c)")     # [*, R, Q, H*c]
+        bias = None if bias is None else bias.unsqueeze(-4)                      # [*, 1, H, Q, K]
+        o = biased_attention(q, k, v, mask, bias, self.backend)                  # [*, R, H, Q, c]
+        o = rearrange(o, "... h q c -> ... q (h c)")                              # [*, R, Q, H*c]
         return self.linear_o(o * torch.sigmoid(self.linear_g(x)))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, bias: torch.Tensor | None = None,
                 chunk_size: int | None = None) -> torch.Tensor:
         # x [*, R, Q, C], mask [*, R, Q], bias [*, H, Q, Q] -> [*, R, Q, C]
         return chunk_rows(lambda xc, mc: self._attend(xc, mc, bias), x, mask, chunk_size)
+
+
+def set_attention_backend(module: nn.Module, backend: str) -> None:
+    """Use `backend` (protdp.model.attention.BACKENDS) in every Attention inside `module`."""
+    resolved_backend(backend, "cpu")
+    for sub in module.modules():
+        if isinstance(sub, Attention):
+            sub.backend = backend
+
+
+def set_inference_chunk_size(module: nn.Module, chunk_size: int | None) -> None:
+    """Set `inference_chunk_size` on every submodule that has one (triangle multiplication:
+    it chunks only without autograd), from ModelConfig.chunk_size."""
+    for sub in module.modules():
+        if hasattr(sub, "inference_chunk_size"):
+            sub.inference_chunk_size = chunk_size
 
 
 class Transition(nn.Module):
@@ -124,7 +137,9 @@ class Transition(nn.Module):
 
     def _transition(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         # no masking, as in AF2's Transition: a padded row's value is never read by a real one
-        return self.linear_2(F.relu(self.linear_1(self.norm(x))))
+        hidden = self.linear_1(self.norm(x))                                    # [*, R, Q, n*C]
+        hidden = hidden.relu_() if not torch.is_grad_enabled() else F.relu(hidden)
+        return self.linear_2(hidden)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, chunk_size: int | None = None) -> torch.Tensor:
         # x [*, R, Q, C], mask [*, R, Q] (only sets the chunk layout) -> [*, R, Q, C]

@@ -26,6 +26,8 @@ import torch
 import torch.distributed as dist
 
 from protdp.errors import ConfigError
+from protdp.model.attention import resolved_backend
+from protdp.model.compile import compile_evoformer_blocks
 from protdp.parallel import init_distributed
 from protdp.parallel import load_checkpoint as engine_load
 from protdp.parallel import save_checkpoint as engine_save
@@ -147,6 +149,8 @@ class Trainer:
         model, self.finetune_source = self._build_model(build_model)
         if self.device.type != "cpu":
             model.to(self.device)
+        if args.compile:
+            compile_evoformer_blocks(model)
         self.model_config = model.config
         self.pcfg = args.parallel_config()
         self._engine_save, self._engine_load = engine_save, engine_load
@@ -400,6 +404,8 @@ class Trainer:
                "time/step_mean": sums[5 + len(PHASES)].item() / self.world,
                "time/step": maxes[0].item(), "max_memory_mb": maxes[1].item(),
                "comm/grad_sync_busy_s": maxes[2].item(), "restart": self.restart_count,
+               "attention_kernel": resolved_backend(self.model_config.attention_backend,
+                                                    self.device, bias_grad=True),
                **{f"samples/{k}": int(sums[n_phase + len(keys) + i]) // self.dap_size
                   for i, k in enumerate(self.sources)}}
         rec["samples_per_s"] = rec["samples"] / rec["time/step"]

@@ -1,0 +1,242 @@
+"""protdp's Evoformer side by side with OpenFold's on CPU, same weights (issue 29 D5).
+
+OpenFold comes from a fetched snapshot (github:aqlaboratory/openfold; `--openfold DIR` is the
+folder holding its `openfold/` package); its CUDA-only extension `attn_core_inplace_cuda` is
+replaced by a stub module that raises if called (it never is on CPU). The protdp model's
+weights are exported with `protdp.weights.convert.export_openfold` and loaded into OpenFold's
+EvoformerStack with strict=True, and both stacks are first checked to give the same outputs.
+
+Cases, each in its own subprocess (peak RSS belongs to that case alone; memory = peak RSS minus
+the RSS just before the measured call, model and inputs resident), one thread, peers
+alternated in the same run:
+- train: forward + backward of the stack (eval mode: no dropout) at L = 128 and 256 (protdp
+  with its default attention and with the "recompute" attention backend), the
+  "small" widths (configs/model/small.yaml) and AF2's full widths, N_seq 32, 1 block for full
+  width, 2 for small;
+- infer: inference forward with chunk size 4 (OpenFold: its chunk_size; protdp: chunk_size plus
+  its attention backend) at L = 512 and 1024 (2048 with --long), small widths, 1 block.
+
+    PYTHONPATH=. python3 benchmarks/model_vs_openfold.py --openfold /tmp/of_snap \
+        [--out benchmarks/results/model_vs_openfold.json] [--quick] [--long]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+STUB = '''"""Stub of OpenFold's CUDA-only softmax extension (never called on CPU)."""
+def forward_(*args, **kwargs):
+    raise RuntimeError("attn_core_inplace_cuda is CUDA-only (stubbed for the CPU benchmark)")
+backward_ = forward_
+'''
+
+
+# (row name, protdp attention backend): OpenFold; protdp's default; its "recompute" backend
+TRAIN_IMPLS = (("openfold", "auto"), ("protdp", "auto"), ("protdp_recompute", "recompute"))
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+
+
+def _peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _config(width: str, n_blocks: int, **overrides):
+    from protdp.config import load_config, read_yaml
+    from protdp.model.config import ModelConfig
+    cfg = read_yaml(ROOT / "configs" / "model" / ("small.yaml" if width == "small" else "af2.yaml"))
+    cfg.update(n_blocks=n_blocks, extra_msa=False, n_extra_blocks=0, recompute=False,
+               msa_dropout=0.0, pair_dropout=0.0, **overrides)
+    return load_config(ModelConfig, cfg)
+
+
+def build_pair(cfg):
+    """(protdp EvoformerStack, OpenFold EvoformerStack) with the same weights."""
+    import torch
+    from openfold.model.evoformer import EvoformerStack as OFStack
+
+    from protdp.model.model import AlphaFoldModel
+    from protdp.weights.convert import export_openfold
+    torch.manual_seed(0)
+    model = AlphaFoldModel(cfg)
+    for name, p in model.named_parameters():   # non-zero "final" layers: every branch matters
+        if p.abs().sum() == 0:
+            torch.nn.init.normal_(p, std=0.02)
+    state = {k.removeprefix("evoformer."): v for k, v in export_openfold(model).items()
+             if k.startswith("evoformer.")}
+    of = OFStack(c_m=cfg.c_m, c_z=cfg.c_z, c_hidden_msa_att=cfg.c_hidden_msa_att,
+                 c_hidden_opm=cfg.c_hidden_opm, c_hidden_mul=cfg.c_hidden_tri_mul,
+                 c_hidden_pair_att=cfg.c_hidden_tri_att, c_s=cfg.c_s, no_heads_msa=cfg.msa_heads,
+                 no_heads_pair=cfg.pair_heads, no_blocks=cfg.n_blocks, transition_n=cfg.transition_n,
+                 msa_dropout=0.0, pair_dropout=0.0, no_column_attention=False, opm_first=False,
+                 fuse_projection_weights=False, blocks_per_ckpt=None, inf=1e9, eps=1e-10)
+    of.load_state_dict(state, strict=True)
+    return model.evoformer.eval(), of.eval()
+
+
+def _inputs(cfg, L: int, N: int, grad: bool):
+    import torch
+    g = torch.Generator().manual_seed(1)
+    m = torch.randn(1, N, L, cfg.c_m, generator=g).requires_grad_(grad)
+    z = torch.randn(1, L, L, cfg.c_z, generator=g).requires_grad_(grad)
+    msa_mask = torch.ones(1, N, L)
+    msa_mask[:, N - 2:, L // 2:] = 0          # some padding so masks are exercised
+    pair_mask = torch.ones(1, L, L)
+    return m, z, msa_mask, pair_mask
+
+
+def _run(impl, stack, m, z, msa_mask, pair_mask, chunk):
+    if impl == "protdp":
+        return stack(m, z, msa_mask, pair_mask)
+    return stack(m, z, msa_mask, pair_mask, chunk_size=chunk, inplace_safe=not m.requires_grad,
+                 _mask_trans=True)
+
+
+def run_case(case: dict) -> dict:
+    """In a subprocess: one implementation, one measurement."""
+    import torch
+    torch.set_num_threads(1)
+    cfg = _config(case["width"], case["blocks"], chunk_size=case.get("chunk"),
+                  attention_backend=case.get("backend", "auto"))
+    ours, theirs = build_pair(cfg)
+    stack = ours if case["impl"] == "protdp" else theirs
+    m, z, msa_mask, pair_mask = _inputs(cfg, case["L"], case["N"], case["mode"] == "train")
+    times = []
+    for rep in range(case["repeats"]):
+        before = _rss_mib()
+        t = time.perf_counter()
+        if case["mode"] == "train":
+            mo, zo, s = _run(case["impl"], stack, m, z, msa_mask, pair_mask, None)
+            (mo.square().mean() + zo.square().mean() + s.square().mean()).backward()
+            del mo, zo, s
+        else:
+            with torch.no_grad():
+                _run(case["impl"], stack, m, z, msa_mask, pair_mask, case["chunk"])
+        times.append(time.perf_counter() - t)
+        if rep == 0:
+            peak = _peak_mib() - before
+    return {"time_s": round(min(times), 3), "peak_mib": round(peak, 1)}
+
+
+def check_same_outputs(width: str = "small", L: int = 40, N: int = 8) -> dict:
+    """Both stacks on the same inputs: max |diff| of m, z, s (fp32 and fp64)."""
+    import torch
+    res = {}
+    for dtype in (torch.float32, torch.float64):
+        cfg = _config(width, 2)
+        ours, theirs = build_pair(cfg)
+        ours, theirs = ours.to(dtype), theirs.to(dtype)
+        args = [t.to(dtype) for t in _inputs(cfg, L, N, False)]
+        with torch.no_grad():
+            a = ours(*args)
+            b = theirs(*args, chunk_size=None)
+        # MSA compared where msa_mask = 1: OpenFold masks its MSA transition, AF2 (and protdp)
+        # do not, so padded MSA positions differ by design
+        real = args[2][..., None].bool()
+        pairs = zip(("msa", "pair", "single"), (a[0] * real, a[1], a[2]), (b[0] * real, b[1], b[2]))
+        res[str(dtype).replace("torch.", "")] = {
+            name: float(f"{((x - y).abs().max() / y.abs().max()).item():.3g}") for name, x, y in pairs}
+    return res
+
+
+def _subprocess(case: dict, openfold: str) -> dict:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), openfold, case["stub_dir"]]))
+    proc = subprocess.run([sys.executable, __file__, "--case", json.dumps(case)], env=env,
+                          capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip().splitlines()[-1][:300]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--openfold", help="folder holding the fetched openfold/ package")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "model_vs_openfold.json"))
+    ap.add_argument("--quick", action="store_true", help="L = 64 / 128 only, 1 repeat")
+    ap.add_argument("--long", action="store_true", help="also inference at L = 2048")
+    ap.add_argument("--rounds", type=int, default=2, help="alternated rounds per case (best kept)")
+    ap.add_argument("--only", choices=("train", "infer"), help="run one part only")
+    ap.add_argument("--case", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.case:
+        print(json.dumps(run_case(json.loads(args.case))))
+        return 0
+    if not args.openfold or not (Path(args.openfold) / "openfold" / "model" / "evoformer.py").is_file():
+        ap.error("--openfold must be a folder holding OpenFold's openfold/ package "
+                 "(git archive of github:aqlaboratory/openfold)")
+    with tempfile.TemporaryDirectory() as stub_dir:
+        Path(stub_dir, "attn_core_inplace_cuda.py").write_text(STUB)
+        sys.path[:0] = [args.openfold, stub_dir]
+        result = {"openfold": args.openfold, "threads": 1, "n_seq": 32,
+                  "same_outputs_max_rel": check_same_outputs(), "train": [], "infer": []}
+        repeats = 1 if args.quick else 2
+        train_L = (64, 128) if args.quick else (128, 256)
+        for width, blocks in (("small", 2), ("full", 1)) if args.only != "infer" else ():
+            for L in train_L:
+                row = {"width": width, "blocks": blocks, "L": L}
+                big = (width, L) == ("full", 256)
+                for _ in range(1 if big else args.rounds):  # peers alternated: shared-CPU noise hits all
+                    for impl, backend in TRAIN_IMPLS:
+                        _keep_best(row, impl, _subprocess(
+                            {"impl": impl.split("_")[0], "mode": "train", "width": width,
+                             "blocks": blocks, "L": L, "N": 32, "repeats": 1 if big else repeats,
+                             "backend": backend, "stub_dir": stub_dir}, args.openfold))
+                _ratios(row)
+                result["train"].append(row)
+                print(json.dumps(row), flush=True)
+        infer_L = (256,) if args.quick else (512,) + ((1024, 2048) if args.long else ())
+        infer_L = () if args.only == "train" else infer_L
+        for L in infer_L:
+            row = {"width": "small", "blocks": 1, "L": L, "chunk": 4}
+            for _ in range(args.rounds):
+                for impl, backend in (("openfold", "auto"), ("protdp", "auto"), ("protdp_lowmem", "lowmem")):
+                    _keep_best(row, impl, _subprocess(
+                        {"impl": impl.split("_")[0], "mode": "infer", "width": "small", "blocks": 1,
+                         "L": L, "N": 32, "repeats": 1, "chunk": 4, "backend": backend,
+                         "stub_dir": stub_dir}, args.openfold))
+            _ratios(row)
+            result["infer"].append(row)
+            print(json.dumps(row), flush=True)
+    out = Path(args.out)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(result, indent=1) + "\n")
+    os.replace(tmp, out)
+    return 0
+
+
+def _keep_best(row: dict, impl: str, got: dict) -> None:
+    """Across rounds: the fastest time and the smallest peak of each implementation."""
+    old = row.get(impl)
+    if old is None or "error" in old:
+        row[impl] = got
+    elif "error" not in got:
+        row[impl] = {"time_s": min(old["time_s"], got["time_s"]),
+                     "peak_mib": min(old["peak_mib"], got["peak_mib"])}
+
+
+def _ratios(row: dict) -> None:
+    ref = row["openfold"]
+    for impl in [k for k in row if k.startswith("protdp")]:
+        got = row[impl]
+        if "error" in got or "error" in ref:
+            continue
+        row[f"{impl}_over_openfold_time"] = round(got["time_s"] / ref["time_s"], 3)
+        row[f"{impl}_over_openfold_memory"] = round(got["peak_mib"] / max(ref["peak_mib"], 1e-9), 3)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
