@@ -1,6 +1,6 @@
 """Weight import/export (issue 16 D4): AlphaFold npz and OpenFold state dicts <-> protdp, config
 inferred from shapes at any size, import -> export -> import bit-identical, both formats giving
-identical protdp parameters, clear errors naming the key, templates skipped with the reason, and
+identical protdp parameters, clear errors naming the key, template modules mapped (issue 31), and
 an imported checkpoint running `protdp predict`."""
 
 import json
@@ -15,7 +15,7 @@ from protdp.inference.checkpoint import load_model_checkpoint
 from protdp.model import build_model
 from protdp.weights import cli as weights_cli
 from protdp.weights import openfold
-from protdp.weights.alphafold import TEMPLATE_REASON, infer_config
+from protdp.weights.alphafold import infer_config
 from protdp.weights.convert import export_arrays, export_openfold, import_params
 
 PARAMS = "params/params_model_3_ptm_small.npz"
@@ -147,23 +147,39 @@ def test_bad_parameter_files_give_one_clear_error(fixture_params, tmp_path):
         weights_cli.main(["import", "--format", "alphafold", "x.npz", "--out", "o", "--sm-layers", "0"])
 
 
-def test_template_parameters_are_skipped_with_the_reason(af2_reference, fixture_params, tmp_path):  # noqa: F811
-    """model_1/2 ship template modules; protdp is template-free, as AF2 without templates."""
-    extra = {"alphafold/alphafold_iteration/evoformer/template_embedding/single_template_embedding/"
-             "embedding2d//weights": np.ones((88, 8), np.float32),
-             "alphafold/alphafold_iteration/evoformer/template_single_embedding//weights":
+TEMPLATE_PARAMS = "templates/params/params_model_1_ptm_templates_small.npz"
+
+
+def test_template_parameters_round_trip_through_both_formats(af2_reference, tmp_path):  # noqa: F811
+    """model_1/2-shaped parameters: every template array is mapped (nothing skipped), AF2 ->
+    protdp -> AF2 is bit-identical, and OpenFold's v1 and v2 template names give the same model."""
+    path = af2_reference / TEMPLATE_PARAMS
+    with np.load(path) as f:
+        source = {k: f[k] for k in f.files}
+    first = import_params(path, "alphafold", sm_layers=2, num_recycles=1)
+    assert first.skipped == {} and set(first.mapped) == set(source)
+    assert first.config.templates and first.config.template_pair_blocks == 1
+    assert first.model.num_parameters() == sum(v.size for v in source.values()) == 101758
+    arrays = export_arrays(first.model)
+    for k, v in source.items():
+        assert np.array_equal(arrays[k].view(np.uint32), v.view(np.uint32)), k
+    state = export_openfold(first.model)
+    assert "template_pair_stack.blocks.0.tri_att_start.mha.linear_q.weight" in state
+    torch.save(state, tmp_path / "v1.pt")
+    v2 = {("template_embedder." + k.replace("template_angle_embedder.", "template_single_embedder.")
+           if k.startswith("template_") else k): v for k, v in state.items()}
+    torch.save(v2, tmp_path / "v2.pt")
+    for name in ("v1.pt", "v2.pt"):
+        of = import_params(tmp_path / name, "openfold", sm_layers=2, num_recycles=1)
+        assert of.skipped == {} and of.config == first.config
+        _same_state(_state(first.model), _state(of.model))
+
+
+def test_incomplete_template_parameters_are_one_clear_error(fixture_params, tmp_path):
+    extra = {"alphafold/alphafold_iteration/evoformer/template_single_embedding//weights":
              np.ones((57, 32), np.float32)}
-    path = _write(tmp_path, {**fixture_params, **extra})
-    imported = import_params(path, "alphafold", sm_layers=2)
-    assert imported.skipped == {k: TEMPLATE_REASON for k in extra}
-    assert len(imported.mapped) == len(fixture_params)
-    assert "template-free" in TEMPLATE_REASON
-    # the OpenFold route lists OpenFold's template tensors the same way
-    state = export_openfold(imported.model)
-    state["template_embedder.template_pair_embedder.linear.weight"] = torch.ones(4, 2)
-    torch.save(state, tmp_path / "t.pt")
-    of = import_params(tmp_path / "t.pt", "openfold", sm_layers=2)
-    assert of.skipped == {"template_embedder.template_pair_embedder.linear.weight": TEMPLATE_REASON}
+    with pytest.raises(InputError, match="template_single_embedding.*without the rest"):
+        import_params(_write(tmp_path, {**fixture_params, **extra}), "alphafold", sm_layers=2)
 
 
 def test_openfold_names_cover_every_parameter():

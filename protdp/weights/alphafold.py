@@ -33,8 +33,10 @@ PREFIX = "alphafold/alphafold_iteration/"
 EVO = PREFIX + "evoformer/"
 FOLD = PREFIX + "structure_module/fold_iteration/"
 TEMPLATE_MARKERS = ("template_embedding", "template_single_embedding", "template_projection")
-TEMPLATE_REASON = ("template module: protdp runs template-free, exactly as AlphaFold does when "
-                   "no template is given (template rows are masked and stripped before the heads)")
+TEMPLATES_USED = ("template modules imported: template pair stack, pointwise attention and "
+                  "torsion rows (AF2 Alg. 16-17, §1.7.1)")
+TEMPLATES_ABSENT = ("no template parameters: template-free, as AlphaFold's models 3-5 (template "
+                    "rows absent)")
 
 
 @dataclass(frozen=True)
@@ -366,7 +368,9 @@ def classify_keys(keys, entries: list[Entry]) -> dict[str, str]:
         if key in mapped:
             continue
         if any(marker in key for marker in TEMPLATE_MARKERS):
-            skipped[key] = TEMPLATE_REASON
+            raise InputError("template parameter without the rest of the template module (its "
+                             "embedding2d / pair stack / attention arrays are missing or mis-sized)",
+                             field=key)
         else:
             raise InputError("unexpected AlphaFold parameter: not part of the AF2 monomer model "
                              "(multimer and other variants are not supported)", field=key)
