@@ -131,3 +131,18 @@ def test_msa_search_cli_writes_templates_beside_the_msas(raw, tmp_path, capsys):
     with np.load(target / "templates.npz") as f:
         assert f["template_aatype"].shape == (1, 70, 22) and f["template_all_atom_masks"].sum() == 0
     assert "rejected" in capsys.readouterr().err             # the bad record, the batch went on
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_model_inputs_equal_alphafold_processed_features(raw, af2_reference, case):  # noqa: F811
+    """AlphaFold's template dict -> the model's template keys exactly as AlphaFold's input
+    pipeline makes them (fix_templates_aatype, make_template_mask, first max_templates rows)."""
+    from protdp.templates.inputs import model_inputs
+    feats = dict(np.load(raw / f"templates_{case}.npz"))
+    ours = model_inputs(feats, 4)
+    want = np.load(af2_reference / "templates" / f"features_{case}.npz")
+    T = ours["template_mask"].shape[0]
+    assert np.array_equal(want["template_mask"][0][:T], ours["template_mask"].numpy())
+    assert not want["template_mask"][0][T:].any()
+    for key in ("template_aatype", "template_all_atom_positions", "template_all_atom_masks"):
+        assert np.array_equal(want[key][0][:T], ours[key].numpy()), key

@@ -54,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="MSA depth cap (%(default)s)")
     p.add_argument("--num-recycles", type=int, default=None,
                    help="recycling passes (default: the checkpoint's config)")
+    p.add_argument("--template", action="append", default=[], metavar="FILE.cif[:CHAIN]",
+                   help="custom template for every target (repeatable; aligned with kalign; "
+                        "one that cannot be used is an error naming it)")
     s = p.add_argument_group("MSA search for targets without an MSA (protdp msa search)")
     add_search_arguments(s, db_required=False, prefix="search-")
     s.add_argument("--msa-search-dir", default=None,
@@ -178,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
                          config=config, gating=gating, screening=args.screening,
                          queue_url=args.queue_url, rank=launch.rank,
                          world_size=launch.world_size, barrier=barrier, device=device,
-                         progress=not args.no_progress,
+                         progress=not args.no_progress, templates=tuple(args.template),
                          release_gate="review" if args.allow_unreleased else "enforce")
     finally:
         if barrier is not None and dist.is_initialized():

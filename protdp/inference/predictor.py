@@ -33,6 +33,7 @@ from tqdm import tqdm
 from protdp import __version__
 from protdp.config import to_dict
 from protdp.data.features import collate, featurize_query
+from protdp.templates.inputs import template_provider
 from protdp.data.residues import GAP_ID
 from protdp.data.screening import ScreeningList
 from protdp.errors import ConfigError, InputError, ProtdpError
@@ -149,7 +150,8 @@ class Predictor:
                  screening: ScreeningList | None = None, screening_path: str | Path | None = None,
                  sink: ReviewSink | None = None, device: str | torch.device = "cpu",
                  release_gate: str = "enforce",
-                 rank: int = 0, world_size: int = 1, msa_search: dict | None = None):
+                 rank: int = 0, world_size: int = 1, msa_search: dict | None = None,
+                 templates: tuple[str, ...] = ()):
         self.loaded = loaded
         self.device = torch.device(device)
         if next(loaded.model.parameters()).device != self.device:
@@ -174,6 +176,9 @@ class Predictor:
                          "checkpoint_sha256": loaded.sha256}
         if msa_search is not None:   # databases (sha256) and settings of `protdp msa search`
             self.settings["msa_search"] = msa_search
+        self.templates = template_provider(loaded.config, templates)   # issue 31 (None: off)
+        if templates:
+            self.settings["templates"] = [str(t) for t in templates]
 
     def _check_release(self, gate: str) -> tuple[dict, dict]:
         """The checkpoint's release record under `gate`: "enforce" refuses an unreleased
@@ -228,8 +233,9 @@ class Predictor:
 
     @torch.no_grad()
     def _run_model(self, features: dict) -> dict:
-        batch = {k: (v.to(self.device) if torch.is_tensor(v) else v)
-                 for k, v in collate([features]).items()}
+        batch = {**collate([features]),    # template keys: one target, no padding to collate
+                 **{k: v[None] for k, v in features.items() if k.startswith("template_")}}
+        batch = {k: (v.to(self.device) if torch.is_tensor(v) else v) for k, v in batch.items()}
         out = self.model(batch, num_recycles=self.config.num_recycles)
         res = {"positions": out["final_atom_positions"][0].float().cpu().numpy(),   # [L, 37, 3]
                "atom_mask": out["final_atom_mask"][0].float().cpu().numpy(),         # [L, 37]
@@ -260,10 +266,16 @@ class Predictor:
             if done is None:
                 msa = load_msa(msa_paths)
                 features = self.features(seq, msa, t.file_name)
+                if self.templates is not None:
+                    template_inputs, template_record = self.templates.for_target(
+                        seq, fasta["msa_dir"], t.file_name)
+                    features.update(template_inputs)
                 msa_depth = 1 if msa is None else msa.depth
                 hits = self.screening.hits(seq) if self.screening is not None else []
                 out = self._run_model(features)
                 out["msa_coverage"] = msa_coverage(msa, len(seq))
+                if self.templates is not None:
+                    out["templates"] = template_record
         except (ProtdpError, MemoryError, torch.OutOfMemoryError) as exc:
             row["detail"] = str(exc) if isinstance(exc, ProtdpError) else f"out of memory: {exc}"
             decision = route(np.zeros(0), length=0, msa_depth=0, training_crop=None,
@@ -342,6 +354,7 @@ class Predictor:
                        "msa_files": msa_files, "screening_list": self.screening_path,
                        "screening_list_sha256": self.screening_sha},
             "config": {"model": to_dict(self.loaded.config), **self.settings},
+            "templates": out.get("templates"),
             "gate": decision.to_dict(), "review_queue": self.sink.display if "review_item" in row else None,
             "review_item": row.get("review_item"),
             "outputs": outputs, "fingerprint": fp,
@@ -363,7 +376,8 @@ def predict_batch(checkpoint: str | Path | LoadedModel, fasta: str | Path, out_d
                   screening: str | Path | None = None, rank: int = 0, world_size: int = 1,
                   barrier: Callable[[], None] | None = None,
                   device: str | torch.device | None = None, progress: bool = True,
-                  msa_search: dict | None = None, release_gate: str = "enforce") -> RunResult:
+                  msa_search: dict | None = None, release_gate: str = "enforce",
+                  templates: tuple[str, ...] = ()) -> RunResult:
     """Predict every target of `fasta` owned by this rank, flagged ones handed to `sink`;
     rank 0 merges summary.tsv after `barrier()` (pass one when world_size > 1).
     `release_gate`: "enforce" (an unreleased checkpoint is refused), "review" (it runs, every
@@ -381,7 +395,7 @@ def predict_batch(checkpoint: str | Path | LoadedModel, fasta: str | Path, out_d
     pred = Predictor(loaded, out_dir, config=config, policy=load_gate_policy(gating),
                      screening=screen, screening_path=screening, sink=sink,
                      device=device, rank=rank, world_size=world_size, msa_search=msa_search,
-                     release_gate=release_gate)
+                     release_gate=release_gate, templates=templates)
     info = {"path": str(fasta.resolve()), "sha256": sha256_file(fasta),
             "msa_dir": None if msa_dir is None else Path(msa_dir).resolve()}
     mine = [t for t in targets if t.index % world_size == rank]
