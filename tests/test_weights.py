@@ -85,6 +85,11 @@ def test_openfold_round_trip_and_consistency_with_alphafold(af2_reference, tmp_p
     dict(extra_msa=True, pae_head=True),
     dict(extra_msa=True, pae_head=False, c_ipa_v=3, n_resnet_blocks=3, sm_transition_layers=2,
          transition_n=3, relpos_k=5),
+    # issue 31: a structure-module width != the single width (AF2's initial_projection), and
+    # a template module of another size
+    dict(extra_msa=True, pae_head=True, c_sm=24, templates=True, c_t=6, template_pair_blocks=2,
+         template_tri_heads=2, c_hidden_template_tri_att=3, c_hidden_template_tri_mul=5,
+         template_att_heads=4, c_hidden_template_att=3, template_transition_n=3),
 ])
 def test_any_size_round_trips_through_both_formats(overrides, tmp_path):
     """A protdp model of another size exports, and its config comes back from the shapes."""
@@ -101,7 +106,10 @@ def test_any_size_round_trips_through_both_formats(overrides, tmp_path):
                  "c_hidden_tri_att", "c_hidden_tri_mul", "c_hidden_opm", "transition_n", "relpos_k",
                  "c_e", "n_extra_blocks", "c_hidden_extra_att", "ipa_heads", "c_ipa",
                  "ipa_qk_points", "ipa_v_points", "sm_transition_layers", "c_resnet",
-                 "n_resnet_blocks", "c_plddt", "pae_head", "extra_msa"):
+                 "n_resnet_blocks", "c_plddt", "pae_head", "extra_msa", "sm_channels",
+                 "templates", "c_t", "template_pair_blocks", "template_tri_heads",
+                 "c_hidden_template_tri_att", "c_hidden_template_tri_mul", "template_att_heads",
+                 "c_hidden_template_att", "template_transition_n"):
         assert getattr(inferred, name) == getattr(cfg, name), name
     assert (inferred.c_ipa_v or inferred.c_ipa) == (cfg.c_ipa_v or cfg.c_ipa)
     np.savez(tmp_path / "p.npz", **arrays)
@@ -109,6 +117,10 @@ def test_any_size_round_trips_through_both_formats(overrides, tmp_path):
     _same_state(_state(model), _state(back.model))
     torch.save(export_openfold(model), tmp_path / "p.pt")
     _same_state(_state(model), _state(import_params(tmp_path / "p.pt", "openfold", sm_layers=cfg.sm_layers).model))
+    from protdp.data.features import collate, featurize_query
+    with torch.no_grad():                    # every width runs end to end
+        out = back.model(collate([featurize_query("MKVLAAGIVG", None)]), num_recycles=0)
+    assert out["sm"]["single"].shape[-1] == cfg.sm_channels and torch.isfinite(out["plddt"]).all()
 
 
 def _write(tmp_path, arrays, name="p.npz"):

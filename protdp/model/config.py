@@ -142,6 +142,9 @@ class ModelConfig:
     """Row-/column-shared dropout in the template pair stack."""
 
     # --- structure module (Alg. 20-23) ---------------------------------------------------
+    c_sm: int | None = None
+    """Structure-module channels (AF2 structure_module.num_channel; `initial_projection` maps
+    the single representation to it); null = c_s."""
     sm_layers: int = 8
     """Structure module layers (shared weights)."""
     ipa_heads: int = 12
@@ -203,6 +206,11 @@ class ModelConfig:
     bf16: bool = False
     """Run the trunk under bf16 autocast (CPU or CUDA); structure module and losses stay fp32."""
 
+    @property
+    def sm_channels(self) -> int:
+        """Structure-module width: c_sm, or c_s when null."""
+        return self.c_sm or self.c_s
+
     loss: LossConfig = field(default_factory=LossConfig)
     """Loss weights and settings."""
 
@@ -235,6 +243,9 @@ class ModelConfig:
         if self.c_ipa_v is not None and (not isinstance(self.c_ipa_v, int)
                                          or isinstance(self.c_ipa_v, bool) or self.c_ipa_v <= 0):
             raise ValueError(f"c_ipa_v must be a positive integer or null, got {self.c_ipa_v!r}")
+        if self.c_sm is not None and (not isinstance(self.c_sm, int) or isinstance(self.c_sm, bool)
+                                      or self.c_sm <= 0):
+            raise ValueError(f"c_sm must be a positive integer or null, got {self.c_sm!r}")
         if self.chunk_size is not None and (not isinstance(self.chunk_size, int)
                                             or self.chunk_size <= 0):
             raise ValueError(f"chunk_size must be a positive integer or null, got {self.chunk_size!r}")

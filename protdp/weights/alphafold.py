@@ -296,9 +296,6 @@ def infer_config(shapes: Mapping[str, tuple], *, sm_layers: int = 8,
     kv_pts = _ratio(s(ipa + "kv_point_local//weights")[1], 3 * heads, "IPA kv points",
                     ipa + "kv_point_local")
     sm_channels = s(PREFIX + "structure_module/initial_projection//weights")[1]
-    if sm_channels != c_s:
-        raise InputError(f"structure-module width {sm_channels} != single width {c_s}; protdp "
-                         "uses one width", field=PREFIX + "structure_module/initial_projection")
     extra = EVO + "extra_msa_stack/msa_row_attention_with_pair_bias/attention//query_w"
     fields = dict(
         c_m=c_m, c_z=c_z, c_s=c_s, n_blocks=n_blocks, msa_heads=msa_heads,
@@ -310,6 +307,7 @@ def infer_config(shapes: Mapping[str, tuple], *, sm_layers: int = 8,
         relpos_k=_ratio(s(EVO + "pair_activiations//weights")[0] - 1, 2, "relpos classes",
                         EVO + "pair_activiations"),
         extra_msa=extra in shapes,
+        c_sm=None if sm_channels == c_s else sm_channels,
         sm_layers=sm_layers, ipa_heads=heads, c_ipa=c_ipa, c_ipa_v=kv - c_ipa,
         ipa_qk_points=qk_pts, ipa_v_points=kv_pts - qk_pts,
         sm_transition_layers=_count(shapes, FOLD + "transition"),
