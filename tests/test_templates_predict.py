@@ -45,7 +45,12 @@ def test_custom_template_is_used_and_recorded(ckpt, af2_reference, tmp_path):  #
     assert 40 <= used["aligned_residues"] <= 61 and 0.2 < used["identity"] < 0.7
     # too short to align (kalign needs 6 residues): that target is rejected naming the file
     assert rows["short"]["route"] == "rejected" and "4hhb.cif" in rows["short"]["detail"]
+    # the gate uses it (D6): no MSA here, so shallow; with the template that is the only reason
+    assert "shallow_msa" in rows["4hhb_B_1-61"]["reasons"]
+    assert "shallow_msa_no_template" not in rows["4hhb_B_1-61"]["reasons"]
+    assert "4hhb_A" in prov["gate"]["details"]["shallow_msa"]
     without = _run(ckpt, fasta, tmp_path / "without")
+    assert "shallow_msa_no_template" in {r["target"]: r for r in without.rows}["4hhb_B_1-61"]["reasons"]
     a = json.loads((tmp_path / "with" / "targets" / rows["4hhb_B_1-61"]["file_name"]
                     / "scores.json").read_text())["plddt"]
     b = json.loads((tmp_path / "without" / "targets" / rows["4hhb_B_1-61"]["file_name"]

@@ -33,7 +33,7 @@ from tqdm import tqdm
 from protdp import __version__
 from protdp.config import to_dict
 from protdp.data.features import collate, featurize_query
-from protdp.templates.inputs import template_provider
+from protdp.templates.inputs import template_names, template_provider
 from protdp.data.residues import GAP_ID
 from protdp.data.screening import ScreeningList
 from protdp.errors import ConfigError, InputError, ProtdpError
@@ -315,7 +315,8 @@ class Predictor:
         decision: GateDecision = route(plddt, length=len(seq), msa_depth=msa_depth,
                                        training_crop=self.loaded.training_crop,
                                        screening_hits=hit_text, policy=self.policy, sequence=seq,
-                                       forced_reasons=self.forced_reasons)
+                                       forced_reasons=self.forced_reasons,
+                                       templates=template_names(out.get("templates")))
         outputs = {}
         if finite_xyz.all() and np.isfinite(plddt).all():
             files = write_structures(tdir, t.file_name, seq, out["positions"], plddt, out["atom_mask"])

@@ -120,3 +120,10 @@ def template_provider(config, specs: tuple[str, ...]) -> TemplateProvider | None
                               "model_1/model_2 and template-trained OpenFold checkpoints have one)")
         return None
     return TemplateProvider(config.max_templates, tuple(specs))
+
+
+def template_names(record: dict | None) -> list[str] | None:
+    """'<pdb>_<chain>' of each template a record lists (None without a template module)."""
+    if record is None:
+        return None
+    return [f"{t['id']}_{t['chain']}" for t in record.get("templates", [])]
