@@ -81,3 +81,22 @@ def test_template_free_checkpoint_refuses_template(af2_reference, tmp_path):  # 
     fasta.write_text(">a\nMKVLAAGIVGLLLAAQ\n")
     with pytest.raises(ConfigError, match="no template module"):
         _run(out, fasta, tmp_path / "o", [str(af2_reference / "templates/raw_inputs/mmcif/4hhb.cif")])
+
+
+def test_predict_uses_the_templates_msa_search_wrote(ckpt, af2_reference, tmp_path):  # noqa: F811
+    from protdp.msa import cli as msa_cli
+    raw = af2_reference / "templates" / "raw_inputs"
+    fasta = tmp_path / "t.fasta"
+    fasta.write_text((raw / "4hhb_A_1-64.fasta").read_text())
+    msas = tmp_path / "msas"
+    assert msa_cli.main(["search", "--fasta", str(fasta), "--db", str(raw / "pdb_seqres.txt"),
+                         "--out", str(msas), "--no-progress", "--templates-db",
+                         str(raw / "pdb_seqres.txt"), "--mmcif-dir", str(raw / "mmcif"),
+                         "--max-template-date", "2021-11-01"]) == 0
+    res = predict(ckpt, fasta, tmp_path / "o", msa_dir=msas, release_gate="review",
+                  device="cpu", progress=False)
+    [row] = res.rows
+    prov = json.loads((tmp_path / "o" / "targets" / row["file_name"] / "provenance.json").read_text())
+    assert prov["templates"]["source"].endswith("templates.npz")
+    recorded = json.loads((msas / row["file_name"] / "templates.json").read_text())["templates"]
+    assert prov["templates"]["templates"] == recorded[:4] and len(recorded) >= 1
