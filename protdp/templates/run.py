@@ -48,7 +48,7 @@ def a3m_to_search_stockholm(a3m: str, source: str | Path = "<a3m>") -> str:
             continue
         seen.add(seq)
         out.append((f"{i}_{name}"[:60], seq))
-    width = max(len(n) for n, _ in out) + 1
+    width = max(len("#=GC RF"), *(len(n) for n, _ in out)) + 1
     lines = ["# STOCKHOLM 1.0", ""] + [f"{n:<{width}}{s}" for n, s in out]
     lines += [f"{'#=GC RF':<{width}}{'x' * len(seqs[0])}", "//"]
     return "\n".join(lines) + "\n"

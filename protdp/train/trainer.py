@@ -146,6 +146,10 @@ class Trainer:
         if self.device.type != "cpu":
             model.to(self.device)
         self.model_config = model.config
+        if model.config.templates:   # stored template hits, sampled as AF2 trains (issue 31)
+            from protdp.templates.training import collate_templates, with_templates
+            self.featurize = with_templates(self.featurize, model.config.max_templates)
+            self.collate = collate_templates(self.collate)
         self.pcfg = args.parallel_config()
         self._engine_save, self._engine_load = engine_save, engine_load
         if args.engine == "deepspeed":  # DeepSpeed's ZeRO engine behind the same calls
