@@ -90,3 +90,13 @@ def test_torsions_match_the_dihedral_definition_and_degenerate_ones_follow_af2_r
     plain = _r3_torsion_sin_cos(atoms[None].double())[0]           # no fused rounding
     assert torch.allclose(fused, tors["sin_cos"][0, 4, 0])
     assert (fused.double() - plain).abs().max() > 1e-2
+
+
+def test_full_size_template_module_has_alphafold_parameter_count():
+    """AF2's model_1/2 template arrays hold 329,408 values (full-size defaults); the planner's
+    count (the model built on the meta device) follows."""
+    from protdp.model.config import ModelConfig
+    from protdp.planning.params import parameter_breakdown
+    parts = parameter_breakdown(ModelConfig(extra_msa=True, templates=True))
+    assert parts["template_embedder"] == 329408
+    assert "template_embedder" not in parameter_breakdown(ModelConfig(extra_msa=True))
