@@ -2,7 +2,8 @@
 used by `run_alphafold.py` for the pdb_seqres database).
 
 1. `hmmbuild --hand --amino` on the query's MSA (Stockholm; every `#=GC RF` column a match
-   state): pyhmmer `Builder(architecture="hand")` with the default priors and weighting.
+   state): pyhmmer `Builder(architecture="hand")` with the default priors and weighting, the
+   HMM passed through HMMER's text format as the binaries pass it (same rounding, same scores).
 2. `hmmsearch --noali --cpu 8 --F1 0.1 --F2 0.1 --F3 0.1 --incE 100 -E 100 --domE 100
    --incdomE 100 -A pdb_hits.sto` against a pdb_seqres-style FASTA: a pyhmmer `Pipeline` with
    those thresholds (`HMMSEARCH_OPTIONS`), Z = number of database sequences as hmmsearch uses.
@@ -38,7 +39,7 @@ def read_database(path: str | Path):
 def build_hmm(msa_sto: str | Path):
     """`hmmbuild --hand --amino` of a Stockholm MSA with an RF line."""
     from pyhmmer.easel import Alphabet, MSAFile
-    from pyhmmer.plan7 import Background, Builder
+    from pyhmmer.plan7 import Background, Builder, HMMFile
     alphabet = Alphabet.amino()
     try:
         with MSAFile(str(msa_sto), digital=True, alphabet=alphabet, format="stockholm") as f:
@@ -54,7 +55,13 @@ def build_hmm(msa_sto: str | Path):
     except ValueError as exc:
         raise InputError(f"hmmbuild --hand failed (is there a '#=GC RF' line?): {exc}",
                          path=msa_sto) from None
-    return hmm
+    # through HMMER's text format, as hmmbuild writes it and hmmsearch reads it back: its
+    # rounded probabilities give the binary's exact scores (near-tied hits keep its order)
+    buffer = io.BytesIO()
+    hmm.write(buffer)
+    buffer.seek(0)
+    with HMMFile(buffer) as f:
+        return f.read()
 
 
 def search_templates(msa_sto: str | Path, database) -> str:
