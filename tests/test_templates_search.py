@@ -62,14 +62,14 @@ def test_search_equals_the_hmmsearch_binary_and_alphafold(raw, case, tmp_path):
 
 
 def test_search_order_equals_the_binary_on_a_large_database(raw, tmp_path):
-    """20,000 shuffled decoys: hundreds of near-threshold hits whose order hinges on the last
+    """5,000 shuffled decoys: hundreds of near-threshold hits whose order hinges on the last
     digits of the scores (the HMM passes through HMMER's text format, as between the binaries)."""
     import random
     rng = random.Random(0)
     text = (raw / "pdb_seqres.txt").read_text()
     seqs = [r.split("\n", 1)[1].replace("\n", "") for r in text.split(">")[1:]]
     decoys = []
-    for i in range(20000):
+    for i in range(5000):
         s = list(rng.choice(seqs))
         rng.shuffle(s)
         decoys.append(f">{i // 26:03d}{chr(97 + i % 26)}_A mol:protein length:{len(s)}  DECOY\n"
@@ -85,7 +85,7 @@ def test_search_order_equals_the_binary_on_a_large_database(raw, tmp_path):
              for x in ((f"--{k}" if len(k) > 1 else f"-{k}"), str(v))]
     subprocess.run(["hmmsearch", "--noali", "--cpu", "1", *flags, "-A", str(tmp_path / "o.sto"),
                     str(tmp_path / "q.hmm"), str(db)], check=True, capture_output=True)
-    assert len(ours) > 300 and ours == stockholm_rows((tmp_path / "o.sto").read_text())
+    assert len(ours) > 200 and ours == stockholm_rows((tmp_path / "o.sto").read_text())
 
 
 @pytest.mark.parametrize("case", CASES)
