@@ -43,7 +43,12 @@ KALIGN_MIN_LENGTH = 6             # AF2 tools/kalign.py
 
 
 class TemplateError(Exception):
-    """A hit that cannot be featurized (AF2 `templates.Error` family)."""
+    """A hit that cannot be featurized (AF2 `templates.Error` family): reported as an error."""
+
+
+class TemplateDataError(TemplateError):
+    """Missing experimental data (AF2 NoChains / NoAtomData / TemplateAtomMaskAllZeros):
+    AlphaFold reports these as warnings, not errors."""
 
 
 @dataclass
@@ -57,13 +62,15 @@ class TemplateResult:
 
 
 def parse_obsolete(path: str | Path) -> dict[str, str | None]:
-    """PDB `obsolete.dat` -> {old id: replacement or None} (AF2 `_parse_obsolete`)."""
+    """PDB `obsolete.dat` -> {old id: replacement or None} (AF2 `_parse_obsolete`; a removed
+    entry is a 24-character line: AF2 compares the length with its newline still attached and
+    so misses newline-terminated ones, protdp strips it and honours them)."""
     result = {}
     for line in Path(path).read_text().splitlines(keepends=True):
         if line.startswith("OBSLTE"):
             if len(line) > 30:
                 result[line[20:24].lower()] = line[29:33].lower()
-            elif len(line.rstrip("\n")) == 24 or len(line) == 24:
+            elif len(line.rstrip("\r\n")) == 24:
                 result[line[20:24].lower()] = None
     return result
 
@@ -164,7 +171,7 @@ def _features(s: TemplateStructure, pdb: str, mapping: dict[int, int], template:
               query: str, chain: str, kalign_binary: str) -> tuple[dict, str | None, dict]:
     """AF2 `_extract_template_features` -> (features, realignment warning, provenance)."""
     if not s.chain_to_seqres:
-        raise TemplateError(f"No chains in PDB: {pdb}_{chain}")
+        raise TemplateDataError(f"No chains in PDB: {pdb}_{chain}")
     warning = None
     try:
         seqres, chain_id, offset = _find_in_structure(chain, template, s)
@@ -177,7 +184,7 @@ def _features(s: TemplateStructure, pdb: str, mapping: dict[int, int], template:
     try:
         pos, mask = atom_positions(s, chain_id)
     except (ValueError, KeyError) as exc:
-        raise TemplateError(f"Could not get atom data ({pdb}_{chain_id}): {exc}") from None
+        raise TemplateDataError(f"Could not get atom data ({pdb}_{chain_id}): {exc}") from None
     L = len(query)
     out_pos = np.zeros((L, ATOM37, 3), np.float32)
     out_mask = np.zeros((L, ATOM37), np.float32)
@@ -185,7 +192,7 @@ def _features(s: TemplateStructure, pdb: str, mapping: dict[int, int], template:
     for q, t in mapping.items():
         out_pos[q], out_mask[q], out_seq[q] = pos[t + offset], mask[t + offset], template[t]
     if out_mask.sum() < 5:
-        raise TemplateError(f"Template all atom mask was all zeros: {pdb}_{chain_id}.")
+        raise TemplateDataError(f"Template all atom mask was all zeros: {pdb}_{chain_id}.")
     seq = "".join(out_seq)
     aligned = [q for q, t in mapping.items() if t != -1]
     same = sum(query[q] == seq[q] for q in aligned)
@@ -266,11 +273,12 @@ class Featurizer:
             feats, warning, prov = _features(s, pdb, mapping, template, query, chain,
                                              self.kalign_binary)
             return feats, None, warning, prov
+        except TemplateDataError as exc:      # AF2 turns missing-data errors into warnings
+            return None, None, f"{pdb}_{chain} (rank: {hit.index}): feature extracting " \
+                f"errors: {exc}", None
         except TemplateError as exc:
-            text = f"{pdb}_{chain} (rank: {hit.index}): feature extracting errors: {exc}"
-            if "atom" in str(exc).lower() or "No chains" in str(exc):
-                return None, None, text, None     # AF2 turns missing-data errors into warnings
-            return None, text, None, None
+            return None, f"{pdb}_{chain} (rank: {hit.index}): feature extracting errors: {exc}", \
+                None, None
 
     def get_templates(self, query: str, hits: list[TemplateHit]) -> TemplateResult:
         result, rows, seen = TemplateResult({}), [], set()
