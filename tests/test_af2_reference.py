@@ -45,7 +45,7 @@ def test_import_maps_every_parameter(imported, af2_reference):  # noqa: F811
     assert (cfg["c_m"], cfg["c_z"], cfg["c_s"], cfg["n_blocks"], cfg["n_extra_blocks"]) == (32, 16, 32, 2, 1)
     assert (cfg["c_ipa"], cfg["c_ipa_v"], cfg["ipa_qk_points"], cfg["ipa_v_points"]) == (8, 6, 2, 3)
     assert cfg["sm_layers"] == 2 and cfg["num_recycles"] == 1 and cfg["pae_head"]
-    assert "template-free" in prov["templates"]
+    assert "template-free" in prov["templates"] and not cfg["templates"]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

@@ -166,3 +166,16 @@ def test_low_complexity_sequences_go_to_review(sequence, flagged):
               policy=policy, sequence=sequence)
     assert ("low_complexity" in d.reasons) == flagged
     assert d.route == ("needs_review" if flagged else "accepted")
+
+
+def test_templates_are_evidence_for_shallow_msas():
+    """issue 31 D6: a shallow MSA with no template is its own reason; the templates used are
+    named in the shallow-MSA detail; a template-free model (None) adds nothing."""
+    p = np.full(50, 95.0)
+    assert _route(p, msa_depth=29, templates=None).reasons == ["shallow_msa"]
+    d = _route(p, msa_depth=29, templates=[])
+    assert d.reasons == ["shallow_msa", "shallow_msa_no_template"]
+    assert "shallow_msa_no_template" in REASON_TEXT
+    d = _route(p, msa_depth=29, templates=["4hhb_A", "102m_A"])
+    assert d.reasons == ["shallow_msa"] and "4hhb_A, 102m_A" in d.details["shallow_msa"]
+    assert _route(p, msa_depth=1000, templates=[]).route == "accepted"

@@ -1,6 +1,6 @@
 """Weight import/export (issue 16 D4): AlphaFold npz and OpenFold state dicts <-> protdp, config
 inferred from shapes at any size, import -> export -> import bit-identical, both formats giving
-identical protdp parameters, clear errors naming the key, templates skipped with the reason, and
+identical protdp parameters, clear errors naming the key, template modules mapped (issue 31), and
 an imported checkpoint running `protdp predict`."""
 
 import json
@@ -15,7 +15,7 @@ from protdp.inference.checkpoint import load_model_checkpoint
 from protdp.model import build_model
 from protdp.weights import cli as weights_cli
 from protdp.weights import openfold
-from protdp.weights.alphafold import TEMPLATE_REASON, infer_config
+from protdp.weights.alphafold import infer_config
 from protdp.weights.convert import export_arrays, export_openfold, import_params
 from protdp.inference.layout import current_prediction
 
@@ -86,6 +86,11 @@ def test_openfold_round_trip_and_consistency_with_alphafold(af2_reference, tmp_p
     dict(extra_msa=True, pae_head=True),
     dict(extra_msa=True, pae_head=False, c_ipa_v=3, n_resnet_blocks=3, sm_transition_layers=2,
          transition_n=3, relpos_k=5),
+    # issue 31: a structure-module width != the single width (AF2's initial_projection), and
+    # a template module of another size
+    dict(extra_msa=True, pae_head=True, c_sm=24, templates=True, c_t=6, template_pair_blocks=2,
+         template_tri_heads=2, c_hidden_template_tri_att=3, c_hidden_template_tri_mul=5,
+         template_att_heads=4, c_hidden_template_att=3, template_transition_n=3),
 ])
 def test_any_size_round_trips_through_both_formats(overrides, tmp_path):
     """A protdp model of another size exports, and its config comes back from the shapes."""
@@ -102,7 +107,10 @@ def test_any_size_round_trips_through_both_formats(overrides, tmp_path):
                  "c_hidden_tri_att", "c_hidden_tri_mul", "c_hidden_opm", "transition_n", "relpos_k",
                  "c_e", "n_extra_blocks", "c_hidden_extra_att", "ipa_heads", "c_ipa",
                  "ipa_qk_points", "ipa_v_points", "sm_transition_layers", "c_resnet",
-                 "n_resnet_blocks", "c_plddt", "pae_head", "extra_msa"):
+                 "n_resnet_blocks", "c_plddt", "pae_head", "extra_msa", "sm_channels",
+                 "templates", "c_t", "template_pair_blocks", "template_tri_heads",
+                 "c_hidden_template_tri_att", "c_hidden_template_tri_mul", "template_att_heads",
+                 "c_hidden_template_att", "template_transition_n"):
         assert getattr(inferred, name) == getattr(cfg, name), name
     assert (inferred.c_ipa_v or inferred.c_ipa) == (cfg.c_ipa_v or cfg.c_ipa)
     np.savez(tmp_path / "p.npz", **arrays)
@@ -110,6 +118,10 @@ def test_any_size_round_trips_through_both_formats(overrides, tmp_path):
     _same_state(_state(model), _state(back.model))
     torch.save(export_openfold(model), tmp_path / "p.pt")
     _same_state(_state(model), _state(import_params(tmp_path / "p.pt", "openfold", sm_layers=cfg.sm_layers).model))
+    from protdp.data.features import collate, featurize_query
+    with torch.no_grad():                    # every width runs end to end
+        out = back.model(collate([featurize_query("MKVLAAGIVG", None)]), num_recycles=0)
+    assert out["sm"]["single"].shape[-1] == cfg.sm_channels and torch.isfinite(out["plddt"]).all()
 
 
 def _write(tmp_path, arrays, name="p.npz"):
@@ -148,23 +160,39 @@ def test_bad_parameter_files_give_one_clear_error(fixture_params, tmp_path):
         weights_cli.main(["import", "--format", "alphafold", "x.npz", "--out", "o", "--sm-layers", "0"])
 
 
-def test_template_parameters_are_skipped_with_the_reason(af2_reference, fixture_params, tmp_path):  # noqa: F811
-    """model_1/2 ship template modules; protdp is template-free, as AF2 without templates."""
-    extra = {"alphafold/alphafold_iteration/evoformer/template_embedding/single_template_embedding/"
-             "embedding2d//weights": np.ones((88, 8), np.float32),
-             "alphafold/alphafold_iteration/evoformer/template_single_embedding//weights":
+TEMPLATE_PARAMS = "templates/params/params_model_1_ptm_templates_small.npz"
+
+
+def test_template_parameters_round_trip_through_both_formats(af2_reference, tmp_path):  # noqa: F811
+    """model_1/2-shaped parameters: every template array is mapped (nothing skipped), AF2 ->
+    protdp -> AF2 is bit-identical, and OpenFold's v1 and v2 template names give the same model."""
+    path = af2_reference / TEMPLATE_PARAMS
+    with np.load(path) as f:
+        source = {k: f[k] for k in f.files}
+    first = import_params(path, "alphafold", sm_layers=2, num_recycles=1)
+    assert first.skipped == {} and set(first.mapped) == set(source)
+    assert first.config.templates and first.config.template_pair_blocks == 1
+    assert first.model.num_parameters() == sum(v.size for v in source.values()) == 101758
+    arrays = export_arrays(first.model)
+    for k, v in source.items():
+        assert np.array_equal(arrays[k].view(np.uint32), v.view(np.uint32)), k
+    state = export_openfold(first.model)
+    assert "template_pair_stack.blocks.0.tri_att_start.mha.linear_q.weight" in state
+    torch.save(state, tmp_path / "v1.pt")
+    v2 = {("template_embedder." + k.replace("template_angle_embedder.", "template_single_embedder.")
+           if k.startswith("template_") else k): v for k, v in state.items()}
+    torch.save(v2, tmp_path / "v2.pt")
+    for name in ("v1.pt", "v2.pt"):
+        of = import_params(tmp_path / name, "openfold", sm_layers=2, num_recycles=1)
+        assert of.skipped == {} and of.config == first.config
+        _same_state(_state(first.model), _state(of.model))
+
+
+def test_incomplete_template_parameters_are_one_clear_error(fixture_params, tmp_path):
+    extra = {"alphafold/alphafold_iteration/evoformer/template_single_embedding//weights":
              np.ones((57, 32), np.float32)}
-    path = _write(tmp_path, {**fixture_params, **extra})
-    imported = import_params(path, "alphafold", sm_layers=2)
-    assert imported.skipped == {k: TEMPLATE_REASON for k in extra}
-    assert len(imported.mapped) == len(fixture_params)
-    assert "template-free" in TEMPLATE_REASON
-    # the OpenFold route lists OpenFold's template tensors the same way
-    state = export_openfold(imported.model)
-    state["template_embedder.template_pair_embedder.linear.weight"] = torch.ones(4, 2)
-    torch.save(state, tmp_path / "t.pt")
-    of = import_params(tmp_path / "t.pt", "openfold", sm_layers=2)
-    assert of.skipped == {"template_embedder.template_pair_embedder.linear.weight": TEMPLATE_REASON}
+    with pytest.raises(InputError, match="template_single_embedding.*without the rest"):
+        import_params(_write(tmp_path, {**fixture_params, **extra}), "alphafold", sm_layers=2)
 
 
 def test_openfold_names_cover_every_parameter():

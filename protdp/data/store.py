@@ -250,6 +250,8 @@ class FamilyStore:
             g = self._file()["families"][family_id]
             out = read_arrays(g)
             attrs = dict(g.attrs)
+            if "templates" in g:      # optional template hits (docs/store_format.md, issue 31)
+                out["templates"] = {k: g["templates"][k][()] for k in g["templates"]}
         except H5_ERRORS:
             raise InputError(f"family '{family_id}' cannot be read (damaged store?); check it "
                              f"with `protdp data verify {self.path}`", path=self.path) from None

@@ -9,6 +9,8 @@ REASON_TEXT = {
     "low_plddt_fraction": "too many residues with very low pLDDT",
     "length_beyond_training_crop": "sequence longer than the training crop",
     "shallow_msa": "MSA shallower than the configured minimum",
+    "shallow_msa_no_template": "shallow MSA and no structural template: the case where templates "
+                               "matter most, and none was found or given",
     "screening": "sequence matched the safety screening list",
     "low_complexity": "low-complexity sequence (homopolymer or short repeat): confident-looking "
                       "but rarely meaningful",

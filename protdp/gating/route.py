@@ -53,7 +53,8 @@ def route(plddt: np.ndarray, *, length: int, msa_depth: int, training_crop: int 
           screening_hits: Sequence = (), invalid_reason: str | None = None,
           policy: GatePolicy, sequence: str | None = None,
           forced_reasons: dict[str, str] | None = None,
-          ensemble_ca_rmsd: float | None = None) -> GateDecision:
+          ensemble_ca_rmsd: float | None = None,
+          templates: Sequence[str] | None = None) -> GateDecision:
     """Route one prediction. `plddt` is [L] on the 0–100 scale; `length` must equal L.
 
     `invalid_reason` (set by the predictor for a bad target) -> rejected. Otherwise every failed
@@ -61,6 +62,8 @@ def route(plddt: np.ndarray, *, length: int, msa_depth: int, training_crop: int 
     `forced_reasons` ({code: detail}, e.g. an unreleased checkpoint) always send it to review.
     `ensemble_ca_rmsd`: the largest Cα RMSD (Å) of the top-ranked model to the other models of
     its ensemble (None: a single prediction); above `policy.max_ensemble_ca_rmsd` -> review.
+    `templates`: the templates the model used ("<pdb>_<chain>"; None: a template-free model): a
+    shallow MSA without any is its own reason, and the shallow-MSA detail names the ones used.
     """
     policy_dict = dataclasses.asdict(policy)
     if invalid_reason is not None:
@@ -101,6 +104,11 @@ def route(plddt: np.ndarray, *, length: int, msa_depth: int, training_crop: int 
     if msa_depth < policy.min_msa_depth:
         reasons.append("shallow_msa")
         details["shallow_msa"] = f"MSA depth {msa_depth} < minimum {policy.min_msa_depth}"
+        if templates is not None and not templates:
+            reasons.append("shallow_msa_no_template")
+            details["shallow_msa_no_template"] = "no template found or given"
+        elif templates:
+            details["shallow_msa"] += f"; {len(templates)} template(s): {', '.join(templates)}"
     if sequence:
         top, bits = sequence_complexity(sequence)
         if top > policy.max_single_residue_fraction or (

@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="MSA depth cap (%(default)s)")
     p.add_argument("--num-recycles", type=int, default=None,
                    help="recycling passes (default: the checkpoint's config)")
+    p.add_argument("--template", action="append", default=[], metavar="FILE.cif[:CHAIN]",
+                   help="custom template for every target (repeatable; aligned with kalign; "
+                        "one that cannot be used is an error naming it)")
     e = p.add_argument_group("ensembles, early stop, memory, outputs")
     e.add_argument("--seeds", type=int, default=d.num_seeds,
                    help="predictions per checkpoint, seeds --random-seed .. +N-1 (%(default)s)")
@@ -240,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
                          config=config, gating=gating, screening=args.screening,
                          queue_url=args.queue_url, rank=launch.rank,
                          world_size=launch.world_size, barrier=barrier, device=device,
-                         progress=not args.no_progress,
+                         progress=not args.no_progress, templates=tuple(args.template),
                          release_gate="review" if args.allow_unreleased else "enforce",
                          sort_by_length=args.sort_queries_by_length)
     finally:

@@ -70,7 +70,9 @@ def run_member(model: torch.nn.Module, features: dict, device: torch.device, *,
     """One prediction with chunk choice + OOM retries; adds 'chunk_size', 'oom_retries',
     'predicted_peak_gib', 'early_stop', 'seconds'. `forward(batch, chunk, hook)` replaces the
     model call (tests simulate running out of memory through it)."""
-    batch = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in collate([features]).items()}
+    batch = {**collate([features]),    # template keys: one target, no padding to collate
+             **{k: v[None] for k, v in features.items() if k.startswith("template_")}}
+    batch = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in batch.items()}
     chunk, need = choose_chunk_size(model.config, size, n_params, max_memory_bytes)
     tries = [chunk] + smaller_chunks(chunk, size.L)
     failures = []

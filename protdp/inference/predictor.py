@@ -35,6 +35,7 @@ from tqdm import tqdm
 from protdp import __version__
 from protdp.config import to_dict
 from protdp.data.features import collate, featurize_query
+from protdp.templates.inputs import template_names, template_provider
 from protdp.data.residues import GAP_ID
 from protdp.data.screening import ScreeningList
 from protdp.errors import ConfigError, InputError, ProtdpError
@@ -191,7 +192,8 @@ class Predictor:
                  screening: ScreeningList | None = None, screening_path: str | Path | None = None,
                  sink: ReviewSink | None = None, device: str | torch.device = "cpu",
                  release_gate: str = "enforce",
-                 rank: int = 0, world_size: int = 1, msa_search: dict | None = None):
+                 rank: int = 0, world_size: int = 1, msa_search: dict | None = None,
+                 templates: tuple[str, ...] = ()):
         self.models = list(loaded) if isinstance(loaded, (list, tuple)) else [loaded]
         if not self.models:
             raise ConfigError("predict needs at least one checkpoint")
@@ -230,6 +232,14 @@ class Predictor:
             "\n".join(shas).encode()).hexdigest()
         if msa_search is not None:   # databases (sha256) and settings of `protdp msa search`
             self.settings["msa_search"] = msa_search
+        # issue 31: template inputs for the members with a template module (AlphaFold's
+        # model_1/2 of the five); None when no member has one (--template is then an error)
+        with_templates = [m for m in self.models if m.config.templates]
+        self.templates = template_provider((with_templates or self.models)[0].config, templates)
+        if templates:   # custom templates: their bytes are part of the prediction's identity
+            self.settings["templates"] = [
+                {"spec": str(t), "sha256": sha256_file(Path(str(t).rsplit(":", 1)[0]))
+                 if Path(str(t).rsplit(":", 1)[0]).is_file() else None} for t in templates]
 
     def _check_release(self, gate: str, loaded: LoadedModel) -> tuple[dict, dict]:
         """The checkpoint's release record under `gate`: "enforce" refuses an unreleased
@@ -285,8 +295,10 @@ class Predictor:
                                family_id=family_id, max_extra_msa_rows=c.max_extra_msa_rows,
                                msa_samples=passes, masked_msa_fraction=c.masked_msa_fraction)
 
-    def _run_ensemble(self, seq: str, msa, family_id: str, forward=None) -> tuple[dict, dict]:
-        """Every (model, seed) prediction -> ({name: prediction}, timings.json)."""
+    def _run_ensemble(self, seq: str, msa, family_id: str, forward=None,
+                      template_inputs: dict | None = None) -> tuple[dict, dict]:
+        """Every (model, seed) prediction -> ({name: prediction}, timings.json);
+        `template_inputs` go to the members with a template module."""
         c = self.config
         preds, timings = {}, {}
         budget = None if c.max_memory_gib is None else int(c.max_memory_gib * 1024 ** 3)
@@ -294,6 +306,8 @@ class Predictor:
             loaded = self.models[mem.model_index]
             t0 = time.perf_counter()
             feats = self.features(seq, msa, family_id, seed=mem.seed, loaded=loaded)
+            if template_inputs and loaded.config.templates:
+                feats.update(template_inputs)
             timings[f"process_features_{mem.name}"] = round(time.perf_counter() - t0, 3)
             size = TargetSize(len(seq), int(feats["msa"].shape[-2]),
                               int(feats["extra_msa"].shape[-2]) if "extra_msa" in feats else 0)
@@ -344,7 +358,12 @@ class Predictor:
                 msa = load_msa(msa_paths)
                 msa_depth = 1 if msa is None else msa.depth
                 hits = self.screening.hits(seq) if self.screening is not None else []
-                preds, timings = self._run_ensemble(seq, msa, t.file_name, forward)
+                template_inputs, template_record = None, None
+                if self.templates is not None:
+                    template_inputs, template_record = self.templates.for_target(
+                        seq, fasta["msa_dir"], t.file_name)
+                preds, timings = self._run_ensemble(seq, msa, t.file_name, forward,
+                                                    template_inputs)
                 timings["features"] = round(time.perf_counter() - t0 - sum(
                     v for k, v in timings.items()), 3)
                 coverage = msa_coverage(msa, len(seq))
@@ -358,7 +377,7 @@ class Predictor:
         if done is not None:
             return self._skip(t, tdir, pdir, fp, done)
         return self._finish(t, seq, tdir, pid, fp, fasta, msa_files, msa_depth, hits, preds,
-                            timings, coverage, row)
+                            timings, coverage, row, template_record)
 
     def _skip(self, t: Target, tdir: Path, pdir: Path, fp: str, done: dict) -> dict:
         """A prediction completed by an earlier run: its recorded row (flagged ones re-enqueued,
@@ -384,7 +403,7 @@ class Predictor:
                                   details=scores["details"], actor="predictor")
 
     def _finish(self, t, seq, tdir, pid, fp, fasta, msa_files, msa_depth, hits, preds, timings,
-                coverage, row):
+                coverage, row, template_record=None):
         """Rank, gate and write the prediction folder (built hidden, renamed into place), then
         enqueue and mark it complete (`_complete_published`)."""
         order, ranking_debug = rank(preds)
@@ -399,7 +418,8 @@ class Predictor:
                                        screening_hits=hit_text, policy=self.policy, sequence=seq,
                                        forced_reasons=self.forced_reasons,
                                        ensemble_ca_rmsd=None if spread is None
-                                       else spread["max_ca_rmsd"])
+                                       else spread["max_ca_rmsd"],
+                                       templates=template_names(template_record))
         build = start_build(tdir, pid)
         outputs = write_prediction_files(build, t.file_name, seq, preds, order, ranking_debug,
                                          timings, coverage, self.loaded.config,
@@ -458,6 +478,7 @@ class Predictor:
                        "screening_list_sha256": self.screening_sha},
             "config": {"model": to_dict(self.loaded.config), **self.settings},
             "attention": backend_report(self.loaded.config.attention_backend, self.device),
+            "templates": template_record,
             "gate": decision.to_dict(), "outputs": outputs, "fingerprint": fp,
             "summary": {k: v for k, v in row.items() if k != "gate"},
         }
@@ -517,7 +538,7 @@ def predict_batch(checkpoint: str | Path | LoadedModel | list, fasta: str | Path
                   barrier: Callable[[], None] | None = None,
                   device: str | torch.device | None = None, progress: bool = True,
                   msa_search: dict | None = None, release_gate: str = "enforce",
-                  sort_by_length: bool = False) -> RunResult:
+                  sort_by_length: bool = False, templates: tuple[str, ...] = ()) -> RunResult:
     """Predict every target of `fasta` (a FASTA file, a folder of FASTA/a3m files or a CSV,
     see `inputs`) owned by this rank, flagged ones handed to `sink`; rank 0 merges
     summary.tsv / summary.csv after `barrier()` (pass one when world_size > 1).
@@ -542,7 +563,7 @@ def predict_batch(checkpoint: str | Path | LoadedModel | list, fasta: str | Path
     pred = Predictor(loaded, out_dir, config=config, policy=load_gate_policy(gating),
                      screening=screen, screening_path=screening, sink=sink,
                      device=device, rank=rank, world_size=world_size, msa_search=msa_search,
-                     release_gate=release_gate)
+                     release_gate=release_gate, templates=tuple(templates))
     info = {"path": str(fasta.resolve()), "sha256": input_sha,
             "msa_dir": None if msa_dir is None else Path(msa_dir).resolve()}
     lengths = target_lengths(targets)

@@ -107,7 +107,44 @@ class ModelConfig:
     c_hidden_extra_att: int = 8
     """Per-head channels of extra-MSA row/global column attention."""
 
+    # --- templates (Alg. 16-17, §1.7.1; AF2 `model.embeddings_and_evoformer.template`) ---------
+    templates: bool = False
+    """Embed structural templates (pair stack + pointwise attention + torsion MSA rows)."""
+    c_t: int = 64
+    """Template pair channels (AF2 triangle_attention_ending_node.value_dim)."""
+    template_pair_blocks: int = 2
+    """Template pair stack blocks (Alg. 16)."""
+    template_tri_heads: int = 4
+    """Heads of the template triangle attention."""
+    c_hidden_template_tri_att: int = 16
+    """Per-head channels of the template triangle attention (AF2 key_dim 64 / 4 heads)."""
+    c_hidden_template_tri_mul: int = 64
+    """Hidden channels of the template triangle multiplicative update."""
+    template_transition_n: int = 2
+    """Expansion factor of the template pair transition."""
+    template_att_heads: int = 4
+    """Heads of the template pointwise attention (Alg. 17)."""
+    c_hidden_template_att: int = 16
+    """Per-head channels of the template pointwise attention (AF2 key_dim 64 / 4 heads)."""
+    template_torsion_angles: bool = True
+    """Append the templates' torsion-angle rows to the MSA (AF2 embed_torsion_angles)."""
+    template_unit_vector: bool = False
+    """Backbone unit vectors in the template pair features (AF2 use_template_unit_vector)."""
+    template_dgram_bins: int = 39
+    """Template pseudo-beta distogram bins."""
+    template_dgram_min: float = 3.25
+    """First template distogram bin edge (Å)."""
+    template_dgram_max: float = 50.75
+    """Last template distogram bin edge (Å)."""
+    max_templates: int = 4
+    """Templates per target fed to the model (AF2 max_templates)."""
+    template_dropout: float = 0.25
+    """Row-/column-shared dropout in the template pair stack."""
+
     # --- structure module (Alg. 20-23) ---------------------------------------------------
+    c_sm: int | None = None
+    """Structure-module channels (AF2 structure_module.num_channel; `initial_projection` maps
+    the single representation to it); null = c_s."""
     sm_layers: int = 8
     """Structure module layers (shared weights)."""
     ipa_heads: int = 12
@@ -171,6 +208,11 @@ class ModelConfig:
     attention_backend: str = "auto"
     """Biased-attention kernel: auto | explicit | sdpa | lowmem (protdp.model.attention)."""
 
+    @property
+    def sm_channels(self) -> int:
+        """Structure-module width: c_sm, or c_s when null."""
+        return self.c_sm or self.c_s
+
     loss: LossConfig = field(default_factory=LossConfig)
     """Loss weights and settings."""
 
@@ -183,22 +225,29 @@ class ModelConfig:
                     "ipa_qk_points", "ipa_v_points", "sm_transition_layers", "c_resnet",
                     "n_resnet_blocks",
                     "distogram_bins", "plddt_bins", "c_plddt", "pae_bins", "recycle_bins",
-                    "c_hidden_extra_att")
+                    "c_hidden_extra_att", "c_t", "template_tri_heads",
+                    "c_hidden_template_tri_att", "c_hidden_template_tri_mul",
+                    "template_transition_n", "template_att_heads", "c_hidden_template_att",
+                    "template_dgram_bins", "max_templates")
         for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        for name in ("n_blocks", "n_extra_blocks", "num_recycles", "max_recycles"):
+        for name in ("n_blocks", "n_extra_blocks", "num_recycles", "max_recycles",
+                     "template_pair_blocks"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-        for name in ("msa_dropout", "pair_dropout", "sm_dropout"):
+        for name in ("msa_dropout", "pair_dropout", "sm_dropout", "template_dropout"):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {value}")
         if self.c_ipa_v is not None and (not isinstance(self.c_ipa_v, int)
                                          or isinstance(self.c_ipa_v, bool) or self.c_ipa_v <= 0):
             raise ValueError(f"c_ipa_v must be a positive integer or null, got {self.c_ipa_v!r}")
+        if self.c_sm is not None and (not isinstance(self.c_sm, int) or isinstance(self.c_sm, bool)
+                                      or self.c_sm <= 0):
+            raise ValueError(f"c_sm must be a positive integer or null, got {self.c_sm!r}")
         if self.chunk_size is not None and (not isinstance(self.chunk_size, int)
                                             or self.chunk_size <= 0):
             raise ValueError(f"chunk_size must be a positive integer or null, got {self.chunk_size!r}")

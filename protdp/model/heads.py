@@ -83,8 +83,8 @@ class PLDDTHead(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.norm = LayerNorm(cfg.c_s)
-        self.linear_1 = Linear(cfg.c_s, cfg.c_plddt, init="relu")
+        self.norm = LayerNorm(cfg.sm_channels)                   # structure module's single
+        self.linear_1 = Linear(cfg.sm_channels, cfg.c_plddt, init="relu")
         self.linear_2 = Linear(cfg.c_plddt, cfg.c_plddt, init="relu")
         self.linear_3 = Linear(cfg.c_plddt, cfg.plddt_bins, init="final")
 

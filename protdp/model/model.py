@@ -30,6 +30,7 @@ from protdp.model.inputs import (EXTRA_MSA_FEAT_DIM, check_batch, extra_msa_feat
 from protdp.model.precision import trunk_autocast
 from protdp.model.primitives import Linear, set_attention_backend, set_inference_chunk_size
 from protdp.model.structure import StructureModule
+from protdp.model.template import TemplateEmbedder, placeholder_templates
 
 
 def sample_num_recycles(generator: torch.Generator, max_recycles: int) -> int:
@@ -49,6 +50,8 @@ class AlphaFoldModel(nn.Module):
         if cfg.extra_msa:
             self.extra_msa_embedder = Linear(EXTRA_MSA_FEAT_DIM, cfg.c_e)
             self.extra_msa_stack = ExtraMSAStack(cfg)
+        if cfg.templates:
+            self.template_embedder = TemplateEmbedder(cfg)
         self.evoformer = EvoformerStack(cfg)
         self.structure_module = StructureModule(cfg)
         self.distogram_head = DistogramHead(cfg)
@@ -112,10 +115,21 @@ class AlphaFoldModel(nn.Module):
         m0_r, z_r = self.recycling_embedder(prev["m0"], prev["z"], prev["x"])
         m = torch.cat([m[..., :1, :, :] + m0_r[..., None, :, :], m[..., 1:, :, :]], dim=-3)
         z = z + z_r
-        if self.config.extra_msa:
+        cfg = self.config
+        if cfg.templates:   # Alg. 2 lines 9-13; AF2's placeholder when the batch has none
+            templates = batch if "template_aatype" in batch else \
+                placeholder_templates(batch["aatype"], dtype)
+            z = z + self.template_embedder.pair(templates, z, pair_mask)
+        if cfg.extra_msa:
             extra_feat, extra_mask = self._extra_msa(batch, dtype)
             z = self.extra_msa_stack(self.extra_msa_embedder(extra_feat), z, extra_mask, pair_mask)
-        return self.evoformer(m, z, msa_mask, pair_mask)
+        num_rows = m.shape[-3]
+        if cfg.templates and cfg.template_torsion_angles:   # Alg. 2 lines 7-8 (§1.7.1)
+            rows, rows_mask = self.template_embedder.msa_rows(templates, dtype)
+            m = torch.cat([m, rows.to(m.dtype)], dim=-3)
+            msa_mask = torch.cat([msa_mask, rows_mask.to(msa_mask.dtype)], dim=-2)
+        m, z, s = self.evoformer(m, z, msa_mask, pair_mask)
+        return m[..., :num_rows, :, :], z, s     # template rows never reach the heads (AF2)
 
     def iteration(self, batch: Mapping, prev: dict | None) -> dict:
         """One pass of Algorithm 2's loop body on a single-sample batch (`select_pass`)."""

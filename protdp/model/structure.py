@@ -130,10 +130,10 @@ class AngleResnet(nn.Module):
     """Alg. 20 lines 11-14 (AF2 `MultiRigidSidechain` head): the 7 torsions as unnormalised
     (sin, cos) [*, L, 7, 2] from the current and the initial single representation."""
 
-    def __init__(self, c_s: int, c_hidden: int, n_blocks: int = 2):
+    def __init__(self, c_s: int, c_hidden: int, n_blocks: int = 2, c_initial: int | None = None):
         super().__init__()
         self.linear_in = Linear(c_s, c_hidden)                   # input_projection
-        self.linear_initial = Linear(c_s, c_hidden)              # input_projection_1
+        self.linear_initial = Linear(c_initial or c_s, c_hidden)  # input_projection_1
         self.blocks = nn.ModuleList(
             nn.ModuleList([Linear(c_hidden, c_hidden, init="relu"),       # resblock1(_k)
                            Linear(c_hidden, c_hidden, init="final")])     # resblock2(_k)
@@ -159,16 +159,17 @@ class StructureModule(nn.Module):
         super().__init__()
         self.n_layers = cfg.sm_layers
         self.position_scale = cfg.position_scale
+        c = cfg.sm_channels                                      # AF2 structure_module.num_channel
         self.norm_s = LayerNorm(cfg.c_s)                         # single_layer_norm
         self.norm_z = LayerNorm(cfg.c_z)                         # pair_layer_norm
-        self.linear_in = Linear(cfg.c_s, cfg.c_s)                # initial_projection
-        self.ipa = InvariantPointAttention(cfg.c_s, cfg.c_z, cfg.c_ipa, cfg.ipa_heads,
+        self.linear_in = Linear(cfg.c_s, c)                      # initial_projection
+        self.ipa = InvariantPointAttention(c, cfg.c_z, cfg.c_ipa, cfg.ipa_heads,
                                            cfg.ipa_qk_points, cfg.ipa_v_points, cfg.c_ipa_v)
         self.ipa_dropout = nn.Dropout(cfg.sm_dropout)
-        self.norm_ipa = LayerNorm(cfg.c_s)                       # attention_layer_norm
-        self.transition = StructureTransition(cfg.c_s, cfg.sm_transition_layers, cfg.sm_dropout)
-        self.backbone_update = BackboneUpdate(cfg.c_s)
-        self.angle_resnet = AngleResnet(cfg.c_s, cfg.c_resnet, cfg.n_resnet_blocks)
+        self.norm_ipa = LayerNorm(c)                             # attention_layer_norm
+        self.transition = StructureTransition(c, cfg.sm_transition_layers, cfg.sm_dropout)
+        self.backbone_update = BackboneUpdate(c)
+        self.angle_resnet = AngleResnet(c, cfg.c_resnet, cfg.n_resnet_blocks, c_initial=cfg.c_s)
 
     def forward(self, s: torch.Tensor, z: torch.Tensor, mask: torch.Tensor, aatype: torch.Tensor) -> dict:
         # s [*, L, C_s], z [*, L, L, C_z], mask [*, L], aatype [*, L]
@@ -200,5 +201,5 @@ class StructureModule(nn.Module):
             "sidechain_frames": group_frames.to_tensor_4x4(),        # [*, L, 8, 4, 4] Å
             "atom14_positions": atom14,                              # [*, L, 14, 3] Å
             "atom_positions": atom37,                                # [*, L, 37, 3] Å
-            "single": s,                                             # [*, L, C_s]
+            "single": s,                                             # [*, L, C_sm]
         }

@@ -2,7 +2,8 @@
 settings), into a folder that `protdp predict --msa-dir` reads.
 
     protdp msa search --fasta targets.fasta --db uniref90.fasta.gz [--db mgnify.fasta.gz] \
-        --out msas/ [--workers N] [--iterations 1] [--max-sequences 10000]
+        --out msas/ [--workers N] [--iterations 1] [--max-sequences 10000] \
+        [--templates-db pdb_seqres.txt --mmcif-dir mmcif/ --max-template-date 2021-11-01]
 
 Targets are read exactly as `protdp predict` reads them (same ids, same file names), so
 `protdp predict --fasta targets.fasta --msa-dir msas/` finds every MSA. A finished target is not
@@ -139,7 +140,62 @@ def _parser() -> argparse.ArgumentParser:
                         "with --max-sequences 50000 and pair <chain>/stockholm/<db>.sto")
     s.add_argument("--force", action="store_true", help="search finished targets again")
     s.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_template_arguments(s)
     return p
+
+
+def add_template_arguments(p: argparse.ArgumentParser) -> None:
+    """Template search flags (AlphaFold v2.3's hmmsearch route, `protdp.templates`)."""
+    t = p.add_argument_group("templates (AlphaFold's hmmsearch route; files beside the MSAs)")
+    t.add_argument("--templates-db", metavar="PDB_SEQRES",
+                   help="pdb_seqres.txt-style FASTA to search for templates")
+    t.add_argument("--mmcif-dir", help="folder of <pdb_id>.cif files the hits are read from")
+    t.add_argument("--max-template-date", default=None, metavar="YYYY-MM-DD",
+                   help="templates released after this date are not used (required with "
+                        "--templates-db)")
+    t.add_argument("--obsolete-pdbs", default=None, help="PDB obsolete.dat (optional)")
+    t.add_argument("--kalign-binary", default="kalign", help="kalign for realignments")
+
+
+def search_templates_for(queries, args, out_dir) -> list[tuple[Query, str]]:
+    """Template search per searched target; a bad target is reported, the others go on."""
+    import datetime as dt
+    from pathlib import Path
+
+    from protdp.msa.database import database_name
+    from protdp.msa.run import a3m_path
+    from protdp.templates.featurize import Featurizer, parse_obsolete
+    from protdp.templates.run import search_target
+    from protdp.templates.search import read_database
+
+    if not args.mmcif_dir or not args.max_template_date:
+        raise ConfigError("--templates-db needs --mmcif-dir and --max-template-date")
+    try:
+        cutoff = dt.date.fromisoformat(args.max_template_date)
+    except ValueError:
+        raise ConfigError(f"--max-template-date must be YYYY-MM-DD, got "
+                          f"{args.max_template_date!r}") from None
+    if not Path(args.mmcif_dir).is_dir():
+        raise ConfigError(f"--mmcif-dir {args.mmcif_dir}: not a folder")
+    featurizer = Featurizer(Path(args.mmcif_dir), cutoff, kalign_binary=args.kalign_binary,
+                            obsolete=parse_obsolete(args.obsolete_pdbs) if args.obsolete_pdbs else {})
+    database = read_database(args.templates_db)
+    first_db = database_name(args.db[0])
+    failed = []
+    for q in queries:
+        target_dir = Path(out_dir) / q.stem
+        candidates = [a3m_path(Path(out_dir), q.stem, first_db)] + sorted(target_dir.glob("*.a3m"))
+        a3m = next((c for c in candidates if c.is_file()), None)
+        try:
+            if a3m is None:
+                raise InputError("no MSA to build the template HMM from", path=target_dir)
+            result = search_target(q.sequence, a3m, database, featurizer, target_dir)
+            print(f"  templates {q.name}: {len(result.used)} used"
+                  + (f" ({', '.join(u['id'] + '_' + u['chain'] for u in result.used)})"
+                     if result.used else ""))
+        except InputError as exc:
+            failed.append((q, f"templates: {exc}"))
+    return failed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"protdp msa search: {len(queries) + len(rejected)} targets x {len(report.databases)} "
           f"database(s): {c.get('searched', 0)} searched, {c.get('skipped', 0)} already done, "
           f"{c.get('error', 0)} rejected; summary: {report.summary_path}")
+    if args.templates_db:
+        rejected += search_templates_for(queries, args, args.out)
     for q, why in rejected:
         print(f"  rejected: {why}", file=sys.stderr)
     return 1 if rejected and not queries else 0

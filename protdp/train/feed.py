@@ -54,6 +54,12 @@ def build_micro_batch(payload: dict, store=None) -> dict:
     if store is None:
         store = _STORES[payload["store"]] = FamilyStore(payload["store"])
     kwargs = payload["kwargs"]
+    if payload.get("max_templates"):     # a template model: stored hits sampled as AF2 trains
+        from protdp.templates.training import collate_templates, with_templates
+
+        return collate_templates(collate)([
+            with_templates(featurize, payload["max_templates"])(store.read(f), seed=s, **kwargs)
+            for f, s in zip(payload["fids"], payload["seeds"])])
     if payload["compact"]:
         return {"compact": [{k: (torch.from_numpy(v) if isinstance(v, np.ndarray) else v)
                              for k, v in compact_example(store.read(f), seed=s, **kwargs).items()}
@@ -83,10 +89,13 @@ class BatchFeed:
 
     def __init__(self, *, sources: dict, seed_of, source_of, example_seed, kwargs: dict,
                  start_iteration: int, num_micro: int, device: torch.device, workers: int,
-                 prefetch_depth: int, timeout: float, compact: bool | None = None):
+                 prefetch_depth: int, timeout: float, compact: bool | None = None,
+                 max_templates: int = 0):
         self.sources, self.seed_of, self.source_of = sources, seed_of, source_of
         self.example_seed, self.kwargs, self.device = example_seed, kwargs, device
         self.num_micro = num_micro
+        # template models ship the collated batch (templates are not in the compact form)
+        self.max_templates = max_templates
         self.compact = device.type == "cuda" if compact is None else compact
         self._cursor = (start_iteration, 0)
         self._planned: deque[_Planned] = deque()
@@ -105,7 +114,8 @@ class BatchFeed:
         fids = source.next_micro_batch()
         payload = {"store": str(source.store.path), "fids": list(fids),
                    "seeds": [self.example_seed(seed, k) for k in range(len(fids))],
-                   "kwargs": self.kwargs, "compact": self.compact}
+                   "kwargs": self.kwargs, "compact": self.compact and not self.max_templates,
+                   "max_templates": self.max_templates}
         self._cursor = (it + 1, 0) if micro + 1 == self.num_micro else (it, micro + 1)
         planned = _Planned(it, micro, source, list(fids), payload, self._states())
         if self.workers > 0:

@@ -152,6 +152,10 @@ class Trainer:
         if args.compile:
             compile_evoformer_blocks(model)
         self.model_config = model.config
+        if model.config.templates:   # stored template hits, sampled as AF2 trains (issue 31)
+            from protdp.templates.training import collate_templates, with_templates
+            self.featurize = with_templates(self.featurize, model.config.max_templates)
+            self.collate = collate_templates(self.collate)
         self.pcfg = args.parallel_config()
         self._engine_save, self._engine_load = engine_save, engine_load
         if args.engine == "deepspeed":  # DeepSpeed's ZeRO engine behind the same calls
@@ -297,7 +301,8 @@ class Trainer:
                                                             DISTILLATION in self.sources)],
             example_seed=derive_seed, kwargs=kwargs, start_iteration=self.iteration,
             num_micro=self.num_micro, device=self.device, workers=workers, timeout=args.data_timeout,
-            prefetch_depth=max(2, 2 * workers) if args.prefetch_depth is None else args.prefetch_depth)
+            prefetch_depth=max(2, 2 * workers) if args.prefetch_depth is None else args.prefetch_depth,
+            max_templates=cfg.max_templates if cfg.templates else 0)
 
     def _batch(self, fids: list[str], seed: int, training: bool = True, store=None) -> dict:
         """Features of `fids`: one MSA sample per recycling pass (AF2 resample_msa_in_recycling;

@@ -12,8 +12,10 @@ array is laid out there, so import and export are the same table read in two dir
 Evoformer and extra-MSA blocks are stacked in AF2 (`layer_stack`: a leading block axis), one
 protdp module each. The IPA point projections share AF2's (xyz, head, point) layout, the
 incoming triangle update reads AF2's equation 'kjc,kic->ijc' (protdp's a = AF2's right
-projection). Template modules are skipped: protdp runs template-free, which AF2 does exactly
-when no template is given (template rows are masked and dropped before the heads).
+projection). Template modules (`template_embedding`: Alg. 16 pair stack stacked like the
+Evoformer under `__layer_stack_no_state`, Alg. 17 pointwise attention without gating; the
+torsion rows `template_single_embedding` / `template_projection`) map onto
+`protdp.model.template`; a parameter set without them gives a template-free config.
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ PREFIX = "alphafold/alphafold_iteration/"
 EVO = PREFIX + "evoformer/"
 FOLD = PREFIX + "structure_module/fold_iteration/"
 TEMPLATE_MARKERS = ("template_embedding", "template_single_embedding", "template_projection")
-TEMPLATE_REASON = ("template module: protdp runs template-free, exactly as AlphaFold does when "
-                   "no template is given (template rows are masked and stripped before the heads)")
+TEMPLATES_USED = ("template modules imported: template pair stack, pointwise attention and "
+                  "torsion rows (AF2 Alg. 16-17, §1.7.1)")
+TEMPLATES_ABSENT = ("no template parameters: template-free, as AlphaFold's models 3-5 (template "
+                    "rows absent)")
 
 
 @dataclass(frozen=True)
@@ -150,6 +154,37 @@ def _evoformer_block(b: _Builder, af2, mod, block, cfg: ModelConfig, extra: bool
     _transition(b, af2 + "/pair_transition", mod + ".pair_transition", block)
 
 
+TEMPLATE = EVO + "template_embedding/"
+TEMPLATE_STACK = TEMPLATE + "single_template_embedding/template_pair_stack/__layer_stack_no_state/"
+
+
+def _templates(b: _Builder, cfg: ModelConfig):
+    """Alg. 2 lines 7-13: template pair embedding, Alg. 16 stack, Alg. 17, torsion rows."""
+    mod = "template_embedder"
+    b.linear(TEMPLATE + "single_template_embedding/embedding2d", mod + ".embedding2d")
+    b.layer_norm(TEMPLATE + "single_template_embedding/output_layer_norm", mod + ".norm")
+    for i in range(cfg.template_pair_blocks):
+        blk = f"{mod}.blocks.{i}"
+        for name, sub in (("starting", "tri_att_start"), ("ending", "tri_att_end")):
+            att = f"{TEMPLATE_STACK}triangle_attention_{name}_node"
+            b.layer_norm(att + "/query_norm", f"{blk}.{sub}.norm", i)
+            b.add(att + "//feat_2d_weights", f"{blk}.{sub}.linear_b.weight", "T", block=i)
+            b.attention(att + "/attention", f"{blk}.{sub}.attention", cfg.template_tri_heads, i)
+        _tri_mul(b, TEMPLATE_STACK + "triangle_multiplication_outgoing", blk + ".tri_mul_out", i, True)
+        _tri_mul(b, TEMPLATE_STACK + "triangle_multiplication_incoming", blk + ".tri_mul_in", i, False)
+        _transition(b, TEMPLATE_STACK + "pair_transition", blk + ".pair_transition", i)
+    att, pw = TEMPLATE + "attention/", mod + ".pointwise"
+    heads = (cfg.template_att_heads, cfg.c_hidden_template_att)
+    for af2_name, lin, c_in in (("query_w", "linear_q", cfg.c_z), ("key_w", "linear_k", cfg.c_t),
+                                ("value_w", "linear_v", cfg.c_t)):
+        b.add(att + "/" + af2_name, f"{pw}.{lin}.weight", "T", (c_in,) + heads)
+    b.add(att + "/output_w", pw + ".linear_o.weight", "T", heads + (cfg.c_z,))
+    b.add(att + "/output_b", pw + ".linear_o.bias", "id")
+    if cfg.template_torsion_angles:
+        b.linear(EVO + "template_single_embedding", mod + ".linear_single")
+        b.linear(EVO + "template_projection", mod + ".linear_projection")
+
+
 def _structure_module(b: _Builder, cfg: ModelConfig):
     sm = PREFIX + "structure_module/"
     b.layer_norm(sm + "single_layer_norm", "structure_module.norm_s")
@@ -194,6 +229,8 @@ def alphafold_entries(cfg: ModelConfig, shapes: Mapping[str, tuple]) -> list[Ent
         b.linear(EVO + "extra_msa_activations", "extra_msa_embedder")
         for i in range(cfg.n_extra_blocks):
             _evoformer_block(b, EVO + "extra_msa_stack", f"extra_msa_stack.blocks.{i}", i, cfg, True)
+    if cfg.templates:
+        _templates(b, cfg)
     for i in range(cfg.n_blocks):
         _evoformer_block(b, EVO + "evoformer_iteration", f"evoformer.blocks.{i}", i, cfg, False)
     _structure_module(b, cfg)
@@ -266,9 +303,6 @@ def infer_config(shapes: Mapping[str, tuple], *, sm_layers: int = 8,
     kv_pts = _ratio(s(ipa + "kv_point_local//weights")[1], 3 * heads, "IPA kv points",
                     ipa + "kv_point_local")
     sm_channels = s(PREFIX + "structure_module/initial_projection//weights")[1]
-    if sm_channels != c_s:
-        raise InputError(f"structure-module width {sm_channels} != single width {c_s}; protdp "
-                         "uses one width", field=PREFIX + "structure_module/initial_projection")
     extra = EVO + "extra_msa_stack/msa_row_attention_with_pair_bias/attention//query_w"
     fields = dict(
         c_m=c_m, c_z=c_z, c_s=c_s, n_blocks=n_blocks, msa_heads=msa_heads,
@@ -280,6 +314,7 @@ def infer_config(shapes: Mapping[str, tuple], *, sm_layers: int = 8,
         relpos_k=_ratio(s(EVO + "pair_activiations//weights")[0] - 1, 2, "relpos classes",
                         EVO + "pair_activiations"),
         extra_msa=extra in shapes,
+        c_sm=None if sm_channels == c_s else sm_channels,
         sm_layers=sm_layers, ipa_heads=heads, c_ipa=c_ipa, c_ipa_v=kv - c_ipa,
         ipa_qk_points=qk_pts, ipa_v_points=kv_pts - qk_pts,
         sm_transition_layers=_count(shapes, FOLD + "transition"),
@@ -300,10 +335,34 @@ def infer_config(shapes: Mapping[str, tuple], *, sm_layers: int = 8,
             raise InputError(f"extra-MSA attention has {e_heads} heads, the MSA stack {msa_heads}; "
                              "protdp uses one count", field=extra)
         fields.update(c_e=c_e, n_extra_blocks=e_blocks, c_hidden_extra_att=c_hidden_e)
+    fields.update(_template_fields(shapes, s))
     try:
         return ModelConfig(**fields)
     except ValueError as exc:
         raise InputError(f"the AlphaFold arrays describe no valid model: {exc}") from None
+
+
+def _template_fields(shapes: Mapping, s) -> dict:
+    """ModelConfig template fields from the template arrays ({} without templates)."""
+    emb = TEMPLATE + "single_template_embedding/embedding2d//weights"
+    if emb not in shapes:
+        return {}
+    tri = TEMPLATE_STACK + "triangle_attention_starting_node/attention//query_w"
+    n_blocks, c_t, tri_heads, c_tri = s(tri)
+    mul = TEMPLATE_STACK + "triangle_multiplication_outgoing/left_projection//weights"
+    tr = TEMPLATE_STACK + "pair_transition/transition1//weights"
+    _, att_heads, c_att = s(TEMPLATE + "attention//query_w")
+    n_feat = s(emb)[0]
+    fields = dict(templates=True, c_t=c_t, template_pair_blocks=n_blocks,
+                  template_tri_heads=tri_heads, c_hidden_template_tri_att=c_tri,
+                  c_hidden_template_tri_mul=s(mul)[-1],
+                  template_transition_n=_ratio(s(tr)[-1], c_t, "template transition width", tr),
+                  template_att_heads=att_heads, c_hidden_template_att=c_att,
+                  template_torsion_angles=EVO + "template_single_embedding//weights" in shapes,
+                  template_dgram_bins=n_feat - (1 + 2 * 22 + 3 + 1))
+    if fields["template_dgram_bins"] <= 0:
+        raise InputError(f"template pair features: {n_feat} channels, expected 49 + bins", field=emb)
+    return fields
 
 
 def classify_keys(keys, entries: list[Entry]) -> dict[str, str]:
@@ -314,7 +373,9 @@ def classify_keys(keys, entries: list[Entry]) -> dict[str, str]:
         if key in mapped:
             continue
         if any(marker in key for marker in TEMPLATE_MARKERS):
-            skipped[key] = TEMPLATE_REASON
+            raise InputError("template parameter without the rest of the template module (its "
+                             "embedding2d / pair stack / attention arrays are missing or mis-sized)",
+                             field=key)
         else:
             raise InputError("unexpected AlphaFold parameter: not part of the AF2 monomer model "
                              "(multimer and other variants are not supported)", field=key)

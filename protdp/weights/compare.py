@@ -21,7 +21,9 @@ from protdp.errors import InputError
 from protdp.model.inputs import MSA_KEYS
 from protdp.weights.store import read_npz
 
-RESIDUE_KEYS = ("aatype", "residue_index", "seq_mask", "target_feat", "between_segment_residues")
+RESIDUE_KEYS = ("aatype", "residue_index", "seq_mask", "target_feat", "between_segment_residues",
+                "template_aatype", "template_all_atom_positions", "template_all_atom_masks",
+                "template_mask", "template_pseudo_beta", "template_pseudo_beta_mask")
 REQUIRED = ("aatype", "residue_index", "seq_mask", "msa_feat", "msa_mask")
 PADDED_ROWS = ("compared like real rows: protdp reproduces AlphaFold's arithmetic on padding "
                "(unmasked transitions, outer-product-mean bias / 1e-3 on empty pairs)")

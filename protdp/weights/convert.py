@@ -51,7 +51,8 @@ class Imported:
             "source_parameters": self.source_parameters,
             "protdp_parameters": self.model.num_parameters(),
             "mapped": self.mapped, "skipped": self.skipped,
-            "templates": alphafold.TEMPLATE_REASON,
+            "templates": (alphafold.TEMPLATES_USED if self.config.templates
+                          else alphafold.TEMPLATES_ABSENT),
             "loss": f"AlphaFold fine-tuning weights ({FINETUNE_LOSS})",
         }
 

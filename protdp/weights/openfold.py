@@ -75,10 +75,28 @@ PREFIXES: list[tuple[str, str]] = (
        ("plddt_head.", "aux_heads.plddt."),
        ("experimentally_resolved_head.linear.", "aux_heads.experimentally_resolved.linear."),
        ("pae_head.linear.", "aux_heads.tm.linear.")])
-TEMPLATE_PREFIX = "template_embedder."
-# OpenFold template tensors travel through the AlphaFold import under this marker, so they are
-# listed as skipped for the same reason as AlphaFold's template modules
-TEMPLATE_MARKER = alphafold.PREFIX + "evoformer/template_embedding//"
+# templates, in OpenFold v1's top-level names (OpenFold >= 2 nests them under
+# `template_embedder.` and calls the angle embedder `template_single_embedder`: `_v1_name`)
+_TEMPLATE_BLOCK = [(p, o.replace("pair_stack.", "")) for p, o in _STACK_COMMON
+                   if p.startswith(("tri_", "pair_transition"))]
+PREFIXES += (
+    [("template_embedder.embedding2d.", "template_pair_embedder.linear."),
+     ("template_embedder.norm.", "template_pair_stack.layer_norm."),
+     ("template_embedder.pointwise.", "template_pointwise_att.mha."),
+     ("template_embedder.linear_single.", "template_angle_embedder.linear_1."),
+     ("template_embedder.linear_projection.", "template_angle_embedder.linear_2.")]
+    + [("template_embedder.blocks.{i}." + p, "template_pair_stack.blocks.{i}." + o)
+       for p, o in _TEMPLATE_BLOCK])
+TEMPLATE_POINTWISE_HEADS = 4   # OpenFold's template_pointwise_attention.no_heads (no per-head tensor)
+
+
+def _v1_name(key: str) -> str:
+    """OpenFold >= 2 template names -> OpenFold v1's."""
+    if key.startswith("template_embedder."):
+        key = key[len("template_embedder."):]
+        if key.startswith("template_single_embedder."):
+            key = "template_angle_embedder." + key[len("template_single_embedder."):]
+    return key
 
 
 def _compile(template: str) -> re.Pattern:
@@ -134,7 +152,18 @@ def _skeleton_config(state: Mapping[str, torch.Tensor]) -> ModelConfig:
         return tuple(state[key].shape)
 
     n_extra = count(r"extra_msa_stack\.blocks\.")
-    return ModelConfig(
+    templates = {}
+    if "template_embedder.embedding2d.weight" in state:
+        c_t, n_feat = shape("template_embedder.embedding2d.weight")
+        q = shape("template_embedder.pointwise.linear_q.weight")[0]
+        heads = TEMPLATE_POINTWISE_HEADS
+        templates = dict(
+            templates=True, c_t=c_t, template_dgram_bins=n_feat - 49,
+            template_pair_blocks=count(r"template_embedder\.blocks\."),
+            template_tri_heads=shape("template_embedder.blocks.0.tri_att_start.linear_b.weight")[0],
+            template_att_heads=heads, c_hidden_template_att=q // heads,
+            template_torsion_angles="template_embedder.linear_single.weight" in state)
+    return ModelConfig(**templates,
         n_blocks=count(r"evoformer\.blocks\."), n_extra_blocks=n_extra, extra_msa=n_extra > 0,
         msa_heads=shape("evoformer.blocks.0.msa_row.linear_b.weight")[0],
         pair_heads=shape("evoformer.blocks.0.tri_att_start.linear_b.weight")[0],
@@ -148,13 +177,10 @@ def _skeleton_config(state: Mapping[str, torch.Tensor]) -> ModelConfig:
 def to_alphafold_arrays(openfold_state: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
     """OpenFold state dict -> AlphaFold npz arrays (templates kept under a marker name so the
     AlphaFold import lists them as skipped); an unknown key is one clear error."""
-    state, skipped = {}, {}
+    state = {}
     for key, value in openfold_state.items():
-        name = _rename(key, _BACKWARD)
+        name = _rename(_v1_name(key), _BACKWARD)
         if name is None:
-            if key.startswith(TEMPLATE_PREFIX):
-                skipped[key] = value
-                continue
             raise InputError("unexpected OpenFold parameter: not part of the AF2 monomer model "
                              "(multimer and other variants are not supported)", field=key)
         state[name] = value.detach().float().numpy()
@@ -166,9 +192,7 @@ def to_alphafold_arrays(openfold_state: Mapping[str, torch.Tensor]) -> dict[str,
     missing = [e.torch for e in entries if e.torch not in state]
     if missing:
         raise InputError("OpenFold parameter is missing", field=to_openfold_name(missing[0]))
-    arrays = alphafold.arrays_from_state(state, entries)
-    arrays.update({TEMPLATE_MARKER + k: v.float().numpy() for k, v in skipped.items()})
-    return arrays
+    return alphafold.arrays_from_state(state, entries)
 
 
 def openfold_names(cfg: ModelConfig, af2_keys) -> dict[str, str]:
@@ -179,7 +203,7 @@ def openfold_names(cfg: ModelConfig, af2_keys) -> dict[str, str]:
     for e in alphafold.alphafold_entries(cfg, shapes):
         out.setdefault(e.af2, []).append(to_openfold_name(e.torch))
     names = {k: ", ".join(v) for k, v in out.items()}
-    return {k: names.get(k, k.removeprefix(TEMPLATE_MARKER)) for k in af2_keys}
+    return {k: names.get(k, k) for k in af2_keys}
 
 
 def _meta_model(cfg: ModelConfig):

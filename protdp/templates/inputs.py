@@ -1,0 +1,129 @@
+"""Template inputs of the model for one target, and custom templates (`--template FILE[:CHAIN]`).
+
+`model_inputs` turns AlphaFold's template dict (`protdp.templates.featurize`) into the model's
+keys as AlphaFold's input pipeline does (`fix_templates_aatype`: HHblits one-hot -> AF order
+with 20 = X, 21 = gap; `make_template_mask`: one per template row; the first `max_templates`
+rows); pseudo-beta is computed in the model.
+
+Sources, per target: the `--template` files given to predict (each aligned to the query with
+kalign; a file that is not a structure, a chain that is not in it, a template that cannot be
+aligned or contributes no residue is an InputError naming it, never silently dropped), else the
+`templates.npz` that `protdp msa search --templates-db` wrote beside the target's MSAs, else
+none (the model then sees AlphaFold's own no-template placeholder).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from protdp.data.residues import HHBLITS_TO_ID
+from protdp.errors import InputError
+from protdp.templates.featurize import TemplateError, _features, _stack, kalign
+from protdp.templates.mmcif import read_structure
+from protdp.templates.run import FEATURES_FILE, RECORD_FILE
+
+
+def model_inputs(features: dict, max_templates: int) -> dict[str, torch.Tensor]:
+    """AlphaFold template dict -> model keys (first `max_templates` templates)."""
+    aatype = np.asarray(features["template_aatype"])[:max_templates]          # [T, L, 22]
+    af_order = HHBLITS_TO_ID.astype(np.int64)[aatype.argmax(-1)]
+    T = af_order.shape[0]
+    return {"template_aatype": torch.from_numpy(af_order),
+            "template_all_atom_positions": torch.from_numpy(np.ascontiguousarray(
+                features["template_all_atom_positions"][:max_templates], np.float32)),
+            "template_all_atom_masks": torch.from_numpy(np.ascontiguousarray(
+                features["template_all_atom_masks"][:max_templates], np.float32)),
+            "template_mask": torch.ones(T, dtype=torch.float32)}
+
+
+def parse_spec(spec: str) -> tuple[Path, str | None]:
+    """'FILE.cif[:CHAIN]' -> (path, chain or None)."""
+    path, _, chain = spec.rpartition(":") if ":" in Path(spec).name else (spec, "", "")
+    return Path(path or spec), (chain or None)
+
+
+def custom_template(query: str, spec: str, kalign_binary: str = "kalign") -> tuple[dict, dict]:
+    """One `--template` structure aligned to `query` -> (AlphaFold feature row, record)."""
+    path, chain = parse_spec(spec)
+    if not path.is_file():
+        raise InputError("template file not found", path=path)
+    s = read_structure(path)
+    chain = chain or next(iter(s.chain_to_seqres))
+    if chain not in s.chain_to_seqres:
+        raise InputError(f"chain {chain!r} is not a protein chain of this structure (chains: "
+                         f"{', '.join(s.chain_to_seqres)})", path=path)
+    seqres = s.chain_to_seqres[chain]
+    try:
+        q_aln, t_aln = kalign([query, seqres], kalign_binary)
+    except TemplateError as exc:
+        raise InputError(f"template chain {chain} cannot be aligned to the query: {exc}",
+                         path=path) from None
+    mapping, qi, ti = {}, -1, -1
+    for a, b in zip(q_aln, t_aln):
+        qi += a != "-"
+        ti += b != "-"
+        if a != "-" and b != "-":
+            mapping[qi] = ti
+    try:
+        feats, _, record = _features(s, s.file_id, mapping, seqres, query, chain, kalign_binary)
+    except TemplateError as exc:
+        raise InputError(f"template chain {chain} contributes no residue to the query ({exc})",
+                         path=path) from None
+    return feats, {**record, "file": str(path),
+                   "query_to_template": [[q, t] for q, t in sorted(mapping.items())]}
+
+
+@dataclass
+class TemplateProvider:
+    """Template inputs per target (see the module docstring)."""
+
+    max_templates: int
+    specs: tuple[str, ...] = ()
+    kalign_binary: str = "kalign"
+
+    def for_target(self, query: str, msa_dir, file_name: str) -> tuple[dict, dict]:
+        """(model inputs or {}, provenance record {source, templates, warnings})."""
+        if self.specs:
+            rows, used = zip(*(custom_template(query, s, self.kalign_binary) for s in self.specs))
+            feats = _stack(list(rows))
+            return model_inputs(feats, self.max_templates), {
+                "source": "--template", "templates": list(used)[:self.max_templates]}
+        folder = None if msa_dir is None else Path(msa_dir) / file_name
+        if folder is None or not (folder / FEATURES_FILE).is_file():
+            return {}, {"source": None, "templates": []}
+        try:
+            with np.load(folder / FEATURES_FILE) as f:
+                feats = {k: f[k] for k in f.files}
+            record = json.loads((folder / RECORD_FILE).read_text())
+        except (OSError, ValueError, KeyError) as exc:
+            raise InputError(f"unreadable template features: {exc}", path=folder) from None
+        if feats["template_aatype"].shape[1] != len(query):
+            raise InputError(f"template features cover {feats['template_aatype'].shape[1]} "
+                             f"residues, the target has {len(query)}", path=folder / FEATURES_FILE)
+        return model_inputs(feats, self.max_templates), {
+            "source": str(folder / FEATURES_FILE), **record,
+            "templates": record.get("templates", [])[:self.max_templates]}
+
+
+def template_provider(config, specs: tuple[str, ...]) -> TemplateProvider | None:
+    """The provider for a model `config` (None for a template-free model without --template;
+    --template with a template-free model is a ConfigError)."""
+    from protdp.errors import ConfigError
+    if not config.templates:
+        if specs:
+            raise ConfigError("--template: this checkpoint has no template module (AlphaFold's "
+                              "model_1/model_2 and template-trained OpenFold checkpoints have one)")
+        return None
+    return TemplateProvider(config.max_templates, tuple(specs))
+
+
+def template_names(record: dict | None) -> list[str] | None:
+    """'<pdb>_<chain>' of each template a record lists (None without a template module)."""
+    if record is None:
+        return None
+    return [f"{t['id']}_{t['chain']}" for t in record.get("templates", [])]

@@ -1,0 +1,102 @@
+"""Custom templates in `protdp predict` (issue 31 D4): `--template FILE.cif[:CHAIN]` reaches the
+model (the prediction changes and equals a direct model run with the same template inputs),
+provenance.json lists each template (id, chain, release date, aligned residues, identity), a
+template that cannot be used is an error naming it and the batch goes on, and a template-free
+checkpoint refuses --template."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from model_fixtures import af2_reference, one_thread  # noqa: F401
+from protdp.errors import ConfigError
+from protdp.weights import cli as weights_cli
+from protdp.workflows import predict
+
+PARAMS = "templates/params/params_model_1_ptm_templates_small.npz"
+
+
+@pytest.fixture(scope="module")
+def ckpt(af2_reference, tmp_path_factory):  # noqa: F811
+    out = tmp_path_factory.mktemp("tpl") / "ckpt"
+    assert weights_cli.main(["import", "--format", "alphafold", str(af2_reference / PARAMS),
+                             "--out", str(out), "--sm-layers", "2", "--num-recycles", "0"]) == 0
+    return out
+
+
+def _run(ckpt, fasta, out, templates=()):
+    return predict(ckpt, fasta, out, templates=tuple(templates), release_gate="review",
+                   device="cpu", progress=False)
+
+
+def test_custom_template_is_used_and_recorded(ckpt, af2_reference, tmp_path):  # noqa: F811
+    raw = af2_reference / "templates" / "raw_inputs"
+    fasta = tmp_path / "t.fasta"
+    fasta.write_text((raw / "4hhb_B_1-61.fasta").read_text() + ">short\nMKV\n")
+    cif = raw / "mmcif" / "4hhb.cif"
+    res = _run(ckpt, fasta, tmp_path / "with", [f"{cif}:A"])
+    rows = {r["target"]: r for r in res.rows}
+    prov = json.loads((tmp_path / "with" / "targets" / rows["4hhb_B_1-61"]["file_name"]
+                       / "provenance.json").read_text())
+    [used] = prov["templates"]["templates"]
+    assert (used["id"], used["chain"], used["release_date"]) == ("4hhb", "A", "1984-07-17")
+    assert 40 <= used["aligned_residues"] <= 61 and 0.2 < used["identity"] < 0.7
+    # too short to align (kalign needs 6 residues): that target is rejected naming the file
+    assert rows["short"]["route"] == "rejected" and "4hhb.cif" in rows["short"]["detail"]
+    # the gate uses it (D6): no MSA here, so shallow; with the template that is the only reason
+    assert "shallow_msa" in rows["4hhb_B_1-61"]["reasons"]
+    assert "shallow_msa_no_template" not in rows["4hhb_B_1-61"]["reasons"]
+    assert "4hhb_A" in prov["gate"]["details"]["shallow_msa"]
+    without = _run(ckpt, fasta, tmp_path / "without")
+    assert "shallow_msa_no_template" in {r["target"]: r for r in without.rows}["4hhb_B_1-61"]["reasons"]
+    a = json.loads((tmp_path / "with" / "targets" / rows["4hhb_B_1-61"]["file_name"]
+                    / "scores.json").read_text())["plddt"]
+    b = json.loads((tmp_path / "without" / "targets" / rows["4hhb_B_1-61"]["file_name"]
+                    / "scores.json").read_text())["plddt"]
+    assert np.abs(np.array(a) - np.array(b)).max() > 0.01       # the template reached the model
+
+
+def test_unusable_templates_are_clear_errors(ckpt, af2_reference, tmp_path):  # noqa: F811
+    raw = af2_reference / "templates" / "raw_inputs"
+    fasta = tmp_path / "t.fasta"
+    fasta.write_text((raw / "2q2k_A.fasta").read_text())
+    junk = tmp_path / "junk.cif"
+    junk.write_text("not a structure\n")
+    for spec, match in ((str(junk), "junk.cif: not a readable mmCIF"),
+                        (f"{raw / 'mmcif' / '2q2k.cif'}:Z", "chain 'Z' is not a protein chain"),
+                        (str(tmp_path / "missing.cif"), "missing.cif: template file not found")):
+        res = _run(ckpt, fasta, tmp_path / "o", [spec])
+        [row] = res.rows
+        assert row["route"] == "rejected" and match in row["detail"], row["detail"]
+
+
+def test_template_free_checkpoint_refuses_template(af2_reference, tmp_path):  # noqa: F811
+    out = tmp_path / "m3"
+    assert weights_cli.main(["import", "--format", "alphafold",
+                             str(af2_reference / "params/params_model_3_ptm_small.npz"),
+                             "--out", str(out), "--sm-layers", "2"]) == 0
+    fasta = tmp_path / "t.fasta"
+    fasta.write_text(">a\nMKVLAAGIVGLLLAAQ\n")
+    with pytest.raises(ConfigError, match="no template module"):
+        _run(out, fasta, tmp_path / "o", [str(af2_reference / "templates/raw_inputs/mmcif/4hhb.cif")])
+
+
+def test_predict_uses_the_templates_msa_search_wrote(ckpt, af2_reference, tmp_path):  # noqa: F811
+    from protdp.msa import cli as msa_cli
+    raw = af2_reference / "templates" / "raw_inputs"
+    fasta = tmp_path / "t.fasta"
+    fasta.write_text((raw / "4hhb_A_1-64.fasta").read_text())
+    msas = tmp_path / "msas"
+    assert msa_cli.main(["search", "--fasta", str(fasta), "--db", str(raw / "pdb_seqres.txt"),
+                         "--out", str(msas), "--no-progress", "--templates-db",
+                         str(raw / "pdb_seqres.txt"), "--mmcif-dir", str(raw / "mmcif"),
+                         "--max-template-date", "2021-11-01"]) == 0
+    res = predict(ckpt, fasta, tmp_path / "o", msa_dir=msas, release_gate="review",
+                  device="cpu", progress=False)
+    [row] = res.rows
+    prov = json.loads((tmp_path / "o" / "targets" / row["file_name"] / "provenance.json").read_text())
+    assert prov["templates"]["source"].endswith("templates.npz")
+    recorded = json.loads((msas / row["file_name"] / "templates.json").read_text())["templates"]
+    assert prov["templates"]["templates"] == recorded[:4] and len(recorded) >= 1
