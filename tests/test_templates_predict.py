@@ -12,6 +12,7 @@ import torch
 
 from model_fixtures import af2_reference, one_thread  # noqa: F401
 from protdp.errors import ConfigError
+from protdp.inference.layout import current_prediction
 from protdp.weights import cli as weights_cli
 from protdp.workflows import predict
 
@@ -38,8 +39,7 @@ def test_custom_template_is_used_and_recorded(ckpt, af2_reference, tmp_path):  #
     cif = raw / "mmcif" / "4hhb.cif"
     res = _run(ckpt, fasta, tmp_path / "with", [f"{cif}:A"])
     rows = {r["target"]: r for r in res.rows}
-    prov = json.loads((tmp_path / "with" / "targets" / rows["4hhb_B_1-61"]["file_name"]
-                       / "provenance.json").read_text())
+    prov = json.loads((current_prediction(tmp_path / "with" / "targets" / rows["4hhb_B_1-61"]["file_name"]) / "provenance.json").read_text())
     [used] = prov["templates"]["templates"]
     assert (used["id"], used["chain"], used["release_date"]) == ("4hhb", "A", "1984-07-17")
     assert 40 <= used["aligned_residues"] <= 61 and 0.2 < used["identity"] < 0.7
@@ -51,10 +51,8 @@ def test_custom_template_is_used_and_recorded(ckpt, af2_reference, tmp_path):  #
     assert "4hhb_A" in prov["gate"]["details"]["shallow_msa"]
     without = _run(ckpt, fasta, tmp_path / "without")
     assert "shallow_msa_no_template" in {r["target"]: r for r in without.rows}["4hhb_B_1-61"]["reasons"]
-    a = json.loads((tmp_path / "with" / "targets" / rows["4hhb_B_1-61"]["file_name"]
-                    / "scores.json").read_text())["plddt"]
-    b = json.loads((tmp_path / "without" / "targets" / rows["4hhb_B_1-61"]["file_name"]
-                    / "scores.json").read_text())["plddt"]
+    a = json.loads((current_prediction(tmp_path / "with" / "targets" / rows["4hhb_B_1-61"]["file_name"]) / "scores.json").read_text())["plddt"]
+    b = json.loads((current_prediction(tmp_path / "without" / "targets" / rows["4hhb_B_1-61"]["file_name"]) / "scores.json").read_text())["plddt"]
     assert np.abs(np.array(a) - np.array(b)).max() > 0.01       # the template reached the model
 
 
@@ -96,7 +94,7 @@ def test_predict_uses_the_templates_msa_search_wrote(ckpt, af2_reference, tmp_pa
     res = predict(ckpt, fasta, tmp_path / "o", msa_dir=msas, release_gate="review",
                   device="cpu", progress=False)
     [row] = res.rows
-    prov = json.loads((tmp_path / "o" / "targets" / row["file_name"] / "provenance.json").read_text())
+    prov = json.loads((current_prediction(tmp_path / "o" / "targets" / row["file_name"]) / "provenance.json").read_text())
     assert prov["templates"]["source"].endswith("templates.npz")
     recorded = json.loads((msas / row["file_name"] / "templates.json").read_text())["templates"]
     assert prov["templates"]["templates"] == recorded[:4] and len(recorded) >= 1
