@@ -225,7 +225,7 @@ def multimer_state_from_arrays(arrays: Mapping[str, np.ndarray], cfg: MultimerCo
     st.layer_norm(PREFIX + "predicted_lddt_head/input_layer_norm", "plddt_head.norm")
     if cfg.templates:
         _templates(st, cfg)
-    unused = sorted(set(arrays) - st.used)
+    unused = sorted(set(arrays.keys()) - st.used)
     if unused:
         raise InputError("unexpected AlphaFold-Multimer parameter (no protdp parameter reads "
                          "it)", field=unused[0])
