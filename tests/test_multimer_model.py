@@ -105,3 +105,28 @@ def test_full_model_end_to_end_against_alphafold(model, name):
     assert _diff(out["iptm"], ref["confidence/iptm"]) < 2e-3
     single = ref["representations/single"]
     assert _diff(out["single"], single) < 1e-2 * np.abs(single).max()
+
+
+def test_complex_predict_writes_every_complex_and_reports_a_bad_one(model, tmp_path):
+    """`protdp complex predict`: the fixture's heterodimer features -> PDB/mmCIF with chains A
+    and B and scores.json whose ipTM is the model's; a corrupt features file is one line."""
+    from protdp.multimer import cli as complex_cli
+    from protdp.weights.multimer_checkpoint import save_multimer
+
+    ckpt = save_multimer(model, {"test": True}, tmp_path / "ckpt")
+    feats = tmp_path / "features"
+    name = "4hhb_hbA1-36_hbB1-40"
+    (feats / name).mkdir(parents=True)
+    (feats / name / "features.npz").write_bytes((FIXTURE / f"features_{name}.npz").read_bytes())
+    (feats / "broken").mkdir()
+    (feats / "broken" / "features.npz").write_bytes(b"not an npz")
+    rc = complex_cli.main(["predict", "--features-dir", str(feats), "--checkpoint", str(ckpt),
+                           "--out", str(tmp_path / "out"), "--num-recycles", "0"])
+    assert rc == 0
+    import json
+    scores = json.loads((tmp_path / "out" / name / "scores.json").read_text())
+    assert [c["chain_id"] for c in scores["chains"]] == ["A", "B"]
+    assert 0.0 < scores["iptm"] < 1.0 and len(scores["plddt"]) == 76
+    pdb = (tmp_path / "out" / name / f"{name}.pdb").read_text()
+    assert {line[21] for line in pdb.splitlines() if line.startswith("ATOM")} == {"A", "B"}
+    assert not (tmp_path / "out" / "broken").exists()
