@@ -130,3 +130,26 @@ def test_complex_predict_writes_every_complex_and_reports_a_bad_one(model, tmp_p
     pdb = (tmp_path / "out" / name / f"{name}.pdb").read_text()
     assert {line[21] for line in pdb.splitlines() if line.startswith("ATOM")} == {"A", "B"}
     assert not (tmp_path / "out" / "broken").exists()
+    gate = scores["gate"]
+    assert gate["route"] == "needs_review" and "low_iptm" in gate["reasons"]   # random weights
+
+
+def test_gate_sends_a_confident_monomer_with_an_unconfident_interface_to_review():
+    from protdp.gating.policy import GatePolicy
+    from protdp.gating.route import route
+
+    policy = GatePolicy(min_msa_depth=0)
+    plddt = np.full(60, 92.0)
+    seq = "MKTAYIAKQRQISFVKSHFSRQ" * 2 + "GSHMLEDPVAGQ" + "ACDEFGHIKL"[:4]
+    ok = route(plddt, length=60, msa_depth=100, training_crop=None, policy=policy, sequence=seq,
+               interface={"iptm": 0.85, "interface_pae": 4.0})
+    assert ok.route == "accepted" and ok.reasons == []
+    bad = route(plddt, length=60, msa_depth=100, training_crop=None, policy=policy, sequence=seq,
+                interface={"iptm": 0.31, "interface_pae": 22.5})
+    assert bad.route == "needs_review" and bad.reasons == ["low_iptm", "uncertain_interface"]
+    assert "ipTM 0.310 < 0.6" in bad.details["low_iptm"]
+    monomer = route(plddt, length=60, msa_depth=100, training_crop=None, policy=policy,
+                    sequence=seq)
+    assert monomer.route == "accepted"
+    with pytest.raises(ValueError, match="min_iptm"):
+        GatePolicy(min_iptm=1.5)

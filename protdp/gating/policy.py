@@ -48,7 +48,19 @@ class GatePolicy:
     """Shannon entropy of the residue composition (bits) below which a sequence of at least
     20 residues is low-complexity (natural proteins: ~4.2 bits; a dipeptide repeat: 1 bit)."""
 
+    min_iptm: float = _DEFAULTS["min_iptm"]
+    """Complexes: ipTM (AlphaFold-Multimer) below which the interface needs review (low_iptm)."""
+    max_interface_pae: float = _DEFAULTS["max_interface_pae"]
+    """Complexes: mean predicted aligned error (Å) over cross-chain residue pairs above which
+    the interface needs review (uncertain_interface)."""
+
     def __post_init__(self):
+        if isinstance(self.min_iptm, bool) or not isinstance(self.min_iptm, (int, float)) \
+                or not 0 <= self.min_iptm <= 1:
+            raise ValueError(f"min_iptm must be a number in [0, 1], got {self.min_iptm!r}")
+        pae = self.max_interface_pae
+        if isinstance(pae, bool) or not isinstance(pae, (int, float)) or not pae > 0:
+            raise ValueError(f"max_interface_pae must be a number > 0 (Å), got {pae!r}")
         for name in ("accept_mean_plddt", "very_low_plddt"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100:

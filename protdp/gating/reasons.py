@@ -12,6 +12,8 @@ REASON_TEXT = {
     "screening": "sequence matched the safety screening list",
     "low_complexity": "low-complexity sequence (homopolymer or short repeat): confident-looking "
                       "but rarely meaningful",
+    "low_iptm": "complex: interface predicted with low confidence (ipTM below the threshold)",
+    "uncertain_interface": "complex: high predicted aligned error between chains",
     "unreleased_checkpoint": "the checkpoint has no passing release record (run with "
                              "--allow-unreleased): every prediction needs review",
 }

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import json
 import sys
 from pathlib import Path
 
@@ -138,6 +139,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="multimer checkpoint (`protdp weights import` of params_model_N_multimer_v3.npz)")
     pr.add_argument("--out", required=True, help="output folder (one folder per complex)")
     pr.add_argument("--seed", type=int, default=0, help="MSA sampling seed (%(default)s)")
+    pr.add_argument("--gating", default=None, help="gate policy YAML (default: the shipped one)")
     pr.add_argument("--num-recycles", type=int, default=None,
                     help="recycles (default: the checkpoint's; early stop as AlphaFold-Multimer)")
     return p
@@ -154,15 +156,19 @@ def _chains_of(features: dict) -> list[tuple[str, str]]:
 
 
 def predict(features_dir: str, checkpoint: str, out: str, seed: int = 0,
-            num_recycles: int | None = None) -> list[dict]:
+            num_recycles: int | None = None, gating: str | None = None) -> list[dict]:
     """Every `<complex>/features.npz` under `features_dir` -> `<out>/<complex>/` with
-    `<complex>.pdb`, `<complex>.cif` and `scores.json`; a bad complex is one row, the rest go on."""
+    `<complex>.pdb`, `<complex>.cif` and `scores.json` (with the gate decision: pLDDT checks
+    plus ipTM and interface PAE); a bad complex is one row, the rest go on."""
     import torch
 
+    from protdp.gating.policy import load_gate_policy
+    from protdp.gating.route import route
     from protdp.multimer.outputs import write_complex_structures, write_confidence_json
     from protdp.weights.multimer_checkpoint import load_multimer
 
     model = load_multimer(checkpoint)
+    policy = load_gate_policy(gating)
     rows = []
     for path in sorted(Path(features_dir).glob("*/features.npz")):
         name = path.parent.name
@@ -178,9 +184,20 @@ def predict(features_dir: str, checkpoint: str, out: str, seed: int = 0,
             folder = Path(out) / name
             write_complex_structures(folder, name, chains, res["final_atom_positions"].numpy(),
                                      res["plddt"].numpy(), res["final_atom_mask"].numpy())
-            write_confidence_json(folder / "scores.json", chains, res["plddt"], res)
-            row.update(status="ok", detail=f"ipTM {float(res['iptm']):.3f} pTM "
-                                           f"{float(res['ptm']):.3f} recycles {res['num_recycles']}")
+            ipae = res["interface_pae"]
+            decision = route(res["plddt"].numpy(), length=len(res["plddt"]),
+                             msa_depth=int(feats["num_alignments"]) if "num_alignments" in feats
+                             else int(feats["msa"].shape[0]), training_crop=None, policy=policy,
+                             sequence="".join(q for _, q in chains),
+                             interface={"iptm": float(res["iptm"]),
+                                        "interface_pae": None if ipae is None else float(ipae)})
+            path = write_confidence_json(folder / "scores.json", chains, res["plddt"], res)
+            scores = json.loads(path.read_text())
+            scores["gate"] = decision.to_dict()
+            atomic_write(path, (json.dumps(scores, allow_nan=False) + "\n").encode())
+            row.update(status="ok", detail=f"{decision.route} ({', '.join(decision.reasons) or 'no flag'}); "
+                                           f"ipTM {float(res['iptm']):.3f} pTM {float(res['ptm']):.3f} "
+                                           f"recycles {res['num_recycles']}")
         except (ProtdpError, ValueError, KeyError, OSError, RuntimeError) as exc:
             row["detail"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     return rows
@@ -189,7 +206,8 @@ def predict(features_dir: str, checkpoint: str, out: str, seed: int = 0,
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     if args.cmd == "predict":
-        rows = predict(args.features_dir, args.checkpoint, args.out, args.seed, args.num_recycles)
+        rows = predict(args.features_dir, args.checkpoint, args.out, args.seed, args.num_recycles,
+                       args.gating)
         for r in rows:
             print(f"  {r['status']}: {r['complex']}: {r['detail']}",
                   file=sys.stdout if r["status"] == "ok" else sys.stderr)
