@@ -144,12 +144,12 @@ def test_relative_chain_encoding_loads_alphafold_parameters():
     assert cross[65] == 1 and cross[66] == 0 and cross[72] == 1
 
 
-def test_weights_import_names_multimer_parameters_as_unsupported():
+def test_monomer_config_refuses_multimer_parameters():
     from protdp.errors import InputError
     from protdp.weights.alphafold import infer_config
 
     p = np.load(FIXTURE / "params" / "params_model_1_multimer_v3_small.npz")
-    with pytest.raises(InputError, match="AlphaFold-Multimer parameters .* not supported yet"):
+    with pytest.raises(InputError, match="AlphaFold-Multimer parameters .* multimer model"):
         infer_config({k: p[k].shape for k in p.files})
 
 

@@ -52,10 +52,22 @@ class GatePolicy:
     """Largest Cα RMSD (Å, after superposition) between the top-ranked model of an ensemble
     and any other (model, seed) prediction; above it: ensemble_disagreement (review)."""
 
+    min_iptm: float = _DEFAULTS["min_iptm"]
+    """Complexes: ipTM (AlphaFold-Multimer) below which the interface needs review (low_iptm)."""
+    max_interface_pae: float = _DEFAULTS["max_interface_pae"]
+    """Complexes: mean predicted aligned error (Å) over cross-chain residue pairs above which
+    the interface needs review (uncertain_interface)."""
+
     def __post_init__(self):
         rmsd = self.max_ensemble_ca_rmsd
         if isinstance(rmsd, bool) or not isinstance(rmsd, (int, float)) or not rmsd > 0:
             raise ValueError(f"max_ensemble_ca_rmsd must be a positive number (Å), got {rmsd!r}")
+        if isinstance(self.min_iptm, bool) or not isinstance(self.min_iptm, (int, float)) \
+                or not 0 <= self.min_iptm <= 1:
+            raise ValueError(f"min_iptm must be a number in [0, 1], got {self.min_iptm!r}")
+        pae = self.max_interface_pae
+        if isinstance(pae, bool) or not isinstance(pae, (int, float)) or not pae > 0:
+            raise ValueError(f"max_interface_pae must be a number > 0 (Å), got {pae!r}")
         for name in ("accept_mean_plddt", "very_low_plddt"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100:

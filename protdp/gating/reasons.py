@@ -16,6 +16,8 @@ REASON_TEXT = {
                       "but rarely meaningful",
     "ensemble_disagreement": "the models of the ensemble (checkpoints x seeds) disagree: the "
                              "top-ranked structure is far from another prediction",
+    "low_iptm": "complex: interface predicted with low confidence (ipTM below the threshold)",
+    "uncertain_interface": "complex: high predicted aligned error between chains",
     "unreleased_checkpoint": "the checkpoint has no passing release record (run with "
                              "--allow-unreleased): every prediction needs review",
 }

@@ -54,7 +54,8 @@ def route(plddt: np.ndarray, *, length: int, msa_depth: int, training_crop: int 
           policy: GatePolicy, sequence: str | None = None,
           forced_reasons: dict[str, str] | None = None,
           ensemble_ca_rmsd: float | None = None,
-          templates: Sequence[str] | None = None) -> GateDecision:
+          templates: Sequence[str] | None = None,
+          interface: dict | None = None) -> GateDecision:
     """Route one prediction. `plddt` is [L] on the 0–100 scale; `length` must equal L.
 
     `invalid_reason` (set by the predictor for a bad target) -> rejected. Otherwise every failed
@@ -64,6 +65,8 @@ def route(plddt: np.ndarray, *, length: int, msa_depth: int, training_crop: int 
     its ensemble (None: a single prediction); above `policy.max_ensemble_ca_rmsd` -> review.
     `templates`: the templates the model used ("<pdb>_<chain>"; None: a template-free model): a
     shallow MSA without any is its own reason, and the shallow-MSA detail names the ones used.
+    `interface` (complexes: {"iptm": float, "interface_pae": float | None}) adds low_iptm /
+    uncertain_interface, so a confident monomer with an unconfident interface goes to review.
     """
     policy_dict = dataclasses.asdict(policy)
     if invalid_reason is not None:
@@ -125,6 +128,15 @@ def route(plddt: np.ndarray, *, length: int, msa_depth: int, training_crop: int 
     if hits:
         reasons.append("screening")
         details["screening"] = "; ".join(str(h) for h in hits)
+    if interface is not None:
+        iptm, ipae = interface.get("iptm"), interface.get("interface_pae")
+        if iptm is None or not np.isfinite(iptm) or iptm < policy.min_iptm:
+            reasons.append("low_iptm")
+            details["low_iptm"] = f"ipTM {iptm if iptm is None else f'{iptm:.3f}'} < {policy.min_iptm:g}"
+        if ipae is not None and not ipae <= policy.max_interface_pae:
+            reasons.append("uncertain_interface")
+            details["uncertain_interface"] = (f"interface PAE {ipae:.1f} Å > "
+                                              f"{policy.max_interface_pae:g} Å")
     for code, detail in (forced_reasons or {}).items():
         reasons.append(code)
         details[code] = detail

@@ -281,8 +281,9 @@ def infer_config(shapes: Mapping[str, tuple], *, sm_layers: int = 8,
         raise InputError(f"not an AlphaFold parameter set: no '{PREFIX}...' arrays")
     if EVO + MULTIMER_MARK in shapes:
         raise InputError("AlphaFold-Multimer parameters (they have "
-                         f"'{EVO + MULTIMER_MARK}'): importing multimer weights is not "
-                         "supported yet (issue #32); use a monomer params_model_N[_ptm].npz")
+                         f"'{EVO + MULTIMER_MARK}'): they build the multimer model "
+                         "(protdp.weights.alphafold_multimer; `protdp weights import` writes a "
+                         "multimer checkpoint), not the monomer one")
     s = lambda key: _shape(shapes, key)                                     # noqa: E731
     row = EVO + "evoformer_iteration/msa_row_attention_with_pair_bias/attention//query_w"
     tri = EVO + "evoformer_iteration/triangle_attention_starting_node/attention//query_w"

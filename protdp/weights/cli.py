@@ -78,9 +78,31 @@ def _alphafold_settings(path: str | None) -> dict:
                          path=path) from None
 
 
+def _import_multimer(args) -> int:
+    """AlphaFold-Multimer npz -> multimer checkpoint folder (`protdp.weights.multimer_checkpoint`)."""
+    from protdp.weights.multimer_checkpoint import import_multimer, multimer_settings, save_multimer
+
+    settings = multimer_settings(args.alphafold_config)
+    for name in ("sm_layers", "num_recycles"):
+        if getattr(args, name) is not None:
+            settings[name] = getattr(args, name)
+    model, provenance = import_multimer(args.source, **settings)
+    out = save_multimer(model, provenance, args.out)
+    print(f"protdp weights: imported AlphaFold-Multimer {args.source} -> {out}")
+    print(f"  {provenance['source_arrays']} source arrays, {provenance['protdp_parameters']:,} "
+          f"values (source {provenance['source_parameters']:,}); structure module layers "
+          f"{model.config.trunk.sm_layers}, recycles {model.config.trunk.num_recycles}, "
+          f"templates {'on' if model.config.templates else 'off'}")
+    return 0
+
+
 def _import(args) -> int:
     from protdp.weights.convert import import_params, write_imported
+    from protdp.weights.multimer_checkpoint import is_multimer_file
 
+    if args.format == "alphafold" and Path(args.source).is_file() and \
+            Path(args.source).suffix == ".npz" and is_multimer_file(args.source):
+        return _import_multimer(args)
     settings = {"sm_layers": 8, "num_recycles": 3, **_alphafold_settings(args.alphafold_config)}
     if args.sm_layers is not None:
         settings["sm_layers"] = args.sm_layers

@@ -1,0 +1,155 @@
+"""The AlphaFold-Multimer model (`protdp.model.multimer_model`) with parameters imported by
+`protdp weights import` from the JAX fixture (`af2_reference/multimer`: DeepMind's AlphaFold
+v2.3.2, random `model_1_multimer_v3`-shaped parameters, float32), driven by the MSA sampling
+AlphaFold recorded inside its model.
+
+- import: every AlphaFold array is read (an unread or missing array is one error naming it);
+- the structure module (multimer IPA, quaternion rigid, position scale 20) and every head on
+  AlphaFold's own final representations reproduce its atoms, pLDDT, PAE, pTM and ipTM;
+- the full model (templates, extra MSA, Evoformer with the outer product mean first, one
+  recycle) is compared end to end. See the README ("Predict a complex") for the gap that
+  remains there: the end-to-end check below guards the current agreement, it is not yet the
+  issue's 1e-3 Å target.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from protdp.errors import InputError
+from protdp.model.multimer_heads import complex_confidence
+from protdp.model.heads import pae_bin_centres, plddt_from_logits
+from protdp.weights import cli as weights_cli
+from protdp.weights.alphafold_multimer import infer_multimer_config, multimer_state_from_arrays
+from protdp.weights.multimer_checkpoint import load_multimer
+from test_multimer_pairing import CASES, FIXTURE
+
+PARAMS = FIXTURE / "params" / "params_model_1_multimer_v3_small.npz"
+CONFIG = FIXTURE / "config_model_1_multimer_v3_small.json"
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("mm") / "ckpt"
+    assert weights_cli.main(["import", "--format", "alphafold", str(PARAMS), "--out", str(out),
+                             "--alphafold-config", str(CONFIG)]) == 0
+    return load_multimer(out)
+
+
+def _case(name):
+    f = {k: torch.from_numpy(np.asarray(v)) for k, v in np.load(FIXTURE / f"features_{name}.npz").items()}
+    rec = np.load(FIXTURE / f"sampled_msa_{name}.npz")
+    return f, [torch.from_numpy(o).long() for o in rec["index_order"]], np.load(FIXTURE / f"outputs_{name}.npz")
+
+
+def _diff(a, b) -> float:
+    return float(np.abs(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)).max())
+
+
+def test_import_reads_the_fixture_config_and_every_array(model):
+    cfg = model.config
+    assert (cfg.trunk.n_blocks, cfg.trunk.n_extra_blocks, cfg.trunk.sm_layers) == (2, 1, 2)
+    assert (cfg.num_msa, cfg.num_extra_msa, cfg.masking.replace_fraction) == (16, 32, 0.0)
+    assert cfg.templates and (cfg.c_t, cfg.template_blocks, cfg.c_hidden_template_mul) == (8, 1, 8)
+    assert cfg.trunk.position_scale == 20.0 and cfg.trunk.num_recycles == 1
+    arrays = dict(np.load(PARAMS))
+    arrays["alphafold/alphafold_iteration/evoformer/unknown//weights"] = np.zeros(3, np.float32)
+    with pytest.raises(InputError, match="unknown//weights.*no protdp parameter reads it"):
+        multimer_state_from_arrays(arrays, cfg)
+    del arrays["alphafold/alphafold_iteration/evoformer/unknown//weights"]
+    key = "alphafold/alphafold_iteration/structure_module/fold_iteration/quat_rigid/rigid//bias"
+    del arrays[key]
+    with pytest.raises(InputError, match="quat_rigid/rigid//bias.*missing"):
+        multimer_state_from_arrays(arrays, infer_multimer_config({k: v.shape for k, v in arrays.items()}))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_structure_module_and_heads_on_alphafold_representations(model, name):
+    f, _, ref = _case(name)
+    s = torch.from_numpy(ref["representations/single"])
+    z = torch.from_numpy(ref["representations/pair"])
+    with torch.no_grad():
+        sm = model.structure_module(s, z, f["seq_mask"], f["aatype"].long())
+        mask = torch.from_numpy(ref["structure_module/final_atom_mask"])[..., None]
+        assert _diff(sm["atom_positions"] * mask, ref["structure_module/final_atom_positions"]) < 2e-4
+        assert _diff(sm["single"], ref["representations/structure_module"]) < 1e-4
+        plddt = plddt_from_logits(model.plddt_head(sm["single"]))
+        assert _diff(plddt, ref["confidence/plddt"]) < 1e-3
+        pae_logits = model.pae_head(z)
+        assert _diff(pae_logits, ref["predicted_aligned_error/logits"]) < 1e-4
+        conf = complex_confidence(pae_logits, pae_bin_centres(model.config.trunk), f["asym_id"])
+        assert _diff(conf["ptm"], ref["confidence/ptm"]) < 1e-5
+        assert _diff(conf["iptm"], ref["confidence/iptm"]) < 1e-5
+        assert _diff(model.distogram_head(z), ref["distogram/logits"]) < 1e-4
+        assert _diff(model.masked_msa_head(torch.from_numpy(ref["representations/msa"])),
+                     ref["masked_msa/logits"]) < 1e-4
+        assert _diff(model.experimentally_resolved_head(s), ref["experimentally_resolved/logits"]) < 1e-4
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_full_model_end_to_end_against_alphafold(model, name):
+    """Current agreement (measured: atoms <= 0.71 Å, pLDDT <= 0.12, pTM/ipTM <= 7e-4, single
+    <= 0.5 % of its range); a gross error (a wrong block order, template feature or weight
+    layout) moves these by 10x or more."""
+    f, orders, ref = _case(name)
+    with torch.no_grad():
+        out = model(f, orders=orders)
+    assert out["num_recycles"] == int(ref["num_recycles"]) == 1
+    assert out["masked_msa_logits"].shape == ref["masked_msa/logits"].shape
+    assert _diff(out["final_atom_positions"], ref["structure_module/final_atom_positions"]) < 1.0
+    assert _diff(out["plddt"], ref["confidence/plddt"]) < 0.2
+    assert _diff(out["ptm"], ref["confidence/ptm"]) < 2e-3
+    assert _diff(out["iptm"], ref["confidence/iptm"]) < 2e-3
+    single = ref["representations/single"]
+    assert _diff(out["single"], single) < 1e-2 * np.abs(single).max()
+
+
+def test_complex_predict_writes_every_complex_and_reports_a_bad_one(model, tmp_path):
+    """`protdp complex predict`: the fixture's heterodimer features -> PDB/mmCIF with chains A
+    and B and scores.json whose ipTM is the model's; a corrupt features file is one line."""
+    from protdp.multimer import cli as complex_cli
+    from protdp.weights.multimer_checkpoint import save_multimer
+
+    ckpt = save_multimer(model, {"test": True}, tmp_path / "ckpt")
+    feats = tmp_path / "features"
+    name = "4hhb_hbA1-36_hbB1-40"
+    (feats / name).mkdir(parents=True)
+    (feats / name / "features.npz").write_bytes((FIXTURE / f"features_{name}.npz").read_bytes())
+    (feats / "broken").mkdir()
+    (feats / "broken" / "features.npz").write_bytes(b"not an npz")
+    rc = complex_cli.main(["predict", "--features-dir", str(feats), "--checkpoint", str(ckpt),
+                           "--out", str(tmp_path / "out"), "--num-recycles", "0"])
+    assert rc == 0
+    import json
+    scores = json.loads((tmp_path / "out" / name / "scores.json").read_text())
+    assert [c["chain_id"] for c in scores["chains"]] == ["A", "B"]
+    assert 0.0 < scores["iptm"] < 1.0 and len(scores["plddt"]) == 76
+    pdb = (tmp_path / "out" / name / f"{name}.pdb").read_text()
+    assert {line[21] for line in pdb.splitlines() if line.startswith("ATOM")} == {"A", "B"}
+    assert not (tmp_path / "out" / "broken").exists()
+    gate = scores["gate"]
+    assert gate["route"] == "needs_review" and "low_iptm" in gate["reasons"]   # random weights
+
+
+def test_gate_sends_a_confident_monomer_with_an_unconfident_interface_to_review():
+    from protdp.gating.policy import GatePolicy
+    from protdp.gating.route import route
+
+    policy = GatePolicy(min_msa_depth=0)
+    plddt = np.full(60, 92.0)
+    seq = "MKTAYIAKQRQISFVKSHFSRQ" * 2 + "GSHMLEDPVAGQ" + "ACDEFGHIKL"[:4]
+    ok = route(plddt, length=60, msa_depth=100, training_crop=None, policy=policy, sequence=seq,
+               interface={"iptm": 0.85, "interface_pae": 4.0})
+    assert ok.route == "accepted" and ok.reasons == []
+    bad = route(plddt, length=60, msa_depth=100, training_crop=None, policy=policy, sequence=seq,
+                interface={"iptm": 0.31, "interface_pae": 22.5})
+    assert bad.route == "needs_review" and bad.reasons == ["low_iptm", "uncertain_interface"]
+    assert "ipTM 0.310 < 0.6" in bad.details["low_iptm"]
+    monomer = route(plddt, length=60, msa_depth=100, training_crop=None, policy=policy,
+                    sequence=seq)
+    assert monomer.route == "accepted"
+    with pytest.raises(ValueError, match="min_iptm"):
+        GatePolicy(min_iptm=1.5)
