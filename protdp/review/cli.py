@@ -71,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="jsonl / csv: decisions; store: approved predictions as an HDF5 family "
                         "store for self-distillation (needs --out)")
     s.add_argument("--out", type=Path, default=None, help="file to write (default stdout)")
+    s.add_argument("--force", action="store_true", help="replace an existing file of another kind")
     s.add_argument("--min-residue-plddt", type=float, default=0.0,
                    help="store: mask residues predicted below this pLDDT (default: keep all)")
 
@@ -271,7 +272,8 @@ def _export(store, args) -> None:
     from protdp.data.safeio import atomic_write_text, writable_output
 
     if args.out is not None:     # before any work: a directory or an unwritable folder is one line
-        writable_output(args.out, "export")
+        writable_output(args.out, "export", "hdf5" if args.format == "store" else args.format,
+                        force=args.force, replace_same_kind=False)
     if args.format == "store":
         from protdp.review.distill import export_distillation
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from protdp.errors import InputError
+from protdp.fileio import replace_file
 from protdp.train.checkpointing import IMPORTED_MODEL_FILE
 
 PROVENANCE_FILE = "provenance.json"
@@ -96,7 +97,7 @@ def write_npz(path: str | Path, arrays: dict[str, np.ndarray]) -> Path:
     try:
         with open(tmp, "wb") as fh:
             np.savez(fh, **{k: np.ascontiguousarray(arrays[k]) for k in sorted(arrays)})
-        os.replace(tmp, path)
+        replace_file(tmp, path)
     except BaseException:          # a crash never leaves a half-written file behind
         tmp.unlink(missing_ok=True)
         raise
