@@ -37,24 +37,10 @@ def read_npz(path: str | Path) -> dict[str, np.ndarray]:
 
 
 def npz_shapes(path: str | Path) -> dict[str, tuple]:
-    """{key: shape} of every array of an .npz from the member headers only (no data read)."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError("parameter file not found", path=path)
-    shapes = {}
-    try:
-        with zipfile.ZipFile(path) as zf:
-            for name in zf.namelist():
-                with zf.open(name) as fh:
-                    version = np.lib.format.read_magic(fh)
-                    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                                   else np.lib.format.read_array_header_2_0)
-                    shape, _, _ = read_header(fh)
-                shapes[name[:-4] if name.endswith(".npy") else name] = tuple(shape)
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
-        raise InputError(f"not a readable .npz parameter file ({type(exc).__name__}: {exc})",
-                         path=path) from None
-    return shapes
+    """{key: shape} of every array of an .npz from the member headers only (no data read),
+    each header checked first (`protdp.weights.validate.npz_headers`)."""
+    from protdp.weights.validate import npz_headers
+    return npz_headers(path)
 
 
 class LazyNpz:
