@@ -122,3 +122,46 @@ def test_reads_are_chunked_not_reserved(tmp_path):
     with pytest.raises(InputError, match="larger than"):
         read_bytes(small, max_bytes=small.stat().st_size - 1)
     assert read_bytes(small, max_bytes=small.stat().st_size) == small.read_bytes()
+
+
+_UNDER_LIMIT = """
+import os, shutil, sys
+from pathlib import Path
+import torch
+from protdp.cli import main
+from protdp.inference.checkpoint import save_model_checkpoint
+from protdp.model import build_model
+d, data = Path(sys.argv[1]), Path(sys.argv[2])
+torch.manual_seed(0)
+ck = save_model_checkpoint(build_model("configs/model/tiny.yaml", verbose=False), None,
+                           d / "t.pt", training_crop=32, max_msa_rows=16)
+a3m = data / "msa/2q2k_A.bfd_uniclust.a3m"
+(d / "pairs.tsv").write_text("pair_id\\tmsa_file\\tstructure_file\\tchain\\n"
+                             f"2q2k_A\\t{a3m}\\t{data}/structures/2q2k.cif\\tA\\n")
+seq = "".join(a3m.read_text().split(">")[1].splitlines()[1:])
+(d / "t.fasta").write_text(f">2q2k_A\\n{seq}\\n")
+(d / "db.fasta").write_text(f">a\\n{seq}\\n>b\\n{seq[::-1]}\\n")
+(d / "msas").mkdir()
+shutil.copy(a3m, d / "msas" / "2q2k_A.a3m")
+print("RCS", [
+    main(["data", "build", "--pairs", str(d / "pairs.tsv"), "--out", str(d / "s.h5"),
+          "--no-progress", "--workers", "1"]),
+    main(["msa", "search", "--fasta", str(d / "t.fasta"), "--db", str(d / "db.fasta"),
+          "--out", str(d / "ms"), "--no-progress"]),
+    main(["predict", "--checkpoint", str(ck), "--fasta", str(d / "t.fasta"), "--msa-dir",
+          str(d / "msas"), "--out", str(d / "pred"), "--no-progress", "--allow-unreleased",
+          "--device", "cpu"])])
+"""
+
+
+def test_data_build_msa_search_predict_under_a_2_gib_address_space_limit(tmp_path, data_dir):
+    """`ulimit -v 2 GiB` (as SLURM memory limits or strict overcommit): main died on the first
+    input file of each command, reserving 8 GiB for the read."""
+    script = tmp_path / "run.py"
+    script.write_text(_UNDER_LIMIT)
+    out = subprocess.run(["bash", "-c", f'ulimit -v {2 << 20}; exec "{sys.executable}" '
+                          f'{script} {tmp_path} {data_dir}'], capture_output=True, text=True,
+                         cwd=REPO_ROOT, timeout=300)
+    assert out.returncode == 0 and "RCS [0, 0, 0]" in out.stdout, (out.stdout + out.stderr)[-2000:]
+    assert (tmp_path / "s.h5").is_file() and (tmp_path / "ms" / "2q2k_A" / "db.a3m").is_file()
+    assert (tmp_path / "pred" / "summary.tsv").is_file()
