@@ -93,6 +93,8 @@ def _pdb_truncated(lines: list[str], ends_with_newline: bool) -> int | None:
     if ends_with_newline or not lines:
         return None
     last = lines[-1]
+    if 0 < len(last) < 6 and any(r.startswith(last) for r in _COORD_RECORDS + _UNUSED_RECORDS):
+        return len(lines)         # cut inside the record name ('ATO'): its atom is lost
     if not last.startswith(_COORD_RECORDS + _UNUSED_RECORDS + ("TER",)):
         return None
     others = [len(l) for l in lines[-200:-1] if l.startswith(last[:6])]
