@@ -169,7 +169,7 @@ def main(argv: list[str]) -> int:
     if args.cmd == "serve":
         from protdp.review.web import serve
         return serve(args.queue_url, host=args.host, port=args.port, files_roots=args.files_root)
-    store = ReviewStore(args.queue_url)
+    store = ReviewStore(args.queue_url, create=args.cmd == "init-db")   # only init-db creates
     try:
         handler = _ADMIN.get(args.cmd) or _REVIEWER.get(args.cmd) or _READ[args.cmd]
         return handler(store, args) or 0
