@@ -97,8 +97,13 @@ def _import(args) -> int:
     if imported.skipped:
         reasons = sorted(set(imported.skipped.values()))
         print(f"  {len(imported.skipped)} source arrays skipped: {'; '.join(reasons)}")
+    given = args.sm_layers is not None or args.alphafold_config is not None
     print(f"  structure module layers {imported.config.sm_layers}, recycles "
           f"{imported.config.num_recycles}; details in {out / 'provenance.json'}")
+    print(f"  note: these two are NOT in the arrays ({'as given' if given else 'AF2 defaults'});"
+          f" a source trained with other values needs --sm-layers / --num-recycles (or "
+          f"--alphafold-config), else its structures are wrong: check with `protdp weights "
+          f"compare`")
     return 0
 
 

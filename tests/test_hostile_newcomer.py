@@ -1,0 +1,40 @@
+"""Newcomer friction (issue 28): output piped into `head` ends quietly (main: BrokenPipeError
+traceback); `weights import` says the structure-module depth and recycles are not in the
+arrays, and `weights compare` suggests them when the fixture fails by tens of Å with AF2's
+defaults (main: no hint)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from model_fixtures import af2_reference  # noqa: F401
+from protdp.paths import REPO_ROOT
+from protdp.weights import cli as weights_cli
+
+
+def test_a_closed_pipe_ends_quietly():
+    """stdout is a pipe whose reader has gone (as `protdp --help | head -0`)."""
+    code = ("import os, sys; r, w = os.pipe(); os.close(r); os.dup2(w, 1); "
+            "from protdp.cli import main; sys.exit(main(sys.argv[1:]))")
+    for argv in (["--help"], ["review", "--help"]):
+        out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True,
+                             text=True, cwd=REPO_ROOT, timeout=120)
+        assert "Traceback" not in out.stderr and "BrokenPipe" not in out.stderr, out.stderr
+        assert out.returncode in (0, 141)
+
+
+def test_import_and_compare_name_the_values_not_in_the_arrays(af2_reference, tmp_path,  # noqa: F811
+                                                              capsys):
+    out = tmp_path / "ck"
+    assert weights_cli.main(["import", "--format", "alphafold", str(
+        af2_reference / "params/params_model_3_ptm_small.npz"), "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "NOT in the arrays (AF2 defaults)" in said and "--sm-layers" in said
+    rc = weights_cli.main(["compare", "--checkpoint", str(out), "--features",
+                           str(af2_reference / "features_2p90_A02.npz"), "--reference",
+                           str(af2_reference / "outputs_2p90_A02.npz")])
+    result = json.loads(capsys.readouterr().out)
+    assert rc == 1 and not result["within_tolerance"]
+    assert "--sm-layers" in result["hint"] and "(8)" in result["hint"]
