@@ -38,3 +38,28 @@ def test_import_and_compare_name_the_values_not_in_the_arrays(af2_reference, tmp
     result = json.loads(capsys.readouterr().out)
     assert rc == 1 and not result["within_tolerance"]
     assert "--sm-layers" in result["hint"] and "(8)" in result["hint"]
+
+
+def test_misleading_messages_now_say_what_is_wrong(tmp_path, data_dir):
+    """UTF-16 FASTA (main: 'sequence before the first header'), PDB content named .cif (main:
+    blamed on quotes), two alignments in one Stockholm file (main: blamed on a row)."""
+    import pytest
+
+    from protdp.data.parse import parse_msa, parse_structure
+    from protdp.errors import InputError
+    from protdp.inference.targets import read_targets
+
+    u16 = tmp_path / "t.fasta"
+    u16.write_bytes(">q\nMKVLAAGIVGL\n".encode("utf-16"))
+    with pytest.raises(InputError, match=f"^{u16}: .*UTF-16"):
+        read_targets(u16)
+    cif = tmp_path / "x.cif"
+    cif.write_bytes((data_dir / "structures" / "2p90_A02.pdb").read_bytes())
+    with pytest.raises(InputError, match=f"^{cif}: holds PDB-format records.*rename it to .pdb"):
+        parse_structure(cif, "A")
+    sto = tmp_path / "two.sto"
+    one = (data_dir / "msa" / "2q2k_A.mgnify.sto").read_text()
+    sto.write_text(one + one)
+    with pytest.raises(InputError, match=f"^{sto}:\\d+: holds 2 alignments"):
+        parse_msa(sto)
+    assert parse_msa(data_dir / "msa" / "2q2k_A.mgnify.sto").depth > 1

@@ -338,6 +338,12 @@ def _parse_with_alignio(path: Path, fmt: str, text: str) -> Msa:
         if not text.lstrip().startswith("# STOCKHOLM"):
             _sniff_wrong_format(text, path, "Stockholm")
             raise InputError("missing '# STOCKHOLM 1.0' header", path=path, line=1)
+        lines = text.split("\n")
+        starts = [i + 1 for i, ln in enumerate(lines) if ln.startswith("# STOCKHOLM")]
+        if len(starts) > 1:
+            raise InputError(f"holds {len(starts)} alignments ('# STOCKHOLM' headers on lines "
+                             f"{', '.join(map(str, starts[:5]))}); give one alignment per "
+                             f"file", path=path, line=starts[1])
         _check_stockholm(text, path)
     elif fmt == "clustal":
         first = _first_line(text)
