@@ -63,3 +63,17 @@ def test_misleading_messages_now_say_what_is_wrong(tmp_path, data_dir):
     with pytest.raises(InputError, match=f"^{sto}:\\d+: holds 2 alignments"):
         parse_msa(sto)
     assert parse_msa(data_dir / "msa" / "2q2k_A.mgnify.sto").depth > 1
+
+
+def test_plan_takes_the_train_flag_names(capsys):
+    """`plan --crop-size / --max-msa-rows` as train and preflight spell them (main: only
+    --crop / --msa-rows) give the same plan as the old spellings."""
+    from protdp.planning import cli as plan_cli
+
+    base = ["--model-config", str(REPO_ROOT / "configs/model/tiny.yaml"), "--gpu-mem", "80GiB",
+            "--dp", "2"]
+    outs = []
+    for flags in (["--crop", "64", "--msa-rows", "32"], ["--crop-size", "64", "--max-msa-rows", "32"]):
+        assert plan_cli.main(base + flags) == 0
+        outs.append(capsys.readouterr().out)
+    assert outs[0] == outs[1] and outs[0]
