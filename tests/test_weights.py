@@ -252,7 +252,7 @@ def test_hostile_parameter_files_are_one_line_naming_key_and_file(fixture_params
     state = export_openfold(build_model(cfg, verbose=False))
     pt = tmp_path / "of.pt"
     for i, key in enumerate(sorted(state)):
-        if i % 7:                  # every 7th key keeps the test short; all pass the same path
+        if i % 20:                 # every 20th key keeps the test short; all pass the same path
             continue
         torch.save({k: v for k, v in state.items() if k != key}, pt)
         with pytest.raises(InputError) as exc:
