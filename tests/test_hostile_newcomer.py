@@ -77,3 +77,24 @@ def test_plan_takes_the_train_flag_names(capsys):
         assert plan_cli.main(base + flags) == 0
         outs.append(capsys.readouterr().out)
     assert outs[0] == outs[1] and outs[0]
+
+
+def test_msa_search_into_a_read_only_folder_is_one_line(tmp_path, capsys):
+    """main: a PermissionError traceback from the checksum cache after the search started."""
+    import os
+
+    from data_fixtures import permissions_enforced
+    from protdp.cli import main
+
+    seq = "MVLSEGEWQLVLHVWAKVEADVAGHGQDILIRLFKSHPETLEKFDRFKHLKTEAEMKASED"
+    (tmp_path / "q.fasta").write_text(f">q\n{seq}\n")
+    (tmp_path / "db.fasta").write_text(f">a\n{seq}\n")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    os.chmod(ro, 0o555)
+    with permissions_enforced():
+        rc = main(["msa", "search", "--fasta", str(tmp_path / "q.fasta"), "--db",
+                   str(tmp_path / "db.fasta"), "--out", str(ro), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{ro}: cannot write the MSA output folder" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from protdp.data.safeio import writable_folder
 from protdp.msa.database import ChecksumCache, SequenceDatabase, open_databases
 from protdp.msa.sanitize import skipped_lines
 from protdp.msa.search import Query, QueryResult, search_database
@@ -175,8 +176,7 @@ def search_targets(queries: list[Query], databases: list[str | Path], out_dir: s
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     dbs = open_databases(list(databases))
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = writable_folder(out_dir, "MSA output folder (--out)")   # read-only: one line, first
     cache = ChecksumCache(out)
     report = SearchReport(out, databases=[cache.describe(db) for db in dbs])
     for db, database in zip(dbs, report.databases):
