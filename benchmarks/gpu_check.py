@@ -177,7 +177,10 @@ def main(argv=None) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text + "\n")
     print(text)
-    print("FAILED: " + "; ".join(failed) if failed else f"all {len(checks)} checks passed")
+    where = (f"on {torch.cuda.get_device_name(device)}" if device.type == "cuda" else
+             f"on {device.type.upper()} only (no GPU: the GPU code paths were NOT exercised)")
+    print(f"FAILED {where}: " + "; ".join(failed) if failed
+          else f"all {len(checks)} checks passed {where}")
     return 1 if failed else 0
 
 

@@ -91,6 +91,10 @@ class Run:
               f"archive {len(r['missing'])}, failed {len(r['failed'])}; report: {path}")
         for f in r["failed"][:20]:
             print(f"  failed {f['kind']} {f['item']}: {f['reason']}", file=sys.stderr)
+        if not r["fetched"] and not r["skipped"] and (r["missing"] or r["failed"]):
+            print("assemble_corpus: error: nothing was fetched (every file was missing or "
+                  "failed; wrong --pdb-base / --msa-base?)", file=sys.stderr)
+            return 1
         return 1 if r["failed"] else 0
 
 

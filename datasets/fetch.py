@@ -8,6 +8,11 @@ One file at a time, the same for every archive:
     always a whole, checked file; a mismatch deletes the partial file and fetches again;
   * every accepted file is appended to a sha256sum-format log (`checksums.sha256`) that a rerun
     trusts only after re-hashing: a file changed on disk since is fetched again.
+
+Against a hostile or broken mirror: a body longer than `max_bytes` stops there (an endless
+body), an attempt that runs past `deadline` seconds stops even while bytes keep trickling
+(the socket timeout alone never fires on 1 byte every 20 s), and a 206 answer is appended only
+when its `Content-Range` starts at the requested offset (a 206 from 0 restarts the file).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import os
+import re
 import threading
 import time
 import urllib.error
@@ -24,6 +30,9 @@ from pathlib import Path
 from typing import Callable
 
 CHUNK = 1 << 16
+MAX_FILE_BYTES = 4 << 30        # largest download accepted (an endless body stops here)
+MAX_TEXT_BYTES = 256 << 20      # largest index / id / checksum list read into memory
+FILE_DEADLINE_S = 1800.0        # one attempt at one file, start to end (a 1-byte trickle)
 USER_AGENT = "protdp-datasets/1 (+https://github.com/; resumable recipe)"
 
 
@@ -70,24 +79,47 @@ def _open(url: str, offset: int, timeout: float):
         raise FetchError(f"{url}: {exc.reason}") from None
 
 
-def _download_part(url: str, part: Path, timeout: float) -> bool:
+def _range_start(resp) -> int | None:
+    """First byte offset of a 206 answer's `Content-Range: bytes START-END/TOTAL`."""
+    m = re.match(r"\s*bytes\s+(\d+)-", resp.headers.get("Content-Range") or "")
+    return int(m.group(1)) if m else None
+
+
+def _download_part(url: str, part: Path, timeout: float, max_bytes: int = MAX_FILE_BYTES,
+                   deadline: float = FILE_DEADLINE_S) -> bool:
     """Append the missing bytes of `url` to `part`; True when it resumed an earlier part."""
     offset = part.stat().st_size if part.exists() else 0
+    started = time.monotonic()
     resp = _open(url, offset, timeout)
     if resp is None:
         return True
     with resp:
         status = getattr(resp, "status", None) or 200
-        resumed = offset > 0 and status == 206
+        if status == 206:
+            start = _range_start(resp)
+            if start not in (0, offset):
+                raise FetchError(f"{url}: asked for bytes from {offset}, the server sent "
+                                 f"Content-Range {resp.headers.get('Content-Range')!r}")
+            resumed = offset > 0 and start == offset      # a 206 from 0: the whole file
+        else:
+            resumed = False
         expected = resp.headers.get("Content-Length")
         with open(part, "ab" if resumed else "wb") as fh:
             got = 0
+            base = offset if resumed else 0
+            read = getattr(resp, "read1", resp.read)      # what arrived: never waits for 64 KiB
             while True:
-                block = resp.read(CHUNK)
+                block = read(CHUNK)
                 if not block:
                     break
                 fh.write(block)
                 got += len(block)
+                if base + got > max_bytes:
+                    raise _TooBig(f"{url}: larger than the {max_bytes >> 20} MiB download cap "
+                                  f"(an endless or wrong body)")
+                if time.monotonic() - started > deadline:
+                    raise FetchError(f"{url}: not finished after {deadline:.0f} s (the server "
+                                     f"sends too slowly); the part is kept for a retry")
             fh.flush()
             os.fsync(fh.fileno())
         if expected is not None and got != int(expected):
@@ -97,7 +129,8 @@ def _download_part(url: str, part: Path, timeout: float) -> bool:
 
 def fetch(url: str, dest: Path, *, sha256: str | None = None,
           check: Callable[[Path], None] | None = None, retries: int = 3, timeout: float = 60.0,
-          backoff: float = 0.5) -> Fetched:
+          backoff: float = 0.5, max_bytes: int = MAX_FILE_BYTES,
+          deadline: float = FILE_DEADLINE_S) -> Fetched:
     """Download `url` to `dest` (resuming `dest.part`), verify, rename. Raises NotFound or
     FetchError naming the URL and the last problem."""
     dest = Path(dest)
@@ -106,7 +139,7 @@ def fetch(url: str, dest: Path, *, sha256: str | None = None,
     resumed_any, last = False, "no attempt"
     for attempt in range(1, retries + 2):
         try:
-            resumed_any |= _download_part(url, part, timeout)
+            resumed_any |= _download_part(url, part, timeout, max_bytes, deadline)
             digest = sha256_path(part)
             if sha256 is not None and digest != sha256:
                 raise _Corrupt(f"sha256 {digest[:12]}... != expected {sha256[:12]}...")
@@ -117,7 +150,7 @@ def fetch(url: str, dest: Path, *, sha256: str | None = None,
                     raise _Corrupt(f"failed the content check: {exc}") from None
             os.replace(part, dest)
             return Fetched(dest, digest, dest.stat().st_size, attempt, resumed_any)
-        except NotFound:
+        except (NotFound, _TooBig):
             part.unlink(missing_ok=True)
             raise
         except _Corrupt as exc:
@@ -132,6 +165,10 @@ def fetch(url: str, dest: Path, *, sha256: str | None = None,
 
 class _Corrupt(Exception):
     pass
+
+
+class _TooBig(FetchError):
+    """Over the download cap: retrying would only fetch the same endless body again."""
 
 
 class ChecksumLog:
@@ -188,10 +225,27 @@ def read_sha256sums(text: str) -> dict[str, str]:
     return out
 
 
-def read_url_text(url: str, timeout: float = 60.0) -> str:
-    """A small text file (index, id or checksum list) from a URL or a local path."""
+def read_url_text(url: str, timeout: float = 60.0, max_bytes: int = MAX_TEXT_BYTES,
+                  deadline: float = FILE_DEADLINE_S) -> str:
+    """A small text file (index, id or checksum list) from a URL or a local path, at most
+    `max_bytes` and `deadline` seconds (an endless or trickling index is an error)."""
     if "://" not in url:
-        return Path(url).read_text()
-    resp = _open(url, 0, timeout)
-    with resp:
-        return resp.read().decode("utf-8", "replace")
+        with open(url, "rb") as fh:
+            data = fh.read(max_bytes + 1)
+    else:
+        started, chunks, got = time.monotonic(), [], 0
+        with _open(url, 0, timeout) as resp:
+            read = getattr(resp, "read1", resp.read)
+            while got <= max_bytes:
+                block = read(CHUNK)
+                if not block:
+                    break
+                chunks.append(block)
+                got += len(block)
+                if time.monotonic() - started > deadline:
+                    raise FetchError(f"{url}: not finished after {deadline:.0f} s")
+        data = b"".join(chunks)
+    if len(data) > max_bytes:
+        raise FetchError(f"{url}: larger than the {max_bytes >> 20} MiB cap for an index or "
+                         f"list")
+    return data.decode("utf-8", "replace")

@@ -103,15 +103,30 @@ def select_entries(entries: list[IndexEntry], *, deposited_after: dt.date | None
     return keep
 
 
-def check_cif_gz(path: Path) -> None:
-    """Whole gzip stream (CRC and length checked by the gzip module) holding an mmCIF block."""
+MAX_CIF_BYTES = 2 << 30      # largest decompressed mmCIF accepted (a gzip bomb stops here)
+
+
+def check_cif_gz(path: Path, max_bytes: int = MAX_CIF_BYTES) -> None:
+    """Whole gzip stream (CRC and length checked by the gzip module) holding an mmCIF block
+    with atoms, decompressed in chunks up to `max_bytes` (a gzip bomb is refused, not held)."""
     import gemmi
 
+    chunks, total = [], 0
     with gzip.open(path, "rb") as fh:
-        data = fh.read()
-    doc = gemmi.cif.read_string(data.decode("utf-8", "replace"))
+        while True:
+            block = fh.read(1 << 20)
+            if not block:
+                break
+            total += len(block)
+            if total > max_bytes:
+                raise ValueError(f"decompresses to more than {max_bytes >> 20} MiB (a gzip "
+                                 f"bomb or not an mmCIF entry)")
+            chunks.append(block)
+    doc = gemmi.cif.read_string(b"".join(chunks).decode("utf-8", "replace"))
     if len(doc) == 0 or doc[0].find_value("_entry.id") is None:
         raise ValueError("no mmCIF data block with _entry.id")
+    if not len(doc[0].find_values("_atom_site.Cartn_x")):
+        raise ValueError("no atoms (_atom_site table missing or empty)")
 
 
 def unpack(gz_path: Path, cif_path: Path) -> None:

@@ -8,6 +8,7 @@ line (no traceback) with exit code 2.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 from protdp.errors import ProtdpError
@@ -41,6 +42,18 @@ def _usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`protdp SUBCOMMAND ...`; output piped into a reader that stops early (`| head`) ends
+    quietly with status 141 (as a shell's SIGPIPE) instead of a BrokenPipeError traceback."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())

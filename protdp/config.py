@@ -28,12 +28,55 @@ def yaml_error_line(path: Path, exc: yaml.YAMLError) -> str:
     return f"{where}: invalid YAML: {problem}" + (f" ({context})" if context else "")
 
 
+MAX_YAML_DEPTH = 32        # nesting levels of a config file (PyYAML recurses per level)
+
+
+class _StrictYAMLError(yaml.MarkedYAMLError):
+    pass
+
+
+class StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, strict: a key given twice in one mapping is an error naming its
+    line (PyYAML keeps the last silently), and nesting deeper than `MAX_YAML_DEPTH` is an error
+    naming the line (PyYAML's recursive composer raised RecursionError)."""
+
+    _depth = 0
+
+    def compose_node(self, parent, index):
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise _StrictYAMLError(None, None, f"nested deeper than {MAX_YAML_DEPTH} levels",
+                                    self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if isinstance(key_node, yaml.ScalarNode):
+                    key = self.construct_scalar(key_node)
+                    if key in seen:
+                        raise _StrictYAMLError(None, None, f"duplicate key '{key}' (first given on "
+                                            f"line {seen[key] + 1})", key_node.start_mark)
+                    seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml_text(stream) -> Any:
+    """`yaml.load` with `StrictLoader` (every protdp YAML reader goes through it)."""
+    return yaml.load(stream, Loader=StrictLoader)
+
+
 def read_yaml(path: str | Path) -> dict:
-    """Read a YAML mapping; a clear error names the file on syntax problems."""
+    """Read a YAML mapping; a clear error names the file on syntax problems, duplicate keys and
+    excessive nesting (`StrictLoader`)."""
     path = Path(path)
     try:
         with open(path) as fh:
-            data = yaml.safe_load(fh)
+            data = load_yaml_text(fh)
     except FileNotFoundError:
         raise ConfigError(f"{path}: config file not found") from None
     except IsADirectoryError:

@@ -160,3 +160,23 @@ def test_predict_uses_calibration_beside_checkpoint(tiny_checkpoint, tmp_path, c
     assert "mean pLDDT >= 97.5 (calibrated" in capsys.readouterr().out
     prov = json.loads(next(out.glob("targets/*/*/provenance.json")).read_text())
     assert "97.5" in json.dumps(prov)
+
+
+def test_calibrate_defaults_to_the_runs_validation_split(small_store, tiny_checkpoint,
+                                                         tmp_path, monkeypatch):
+    """Issue 28: for a training run, calibrate (like release) evaluates the run's validation
+    split by default, not every family of the store including the training ones."""
+    from types import SimpleNamespace
+
+    from protdp.data.store import FamilyStore
+    from protdp.train import checkpointing
+    from protdp.train.args import TrainArgs
+    from protdp.train.trainer import split_families
+
+    meta = {"config": {"data": str(small_store), "val_fraction": 0.34, "seed": 3}}
+    monkeypatch.setattr(checkpointing, "read_any_weights", lambda _: SimpleNamespace(meta=meta))
+    path = cal.calibrate(tiny_checkpoint, small_store, tmp_path, max_msa_rows=8, num_recycles=0)
+    with FamilyStore(small_store) as store:
+        ids = list(store.family_ids)
+    want = split_families(ids, TrainArgs(data=str(small_store), val_fraction=0.34, seed=3))[1]
+    assert json.loads(path.read_text())["families"] == want and 0 < len(want) < len(ids)

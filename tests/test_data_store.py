@@ -219,8 +219,8 @@ def test_bad_pairs_and_bad_out_are_clear_errors(tmp_path, data_dir):
     pairs.write_text("msa\tstructure\n")
     with pytest.raises(InputError, match="needs tab-separated columns"):
         build_store(tmp_path / "a.h5", pairs=pairs, progress=False)
-    (tmp_path / "junk.h5").write_text("not hdf5")
-    with pytest.raises(InputError, match="cannot open the store"):
+    (tmp_path / "junk.h5").write_text("not hdf5")       # not ours: refused before any work
+    with pytest.raises(InputError, match="junk.h5: store already exists and is a text file"):
         build_store(tmp_path / "junk.h5", pairs=data_dir / "PAIRS.tsv", progress=False)
 
 

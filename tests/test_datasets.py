@@ -102,6 +102,19 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 return
         body = data[start:]
         action = srv.faults.get(rel, []).pop(0) if srv.faults.get(rel) else None
+        if action in ("endless", "trickle"):          # no Content-Length; never ends
+            self.send_response(200)
+            self.end_headers()
+            try:
+                while True:
+                    self.wfile.write(b"x" * (1 << 16) if action == "endless" else b"x")
+                    self.wfile.flush()
+                    if action == "trickle":
+                        time.sleep(0.2)
+            except OSError:
+                return
+        if action == "range_from_zero" and status == 206:   # a 206 that ignores the Range
+            body, start = data, 0
         if action == "corrupt":
             body = bytes(b ^ 0x5A for b in body[:64]) + body[64:]
         self.send_response(status)
@@ -257,3 +270,44 @@ def test_shared_data_checksums_still_verify(data_dir):
                                                              "shared_data.sha256")],
                          cwd=data_dir, capture_output=True, text=True)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+
+
+def test_hostile_mirror_is_bounded_and_checked(server, mirror, tmp_path, capsys):
+    """Issue 28: an endless body stops at the size cap, a trickle at the per-file deadline, a 206
+    whose Content-Range starts at 0 restarts the file instead of being appended, a gzip bomb
+    and an atom-less mmCIF fail the content check, an endless entries.idx stops at its cap, and
+    a run where every download was a 404 exits non-zero."""
+    import fetch as fetch_mod
+    rel = "wwpdb/" + pdb_mmcif.entry_path(IDS[0])
+    url = f"{server.url}/{rel}"
+    dest = tmp_path / "x.gz"
+    server.faults[rel] = ["endless"]
+    with pytest.raises(fetch_mod.FetchError, match="download cap"):
+        fetch_mod.fetch(url, dest, max_bytes=1 << 20, retries=0)
+    assert not dest.with_name("x.gz.part").exists()
+    server.faults[rel] = ["trickle"]
+    t0 = time.monotonic()
+    with pytest.raises(fetch_mod.FetchError, match="not finished after 1 s"):
+        fetch_mod.fetch(url, dest, deadline=1.0, retries=0)
+    assert time.monotonic() - t0 < 30
+    whole = (mirror / rel).read_bytes()
+    part = dest.with_name("x.gz.part")
+    part.write_bytes(whole[: len(whole) // 2])
+    server.faults[rel] = ["range_from_zero"]
+    got = fetch_mod.fetch(url, dest, check=pdb_mmcif.check_cif_gz, retries=0)
+    assert dest.read_bytes() == whole and not got.resumed
+    bomb = tmp_path / "bomb.cif.gz"
+    bomb.write_bytes(gzip.compress(b"data_x\n_entry.id x\n" + b"#" * (4 << 20)))
+    with pytest.raises(ValueError, match="decompresses to more than 1 MiB"):
+        pdb_mmcif.check_cif_gz(bomb, max_bytes=1 << 20)
+    bomb.write_bytes(gzip.compress(b"data_x\n_entry.id x\n"))
+    with pytest.raises(ValueError, match="no atoms"):
+        pdb_mmcif.check_cif_gz(bomb)
+    index = "wwpdb/" + pdb_mmcif.INDEX_PATH
+    server.faults[index] = ["endless"]
+    with pytest.raises(fetch_mod.FetchError, match="cap for an index"):
+        fetch_mod.read_url_text(f"{server.url}/{index}", max_bytes=1 << 20)
+    rc = assemble_corpus.main(["pdb", "--out", str(tmp_path / "c"), "--ids",
+                               str(mirror / "ids.txt"), "--pdb-base", f"{server.url}/nowhere",
+                               "--retries", "0"])
+    assert rc == 1 and "nothing was fetched" in capsys.readouterr().err

@@ -226,11 +226,12 @@ def test_hostile_databases(tmp_path, capsys, family_db):
     blob = Path(family_db["gz"]).read_bytes()
     cases = {
         "truncated.fasta.gz": (blob[: len(blob) // 2], "truncated"),
-        "garbage.fasta": (bytes(range(256)) * 10, "Line 1: unexpected char"),
-        "binary.fasta": (b"\x1b[31m\xff" * 50, "expected FASTA to start with >"),
-        "digits.fasta": (b">a\nACDEFG\n>b\nAC1DE\n", "Line 4: illegal character"),
-        "nul.fasta": (b">a\nAC\x00DE\n", "illegal character"),
+        "garbage.fasta": (bytes(range(256)) * 10, "line 1 starts with"),
+        "binary.fasta": (b"\x1b[31m\xff" * 50, "expected a '>' header"),
+        "nul.fasta": (b">a\nAC\x00DE\n", "illegal character 'byte 0x00'"),
         "empty.fasta": (b"", "empty"),
+        "headers.fasta": (b">a\n>b\n", "header without a sequence"),
+        "dna.fasta": (b">a\nACGTTGCA\n>b\nacgun\n", "looks like nucleotides"),
         "notgzip.fasta.gz": (b">a\nACDE\n", "gzip"),
     }
     for name, (data, expect) in cases.items():
@@ -270,3 +271,45 @@ def test_cli_help_and_bad_flags(capsys, tmp_path):
     rc, cap = _cli(["--fasta", nul, "--db", fasta, "--out", tmp_path / "o2", "--no-progress"],
                    capsys)
     assert rc == 1 and "U+0000" in cap.err and "Traceback" not in cap.err
+
+
+def test_bad_database_records_are_skipped_and_named(tmp_path, capsys, family_db):
+    """Issue 28: one record over HMMER's 100,000-residue limit, a digit in a sequence or a
+    header-only record is skipped and named, the rest searched (the hits equal those of the
+    database without them); a 4 MiB header is cut to a bounded name (the Stockholm writer pads
+    every row to the longest name: main wrote a 1.15 GB file); a BOM is dropped; a directory,
+    FIFO or device as --db is named as such (main: 'not found')."""
+    import os
+    from protdp.msa.run import search_targets
+    from protdp.msa.sanitize import MAX_NAME_BYTES
+
+    good = gzip.decompress(Path(family_db["gz"]).read_bytes())
+    huge_name = b"H" * (4 << 20)
+    first = good.index(b"\n>") + 1                     # rename the second record's header line
+    end = good.index(b"\n", first)
+    hostile = (b"\xef\xbb\xbf>digits\nAC1DE\n>headeronly\n>long\n" + b"ACDEFGHIKL" * 10_001
+               + b"\n" + good[:first] + b">" + huge_name + b" description\n" + good[end + 1:])
+    db = tmp_path / "hostile.fasta"
+    db.write_bytes(hostile)
+    queries = _queries(family_db, ("102m_A",))
+    settings = SearchSettings(iterations=1)
+    report = search_targets(queries, [db], tmp_path / "out", settings=settings, progress=False)
+    err = capsys.readouterr().err
+    for n, name, why in ((1, "digits", "illegal character '1'"),
+                         (2, "headeronly", "header without a sequence"), (3, "long", "longer than HMMER's 100,000")):
+        assert f"record {n} ('{name}') skipped: {why}" in err, err
+    assert report.rows[0]["status"] == "searched"
+    sto = next((tmp_path / "out").rglob("*.sto"))
+    assert sto.stat().st_size < 10 << 20
+    want = search_database(queries, SequenceDatabase.open(family_db["fasta"]), settings)
+    got = search_database(queries, SequenceDatabase.open(db), settings)
+    cut = huge_name[:MAX_NAME_BYTES].decode()
+    assert [n.split("/")[0] for n in _row_names(got[0].msa)] == [
+        cut if n.split("/")[0] == good[first + 1:end].split()[0].decode() else n.split("/")[0]
+        for n in _row_names(want[0].msa)]
+    fifo = tmp_path / "fifo.fasta"
+    os.mkfifo(fifo)
+    for bad, what in ((tmp_path, "a directory"), (fifo, "named pipe"),
+                      (Path("/dev/zero"), "character device")):
+        with pytest.raises(InputError, match=what):
+            SequenceDatabase.open(bad)

@@ -401,3 +401,13 @@ def test_plan_network_and_bandwidth_conflict(tmp_path, capsys):
     assert main(["plan", "--model-config", "tiny", "--crop", "16", "--gpu-mem", "1GiB", "--dp",
                  "4", "--network", str(tmp_path / "missing.json")]) == 2
     assert "cannot read the preflight report" in capsys.readouterr().err
+
+
+def test_fine_verdict_names_low_compute_efficiency():
+    """Issue 28: hidden communication but each rank computing at 59 % of one rank alone (ranks
+    sharing a host's cores) was called simply FINE; the advice now names the efficiency."""
+    p = pieces(0.0005)
+    alone = 0.59 * (p.forward_s + p.backward_s)       # one rank alone is faster: contention
+    v = verdict(p, predict_all(p, single_rank_compute_s=alone))
+    assert v["verdict"] == "fine" and "weak-scaling efficiency is only" in v["advice"]
+    assert "only" not in verdict(p, predict_all(p))["advice"]

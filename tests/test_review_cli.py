@@ -45,8 +45,11 @@ def test_reviewer_management_needs_the_admin_token(sqlite_url, capsys, monkeypat
     url = sqlite_url
     monkeypatch.delenv("PROTDP_REVIEW_ADMIN_TOKEN", raising=False)
     code, _, err = run(capsys, "add-reviewer", "mallory", "--queue-url", url)
-    assert code == 2 and "PROTDP_REVIEW_ADMIN_TOKEN" in err
+    assert code == 2 and "no review queue at" in err and "review init-db" in err  # not created
+    assert not Path(url).exists()
     admin = _init(capsys, url)
+    code, _, err = run(capsys, "add-reviewer", "mallory", "--queue-url", url)
+    assert code == 2 and "PROTDP_REVIEW_ADMIN_TOKEN" in err
     code, _, err = run(capsys, "init-db", "--queue-url", url)
     assert code == 0 and "already there" in err       # no second admin from init-db
     alice = _add_reviewer(capsys, monkeypatch, url, "alice", admin)

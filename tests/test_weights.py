@@ -255,3 +255,64 @@ def test_a_file_torch_cannot_load_is_one_line_naming_it(tmp_path, kind, reason):
         assert message.startswith(str(path)) and reason in message, message
         assert "\n" not in message and "weights_only" not in message
 
+
+
+def _huge_header_npz(path, good: np.ndarray, key="w"):
+    """An .npz whose one member's header declares a 2**40-element shape over few bytes."""
+    import io
+    import zipfile
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": "<f4", "fortran_order": False,
+                                               "shape": (1 << 20, 1 << 20)})
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr(key + ".npy", buf.getvalue() + good.astype("<f4").tobytes())
+    return path
+
+
+def test_hostile_parameter_files_are_one_line_naming_key_and_file(fixture_params, tmp_path):
+    """Issue 28: removing any one key of a valid OpenFold export, meta / sparse / integer /
+    complex tensors, object or 0-d arrays, a header declaring a huge shape and duplicate zip
+    members are each one InputError naming the file and the key (main: KeyError, TypeError,
+    accepted, MemoryError, IndexError, silently the last member)."""
+    import warnings
+    import zipfile
+    torch.manual_seed(0)
+    cfg = tiny_config()
+    state = export_openfold(build_model(cfg, verbose=False))
+    pt = tmp_path / "of.pt"
+    for i, key in enumerate(sorted(state)):
+        if i % 20:                 # every 20th key keeps the test short; all pass the same path
+            continue
+        torch.save({k: v for k, v in state.items() if k != key}, pt)
+        with pytest.raises(InputError) as exc:
+            import_params(pt, "openfold", sm_layers=cfg.sm_layers)
+        assert str(exc.value).startswith(str(pt)) and "field '" in str(exc.value), str(exc.value)
+    victim = sorted(state)[3]
+    bad_values = {"meta": torch.empty(state[victim].shape, device="meta"),
+                  "sparse": state[victim].to_sparse() if state[victim].dim() else None,
+                  "dtype torch.int64": state[victim].long(),
+                  "dtype torch.complex64": state[victim].to(torch.complex64)}
+    for why, value in bad_values.items():
+        torch.save(dict(state, **{victim: value}), pt)
+        with pytest.raises(InputError, match=f"{pt}: field '{victim}': .*{why}"):
+            import_params(pt, "openfold", sm_layers=cfg.sm_layers)
+    key = sorted(fixture_params)[0]
+    for why, arrays in (("dtype int32", dict(fixture_params, **{key: fixture_params[key].astype(np.int32)})),
+                        ("dtype complex64", dict(fixture_params, **{key: fixture_params[key].astype(np.complex64)})),
+                        ("0-d", dict(fixture_params, **{key: np.float32(1.0)}))):
+        with pytest.raises(InputError, match=f"field '{key}': .*{why}"):
+            import_params(_write(tmp_path, arrays), "alphafold")
+    buf = tmp_path / "obj.npz"
+    np.savez(buf, **{key: np.array([{"a": 1}], dtype=object)})
+    with pytest.raises(InputError, match=f"obj.npz: field '{key}': dtype object"):
+        import_params(buf, "alphafold")
+    huge = _huge_header_npz(tmp_path / "huge.npz", np.zeros(4))
+    with pytest.raises(InputError, match="huge.npz: field 'w': header declares shape"):
+        import_params(huge, "alphafold")
+    dup = _write(tmp_path, fixture_params, "dup.npz")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")                 # zipfile: "Duplicate name"
+        with zipfile.ZipFile(dup, "a") as zf:
+            zf.writestr(key + ".npy", zf.read(key + ".npy"))
+    with pytest.raises(InputError, match=f"dup.npz: field '{key}': .*twice"):
+        import_params(dup, "alphafold")

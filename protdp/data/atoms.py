@@ -93,6 +93,8 @@ def _pdb_truncated(lines: list[str], ends_with_newline: bool) -> int | None:
     if ends_with_newline or not lines:
         return None
     last = lines[-1]
+    if 0 < len(last) < 6 and any(r.startswith(last) for r in _COORD_RECORDS + _UNUSED_RECORDS):
+        return len(lines)         # cut inside the record name ('ATO'): its atom is lost
     if not last.startswith(_COORD_RECORDS + _UNUSED_RECORDS + ("TER",)):
         return None
     others = [len(l) for l in lines[-200:-1] if l.startswith(last[:6])]
@@ -259,6 +261,11 @@ def _parse_cif(text: str, path: Path) -> StructureData:
     from Bio.PDB.MMCIF2Dict import MMCIF2Dict
     from Bio.PDB.MMCIFParser import MMCIFParser
 
+    head = [ln[:6] for ln in text.lstrip().split("\n", 50)[:50]]
+    if not text.lstrip().startswith("data_") and any(
+            h in ("ATOM  ", "HETATM", "HEADER", "CRYST1", "MODEL ") for h in head):
+        raise InputError("holds PDB-format records (fixed-column ATOM/HEADER lines), not "
+                         "mmCIF, but is named .cif; rename it to .pdb", path=path)
     if _cif_truncated(text):
         raise InputError("file is truncated: it ends inside an _atom_site row (no final "
                          "newline, fewer values than the row before)", path=path,

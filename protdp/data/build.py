@@ -26,6 +26,7 @@ from protdp.data.discover import FamilySpec, Inputs, discover_by_name, is_mmcif,
 from protdp.data.families import process_family, reject_record, run_specs  # noqa: F401
 from protdp.data.filters import FILTER_NAMES, INPUT_RULES, FilterConfig, load_screening
 from protdp.data.safeio import atomic_write_text, sha256_file, writable_output
+from protdp.fileio import replace_file
 from protdp.data.store import (H5_ERRORS, check_format_version, content_sha256, new_store_file,
                                open_store_h5, read_arrays, verify_store, write_family,
                                write_index)
@@ -313,7 +314,7 @@ def _commit(tmp: Path, out: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-    os.replace(tmp, out)
+    replace_file(tmp, out)                           # never over a device node or FIFO
     dfd = os.open(out.parent, os.O_RDONLY)
     try:
         os.fsync(dfd)
@@ -392,9 +393,9 @@ def _build(out: str | Path, *, pairs, msa_dir, structure_dir, config, workers, r
 
     t0 = time.time()
     cfg = FilterConfig.load(config)
-    out = writable_output(out, "store")
+    out = writable_output(out, "store", "hdf5", force=force, inputs=(pairs,))
     rejects_path = writable_output(rejects_path or out.parent / "rejects.jsonl",
-                                   "rejects report")
+                                   "rejects report", "jsonl", force=force, inputs=(pairs, out))
     inputs = _inputs(pairs, msa_dir, structure_dir)
     screen = load_screening(cfg)
     cfg_json = json.dumps(dataclasses.asdict(cfg), sort_keys=True)

@@ -91,7 +91,8 @@ def _build(args) -> int:
         raise ConfigError(f"--workers must be within 1..{limit} (4 x the {os.cpu_count()} CPUs), "
                           f"got {args.workers}")
     if args.report_json:                                 # checked before any work starts
-        writable_output(args.report_json, "report JSON (--report-json)")
+        writable_output(args.report_json, "report JSON (--report-json)", "json",
+                        force=args.force, inputs=(args.pairs, args.config))
     cfg = FilterConfig.load(args.config)
     overrides = {}
     if args.screening:

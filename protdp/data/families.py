@@ -68,6 +68,12 @@ def _build_one(fid: str, spec: FamilySpec, chain_id: str, msas, cfg: FilterConfi
             paired = pair_msa_structure(msa.query, chain, msa.sources[0], spec.structure_file,
                                         min_coverage=cfg.min_pairing_coverage,
                                         min_identity=cfg.min_pairing_identity)
+            cut = [m for m in msas if m.query_cut and m.query == msa.query]
+            if cut and len(msa.query) < len(chain.sequence):     # a related but cut query
+                raise InputError(f"the file ends inside its query sequence (no final newline) "
+                                 f"and the query ({len(msa.query)} residues) is shorter than "
+                                 f"the structure's sequence ({len(chain.sequence)}): a truncated "
+                                 f"MSA file", path=cut[0].sources[0])
             query, tokens, dels = msa.query, msa.tokens(), msa.deletion_matrix
             pos, mask = paired.all_atom_positions, paired.all_atom_mask
             ridx, brk, pairing = paired.residue_index, paired.between_segment, paired.info

@@ -63,6 +63,7 @@ class Msa:
     deletion_matrix: np.ndarray     # uint8 [N, L]; residues deleted before each column, clipped 255
     names: list[str]                # row names (first header word)
     sources: list[str] = field(default_factory=list)  # files this MSA came from
+    query_cut: bool = False         # the file ends inside its query record (no final newline)
 
     @property
     def query(self) -> str:
@@ -337,6 +338,12 @@ def _parse_with_alignio(path: Path, fmt: str, text: str) -> Msa:
         if not text.lstrip().startswith("# STOCKHOLM"):
             _sniff_wrong_format(text, path, "Stockholm")
             raise InputError("missing '# STOCKHOLM 1.0' header", path=path, line=1)
+        lines = text.split("\n")
+        starts = [i + 1 for i, ln in enumerate(lines) if ln.startswith("# STOCKHOLM")]
+        if len(starts) > 1:
+            raise InputError(f"holds {len(starts)} alignments ('# STOCKHOLM' headers on lines "
+                             f"{', '.join(map(str, starts[:5]))}); give one alignment per "
+                             f"file", path=path, line=starts[1])
         _check_stockholm(text, path)
     elif fmt == "clustal":
         first = _first_line(text)
@@ -393,11 +400,12 @@ def parse_msa(path: str | Path, fmt: str | None = None) -> Msa:
         raise InputError(f"unknown MSA format '{fmt}'; expected one of {MSA_FORMATS}", path=path)
     if not text.strip():
         raise InputError("file is empty (no sequences)", path=path)
-    if fmt == "a3m":
-        return parse_a3m(text, path)
-    if fmt == "fasta":
-        _sniff_wrong_format(text, path, "FASTA")
-        return _parse_aligned_fasta(text, path)
+    if fmt in ("a3m", "fasta"):
+        if fmt == "fasta":
+            _sniff_wrong_format(text, path, "FASTA")
+        msa = parse_a3m(text, path) if fmt == "a3m" else _parse_aligned_fasta(text, path)
+        msa.query_cut = msa.depth == 1 and not text.endswith("\n")  # judged against a structure
+        return msa
     if fmt == "psicov":
         _sniff_wrong_format(text, path, "PSICOV")
         return _parse_psicov(text, path)

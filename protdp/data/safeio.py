@@ -20,6 +20,7 @@ import zlib
 from pathlib import Path
 
 from protdp.errors import InputError
+from protdp.fileio import check_output, replace_file
 
 MAX_INPUT_BYTES = 8 << 30      # largest file or decompressed gzip stream read (8 GiB)
 GZIP_MAGIC = b"\x1f\x8b"
@@ -92,13 +93,25 @@ def read_raw(path: str | Path, max_bytes: int = MAX_INPUT_BYTES) -> bytes:
     fd = _open_regular(path)
     try:
         with os.fdopen(fd, "rb", closefd=True) as fh:
-            data = fh.read(max_bytes + 1)
+            return _read_bounded(fh, max_bytes, path)
     except OSError as exc:
         raise InputError(os_reason(exc), path=path) from None
-    if len(data) > max_bytes:
-        raise InputError(f"file is larger than the {max_bytes >> 20} MiB input limit",
-                         path=path)
-    return data
+
+
+def _read_bounded(fh, max_bytes: int, path: str | Path) -> bytes:
+    """At most `max_bytes` from `fh`, read in chunks: memory grows with the file, never with
+    the bound (`fh.read(max_bytes + 1)` reserves the whole 8 GiB up front, so under `ulimit -v`,
+    SLURM memory limits or strict overcommit every read died on its first file)."""
+    chunks, total = [], 0
+    while True:
+        block = fh.read(min(_READ_CHUNK * 16, max_bytes + 1 - total))
+        if not block:
+            return b"".join(chunks)
+        chunks.append(block)
+        total += len(block)
+        if total > max_bytes:
+            raise InputError(f"file is larger than the {max_bytes >> 20} MiB input limit",
+                             path=path)
 
 
 def _gunzip(data: bytes, path: str | Path, max_bytes: int) -> bytes:
@@ -195,12 +208,16 @@ def format_suffix(path: str | Path) -> str:
     return split_suffix(path)[1]
 
 
-def writable_output(path: str | Path, what: str) -> Path:
+def writable_output(path: str | Path, what: str, kind: str = "text", *, force: bool = False,
+                    inputs: tuple = (), replace_same_kind: bool = True) -> Path:
     """Check (before any work) that `path` can be created or replaced: its folder exists or
-    can be made and is writable, and the path is not a directory. Returns it as a Path."""
+    can be made and is writable, the path is not a directory, and it is ours to replace
+    (`protdp.fileio.check_output`: never a device node or FIFO; a file of another `kind` or an
+    input of the job only with `force`). Returns it as a Path."""
     p = Path(path)
     if p.exists() and p.is_dir():
         raise InputError(f"{what} is a directory, expected a file path", path=p)
+    check_output(p, kind, what, force=force, inputs=inputs, replace_same_kind=replace_same_kind)
     parent = p.parent if str(p.parent) else Path(".")
     try:
         parent.mkdir(parents=True, exist_ok=True)
@@ -235,7 +252,7 @@ def atomic_write_text(path: str | Path, text: str) -> None:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        replace_file(tmp, path)                     # never over a device node or FIFO
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise InputError(f"cannot write: {os_reason(exc).replace('read', 'write')}",

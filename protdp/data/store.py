@@ -255,6 +255,11 @@ class FamilyStore:
         except H5_ERRORS:
             raise InputError(f"family '{family_id}' cannot be read (damaged store?); check it "
                              f"with `protdp data verify {self.path}`", path=self.path) from None
+        problems = read_problems(out, attrs, family_id)
+        if problems:                 # featurizing it would train on garbage or crash later
+            raise InputError(f"{problems[0]}; the store is damaged or was not written by "
+                             f"`protdp data build` (check it with `protdp data verify "
+                             f"{self.path}`)", path=self.path)
         for k, v in attrs.items():
             out[k] = v.tolist() if isinstance(v, np.ndarray) else v
         out["resolution"] = float(out["resolution"])
@@ -302,6 +307,24 @@ class VerifyReport:
                          ([f"  ... and {more} more"] if more else []))
 
 
+def read_problems(arrays: dict, attrs: dict, fid: str) -> list[str]:
+    """Problems of one family as read for training: shapes and dtypes against its num_seq /
+    length attributes, then `value_problems` (no content hash: that is `verify`'s)."""
+    try:
+        n, L = int(attrs["num_seq"]), int(attrs["length"])
+    except (KeyError, TypeError, ValueError):
+        return [f"family '{fid}': num_seq / length attributes missing"]
+    out = []
+    for name, (dtype, shape) in family_array_specs(n, L).items():
+        a = arrays.get(name)
+        if a is None:
+            out.append(f"family '{fid}': {name} missing")
+        elif a.dtype != dtype or a.shape != shape:
+            out.append(f"family '{fid}': {name} is {a.dtype} {a.shape}, expected {dtype} {shape}")
+    return out or [f"family '{fid}': {p.split(': ', 1)[1]}"
+                   for p in value_problems(arrays, attrs, fid, n, L)]
+
+
 def family_problems(g, fid: str) -> list[str]:
     """Everything wrong with one family group (empty list = sound)."""
     try:
@@ -324,6 +347,13 @@ def family_problems(g, fid: str) -> list[str]:
         return out
     if content_sha256(arrays) != attrs.get("content_sha256"):
         out.append(f"{fid}: content hash differs from content_sha256 (data changed or damaged)")
+    return out + value_problems(arrays, attrs, fid, n, L)
+
+
+def value_problems(arrays: dict, attrs: dict, fid: str, n: int, L: int) -> list[str]:
+    """Coordinates finite and in range, masks 0/1, residue_index increasing, MSA token ids in
+    range and row 0 the sequence (what `verify` and every training read check)."""
+    out = []
     pos, mask = arrays["all_atom_positions"], arrays["all_atom_mask"]
     if not np.isfinite(pos).all() or (np.abs(pos) > COORD_LIMIT).any():
         out.append(f"{fid}: non-finite or absurd (|x| > {COORD_LIMIT}) coordinates")

@@ -20,12 +20,16 @@ from dataclasses import dataclass
 import os
 
 from protdp.config import load_config, read_yaml
-from protdp.resources import config_file
+from protdp.errors import ProtdpError
+from protdp.resources import config_file, resolve_config
 
 DEFAULT_RELEASE = config_file("release.yaml")
 SITE_POLICY_ENV = "PROTDP_RELEASE_POLICY"
 _DEFAULTS = read_yaml(DEFAULT_RELEASE)
 # the allowed range of each real-valued threshold
+# an MSA of 0 rows or a band judged on 0 residues cannot be evaluated (main: a raw error later)
+_INT_MINIMA = {"min_band_residues": 1, "min_targets": 0, "max_redteam_failures": 0,
+               "max_msa_rows": 1}
 _RANGES = {"min_spearman_residue": (-1.0, 1.0), "min_mean_lddt_ca": (0.0, 1.0),
            "max_ece": (0.0, 1.0), "band_tolerance": (0.0, float("inf"))}
 
@@ -55,10 +59,17 @@ class ReleasePolicy:
     """MSA depth of the held-out predictions."""
 
     def __post_init__(self):
-        for name in ("min_band_residues", "min_targets", "max_redteam_failures", "max_msa_rows"):
+        for name, low in _INT_MINIMA.items():
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
+        if not isinstance(self.screening_list, str) or not self.screening_list.strip():
+            raise ValueError(f"screening_list must be a FASTA file path, got "
+                             f"{self.screening_list!r}")
+        try:                         # found now, not after a 15 s evaluation
+            resolve_config(self.screening_list)
+        except ProtdpError as exc:
+            raise ValueError(f"screening_list: {exc}") from None
         for name, (low, high) in _RANGES.items():
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not low <= v <= high:

@@ -18,7 +18,7 @@ from pathlib import Path
 from protdp.data.parse import MSA_EXTENSIONS as _MSA_FORMAT_EXTENSIONS
 from protdp.data.parse import Msa, merge_msas, parse_msa
 from protdp.data.residues import RESTYPES
-from protdp.data.safeio import check_readable, read_bytes
+from protdp.data.safeio import check_readable, decode_text, read_bytes
 from protdp.errors import InputError
 from protdp.inference.writers import printable, safe_name
 
@@ -45,6 +45,8 @@ class Target:
 def _read_text(path: Path) -> str:
     """Regular file only (never blocks on a FIFO), gzip transparent, CRLF / CR line ends."""
     data = read_bytes(path)
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):     # UTF-16: one line naming it
+        decode_text(data, path)
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
     # invalid UTF-8 becomes U+FFFD, which the sequence check then names; headers keep the rest

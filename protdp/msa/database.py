@@ -3,7 +3,9 @@
 checksummed once.
 
 A database is never loaded whole: `SequenceDatabase.blocks` yields `DigitalSequenceBlock`s of at
-most `residues` residues read by Easel (pyhmmer). A gzip file is decompressed by Python's `gzip`
+most `residues` residues, each record read and checked by `protdp.msa.sanitize` (bounded
+names and lengths; a bad record skipped and recorded, not the whole database failed) and
+digitized by Easel (pyhmmer). A gzip file is decompressed by Python's `gzip`
 module under a reader that keeps the real error, so a truncated or corrupt archive is an error
 naming the file (Easel's own `.gz` path pipes through `gzip -dc` and would silently stop at the
 damage). The sha256 of each database is computed once and cached in `databases.json` beside the
@@ -22,7 +24,9 @@ from pathlib import Path
 from typing import Iterator
 
 from protdp.errors import ConfigError, InputError
+from protdp.data.safeio import check_readable, os_reason
 from protdp.fileio import sha256_file
+from protdp.msa.sanitize import DatabaseScan, check_searchable, protein_records
 
 FASTA_SUFFIXES = (".fasta", ".fa", ".faa", ".fas", ".fsa", ".pep", ".seq", ".hmmpgmd")
 CACHE_NAME = "databases.json"
@@ -63,11 +67,10 @@ class SequenceDatabase:
     def open(cls, path: str | Path) -> "SequenceDatabase":
         """Validate the path (exists, readable, FASTA/FASTA.gz name) without reading it all."""
         path = Path(path).expanduser()
-        if not path.is_file():
+        if not path.exists():
             raise InputError("sequence database not found (expected a FASTA or FASTA.gz file)",
                              path=path)
-        if not os.access(path, os.R_OK):
-            raise InputError("sequence database is not readable", path=path)
+        check_readable(path)       # a directory, FIFO or device (/dev/zero) is named as such
         return cls(path.resolve(), database_name(path))
 
     @property
@@ -85,51 +88,43 @@ class SequenceDatabase:
             return "fasta"        # the stream itself reports the damage, naming the file
         return "hmmpgmd" if head.startswith(b"#") else "fasta"
 
-    def _stream(self):
-        """(raw reader or None, what SequenceFile reads): a gzip file through the checked
-        reader; an hmmpgmd file past its '#' statistics line (the rest is FASTA, as Easel's own
-        hmmpgmd reader treats it)."""
-        raw = _CheckedGzip(self.path) if self.compressed else None
-        if self.easel_format != "hmmpgmd":
-            return raw, (io.BufferedReader(raw, 1 << 20) if raw is not None else str(self.path))
-        stream = io.BufferedReader(raw if raw is not None else io.FileIO(str(self.path)), 1 << 20)
-        stream.readline()                                  # '#<residues> <sequences> ...'
-        return raw, stream
-
-    def blocks(self, residues: int = DEFAULT_BLOCK_RESIDUES) -> Iterator:
-        """Stream the database as `DigitalSequenceBlock`s of about `residues` residues."""
-        from pyhmmer.easel import Alphabet, SequenceFile
+    def blocks(self, residues: int = DEFAULT_BLOCK_RESIDUES,
+               scan: DatabaseScan | None = None) -> Iterator:
+        """Stream the database as `DigitalSequenceBlock`s of about `residues` residues, record
+        by record through `protdp.msa.sanitize` (bounded names and records; a bad record is
+        skipped and listed in `scan.skipped`, the rest searched). Ends with an InputError
+        naming the file when nothing in it can be searched."""
+        from pyhmmer.easel import Alphabet, DigitalSequenceBlock, TextSequence
 
         alphabet = Alphabet.amino()
-        raw, source = self._stream()
+        scan = scan if scan is not None else DatabaseScan()
+        raw = _CheckedGzip(self.path) if self.compressed else None
         try:
-            with SequenceFile(source, format="fasta", digital=True, alphabet=alphabet) as seqs:
-                while True:
-                    block = seqs.read_block(residues=residues)
-                    if not block:
-                        return
+            stream = io.BufferedReader(raw if raw is not None else io.FileIO(str(self.path)),
+                                       1 << 20)
+        except OSError as exc:
+            raise InputError(os_reason(exc), path=self.path) from None
+        block, size = DigitalSequenceBlock(alphabet), 0
+        try:
+            for name, seq in protein_records(stream, scan, self.path):
+                block.append(TextSequence(name=name, sequence=seq.decode("ascii"))
+                             .digitize(alphabet))
+                size += len(seq)
+                if size >= residues:
                     yield block
-        except (ValueError, OSError, EOFError, SystemError) as exc:
-            # Easel: parse errors (ValueError), "Sequence file is empty" (EOFError); an error
-            # inside the gzip reader surfaces as an unrelated ValueError or SystemError
+                    block, size = DigitalSequenceBlock(alphabet), 0
+            if len(block):
+                yield block
+        except (OSError, EOFError, zlib.error) as exc:
             if raw is not None and raw.error is not None:
                 raise self._gzip_error(raw.error) from None
-            raise InputError(f"not a FASTA / hmmpgmd sequence database: {_easel_message(exc)}",
-                             path=self.path) from None
+            raise InputError(os_reason(exc), path=self.path) from None
         finally:
-            if raw is not None:
-                raw.close()
-            elif not isinstance(source, str):
-                source.close()
+            stream.close()
+        check_searchable(scan, self.path)
 
     def _gzip_error(self, exc: BaseException) -> InputError:
         return InputError(f"corrupt or truncated gzip archive ({exc})", path=self.path)
-
-
-def _easel_message(exc: BaseException) -> str:
-    """Easel's parse message, control and non-ASCII characters escaped (it quotes the byte)."""
-    text = str(exc).removeprefix("Could not parse file: ")
-    return text.encode("unicode_escape", "backslashreplace").decode("ascii")
 
 
 def database_name(path: str | Path) -> str:

@@ -21,13 +21,16 @@ import hashlib
 import io
 import json
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tqdm import tqdm
 
+from protdp.data.safeio import writable_folder
 from protdp.msa.database import ChecksumCache, SequenceDatabase, open_databases
+from protdp.msa.sanitize import skipped_lines
 from protdp.msa.search import Query, QueryResult, search_database
 from protdp.msa.settings import SearchSettings
 from protdp.msa.writers import alignment_to_a3m, atomic_write, stockholm_bytes
@@ -92,6 +95,7 @@ def _write_result(out: Path, res: QueryResult, fp: str, settings: SearchSettings
     mark = {"target": res.query.name, "stem": stem, "database": database,
             "fingerprint": fp, "included": res.included, "iterations": res.iterations,
             "converged": res.converged, "searched_sequences": res.searched_sequences,
+            "skipped_records": len(res.skipped_records),
             "seconds": round(seconds, 3), **a3m.stats(), "coverage": a3m.coverage,
             "settings": asdict(settings), "versions": _tool_versions()}
     atomic_write(_mark_path(out, stem, res.database), json.dumps(mark, indent=1).encode())
@@ -145,6 +149,9 @@ def _search_one_database(queries: list[Query], db: SequenceDatabase, database: d
                                       block_residues=block_residues, progress=progress,
                                       total_sequences=cache.sequences(db))
             per_query = (time.perf_counter() - t0) / len(batch)
+            if batch is batches[0]:      # each bad database record once, not once per batch
+                for line in skipped_lines(results[0].skipped_records, db.path):
+                    print(line, file=sys.stderr)
             for res in results:
                 mark = _write_result(out, res, fps[res.query.stem], settings, database,
                                      per_query)
@@ -169,8 +176,7 @@ def search_targets(queries: list[Query], databases: list[str | Path], out_dir: s
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     dbs = open_databases(list(databases))
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = writable_folder(out_dir, "MSA output folder (--out)")   # read-only: one line, first
     cache = ChecksumCache(out)
     report = SearchReport(out, databases=[cache.describe(db) for db in dbs])
     for db, database in zip(dbs, report.databases):

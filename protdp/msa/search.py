@@ -20,12 +20,13 @@ from __future__ import annotations
 import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
 from protdp.errors import InputError
 from protdp.msa.database import DEFAULT_BLOCK_RESIDUES, SequenceDatabase
+from protdp.msa.sanitize import DatabaseScan
 from protdp.msa.settings import SearchSettings
 
 _MERGE_EVERY = 64   # merge a query's per-block hits in groups, so the list stays short
@@ -51,6 +52,7 @@ class QueryResult:
     iterations: int
     converged: bool
     searched_sequences: int   # Z: sequences in the database
+    skipped_records: list = field(default_factory=list)   # SkippedRecord: bad database records
 
 
 class _IterativeQuery:
@@ -122,8 +124,9 @@ class _Scanner:
         finally:
             pli.clear()
 
-    def scan(self, hmms: list, db: SequenceDatabase, block_residues: int, bar) -> list:
-        """One pass over `db`: merged TopHits per HMM."""
+    def scan(self, hmms: list, db: SequenceDatabase, block_residues: int, bar,
+             records: DatabaseScan | None = None) -> list:
+        """One pass over `db`: merged TopHits per HMM (skipped records into `records`)."""
         parts: list[list] = [[] for _ in hmms]
         merged: list = [None] * len(hmms)
         pending: deque[tuple[int, list[Future]]] = deque()
@@ -138,7 +141,7 @@ class _Scanner:
 
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             try:
-                for block in db.blocks(block_residues):
+                for block in db.blocks(block_residues, records):
                     pending.append((len(block), [pool.submit(self._search, h, block)
                                                  for h in hmms]))
                     while len(pending) > self.workers:
@@ -174,6 +177,7 @@ def search_database(queries: list[Query], db: SequenceDatabase, settings: Search
     alphabet = Alphabet.amino()
     states = [_IterativeQuery(q, alphabet, settings) for q in queries]
     scanner = _Scanner(alphabet, settings, workers)
+    records = DatabaseScan()                     # filled by the first pass
     for iteration in range(1, settings.iterations + 1):
         active = [s for s in states if not s.converged]
         if not active:
@@ -182,7 +186,11 @@ def search_database(queries: list[Query], db: SequenceDatabase, settings: Search
         with tqdm(total=total_sequences, unit="seq", unit_scale=True, disable=not progress,
                   desc=f"{db.name} iteration {iteration}/{settings.iterations} "
                        f"({len(active)} queries)", leave=False) as bar:
-            hits = scanner.scan(hmms, db, block_residues, bar)
+            hits = scanner.scan(hmms, db, block_residues, bar,
+                                records if iteration == 1 else None)
         for state, h in zip(active, hits):
             state.finish_iteration(h)
-    return [s.result(db.name) for s in states]
+    results = [s.result(db.name) for s in states]
+    for r in results:
+        r.skipped_records = records.skipped
+    return results

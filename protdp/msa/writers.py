@@ -12,26 +12,22 @@ Every file is written to a temporary name and renamed, so a kill never leaves ha
 from __future__ import annotations
 
 import io
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from protdp.fileio import atomic_write_bytes
 
 _GAP = ord("-")
 _DROP = 0
 
 
 def atomic_write(path: Path, data: bytes) -> Path:
-    """Write `data` to `path` via a temporary file in the same folder and a rename."""
+    """Write `data` to `path` via a temporary file in the same folder and a rename (never over
+    a device node or FIFO: `protdp.fileio.atomic_write_bytes`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    return path
+    return atomic_write_bytes(path, data)
 
 
 @dataclass

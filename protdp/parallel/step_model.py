@@ -32,6 +32,7 @@ from typing import Sequence
 EXPOSED_OK = 0.10      # exposed communication up to this fraction of the step counts as hidden
 FAR_BELOW = 0.5        # a link below this fraction of the other links' median is named
 MAX_ACCUMULATION = 64  # the largest gradient accumulation the network-bound advice considers
+LOW_EFFICIENCY = 0.80  # weak-scaling efficiency below this is named even when comm is hidden
 NEAR_BEST = 1.02       # the simplest configuration within 2 % of the fastest is recommended
 # Contention factors are capped: two threads per core slow each other about 2x, and a larger
 # fitted factor means a rank was descheduled during the measurement (a shared host), not
@@ -316,6 +317,18 @@ def slowest_link(pairs: Sequence[dict]) -> dict | None:
             "ratio_to_others": worst["bandwidth_Bps"] / median if median else None}
 
 
+def _compute_note(row: dict) -> str:
+    """Communication is hidden, yet each rank computes slower than one rank alone (co-located
+    ranks share cores and memory bandwidth): say so rather than call the run simply fine."""
+    eff = row.get("scaling_efficiency")
+    if eff is None or eff >= LOW_EFFICIENCY:
+        return ""
+    return (f"; but weak-scaling efficiency is only {100 * eff:.0f}% (< "
+            f"{100 * LOW_EFFICIENCY:.0f}%): the ranks' compute slows down (ranks sharing a host's "
+            f"CPU cores or memory bandwidth), not the network: fewer ranks per host or a GPU "
+            f"per rank")
+
+
 def verdict(p: StepPieces, predictions: dict) -> dict:
     """fine / overlap needed / network-bound, with the configuration and advice that follow."""
     rows = predictions["configs"]
@@ -332,7 +345,8 @@ def verdict(p: StepPieces, predictions: dict) -> dict:
     if plain["exposed_fraction"] <= EXPOSED_OK:
         return {**out, "verdict": "fine", "advice": (
             f"communication is {100 * plain['exposed_fraction']:.0f}% of the step even without "
-            f"overlap; {cfg.flags} predicts {1e3 * best['step_s']:.1f} ms per step")}
+            f"overlap; {cfg.flags} predicts {1e3 * best['step_s']:.1f} ms per step"
+            + _compute_note(best))}
     if best["exposed_fraction"] <= EXPOSED_OK:
         return {**out, "verdict": "overlap needed", "advice": (
             f"without overlap compute waits {1e3 * plain['exposed_comm_s']:.1f} ms per step "

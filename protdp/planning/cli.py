@@ -18,12 +18,14 @@ from protdp.resources import resolve_config
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="protdp plan", description=plan_mod.__doc__.split("\n")[0])
     ap.add_argument("--model-config", required=True, help="configs/model/*.yaml")
-    ap.add_argument("--crop", type=int, required=True, help="training crop size (residues)")
+    ap.add_argument("--crop-size", "--crop", dest="crop", type=int, required=True,
+                    help="training crop size (residues; the flag's name in train/preflight)")
     ap.add_argument("--gpu-mem", required=True, help="memory per GPU, e.g. 80GiB, 40GB")
     ap.add_argument("--dp", type=int, required=True, help="data-parallel size")
     ap.add_argument("--bf16", action="store_true", help="bf16 params, fp32 main grads + master")
     ap.add_argument("--recompute", action="store_true", help="activation recompute already on")
-    ap.add_argument("--msa-rows", type=int, default=128, help="MSA cluster rows (AF2 training: 128)")
+    ap.add_argument("--max-msa-rows", "--msa-rows", dest="msa_rows", type=int, default=128,
+                    help="MSA cluster rows (AF2 training: 128; as in train/preflight)")
     ap.add_argument("--extra-msa-rows", type=int, default=1024,
                     help="extra-MSA rows if the config has the extra stack (AF2: 1024)")
     ap.add_argument("--reserve", type=float, default=0.1, help="fraction of GPU memory held back")

@@ -72,6 +72,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="jsonl / csv: decisions; store: approved predictions as an HDF5 family "
                         "store for self-distillation (needs --out)")
     s.add_argument("--out", type=Path, default=None, help="file to write (default stdout)")
+    s.add_argument("--force", action="store_true", help="replace an existing file of another kind")
     s.add_argument("--min-residue-plddt", type=float, default=0.0,
                    help="store: mask residues predicted below this pLDDT (default: keep all)")
 
@@ -176,7 +177,7 @@ def main(argv: list[str]) -> int:
         from protdp.review.web import serve
         return serve(args.queue_url, host=args.host, port=args.port, files_roots=args.files_root,
                      max_structure_bytes=int(args.max_structure_mb * 2**20))
-    store = ReviewStore(args.queue_url)
+    store = ReviewStore(args.queue_url, create=args.cmd == "init-db")   # only init-db creates
     try:
         handler = _ADMIN.get(args.cmd) or _REVIEWER.get(args.cmd) or _READ[args.cmd]
         return handler(store, args) or 0
@@ -282,7 +283,8 @@ def _export(store, args) -> None:
     from protdp.data.safeio import atomic_write_text, writable_output
 
     if args.out is not None:     # before any work: a directory or an unwritable folder is one line
-        writable_output(args.out, "export")
+        writable_output(args.out, "export", "hdf5" if args.format == "store" else args.format,
+                        force=args.force, replace_same_kind=False)
     if args.format == "store":
         from protdp.review.distill import export_distillation
 

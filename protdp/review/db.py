@@ -110,7 +110,8 @@ class Database:
         if not Path(db).parent.exists():
             raise InputError(f"directory of SQLite queue {db} does not exist", field="queue-url")
         if not self.create and not Path(db).is_file():
-            raise QueueError(f"no review queue at {db}")
+            raise QueueError(f"no review queue at {db} (create it with `protdp review init-db "
+                             f"--queue-url {db}`)")
         busy_s = self.busy_timeout_s
         engine = create_engine(parsed, connect_args={"timeout": busy_s})
 

@@ -203,6 +203,12 @@ def calibrate(checkpoint: str | Path, data: str | Path, out_dir: str | Path | No
     if not 0.0 < target_lddt <= 1.0:
         raise InputError(f"target lDDT must be in (0, 1], got {target_lddt}", field="--target-lddt")
     loaded = load_model_checkpoint(checkpoint)
+    if families is None:     # a training run: its validation split, as `protdp release` uses
+        from protdp.safety.release import held_out
+        from protdp.train.checkpointing import read_any_weights
+        meta = read_any_weights(checkpoint).meta
+        if (meta.get("config") or {}).get("data"):
+            families = held_out(meta, data, None)[1]
     with FamilyStore(data) as store:
         fams = list(store.family_ids) if families is None else families
         missing = [f for f in fams if f not in store]

@@ -67,7 +67,8 @@ def calibrate(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", default=None, help="HDF5 family store of held-out families")
     ap.add_argument("--out", default=None, help="output folder (default: next to the checkpoint)")
     ap.add_argument("--families", default=None,
-                    help="held-out family ids: comma-separated or @file (default: every family)")
+                    help="held-out family ids: comma-separated or @file (default: a training "
+                         "run's validation split, as release uses; else every family)")
     ap.add_argument("--target-lddt", type=float, default=0.7,
                     help="accepted set's mean true lDDT-Cα must stay >= this (0-1)")
     ap.add_argument("--max-msa-rows", type=int, default=128)

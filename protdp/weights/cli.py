@@ -53,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("checkpoint", help="protdp checkpoint (imported folder, model file or training run)")
     exp.add_argument("out", help="file to write")
     exp.add_argument("--format", required=True, choices=FORMATS)
+    exp.add_argument("--force", action="store_true",
+                     help="replace an existing file of another kind (e.g. a database) at OUT")
     cmp_ = sub.add_parser("compare", help="protdp vs AlphaFold's outputs on AlphaFold's features")
     cmp_.add_argument("--checkpoint", required=True)
     cmp_.add_argument("--features", required=True, help="AlphaFold processed-feature dict (.npz)")
@@ -117,8 +119,13 @@ def _import(args) -> int:
     if imported.skipped:
         reasons = sorted(set(imported.skipped.values()))
         print(f"  {len(imported.skipped)} source arrays skipped: {'; '.join(reasons)}")
+    given = args.sm_layers is not None or args.alphafold_config is not None
     print(f"  structure module layers {imported.config.sm_layers}, recycles "
           f"{imported.config.num_recycles}; details in {out / 'provenance.json'}")
+    print(f"  note: these two are NOT in the arrays ({'as given' if given else 'AF2 defaults'});"
+          f" a source trained with other values needs --sm-layers / --num-recycles (or "
+          f"--alphafold-config), else its structures are wrong: check with `protdp weights "
+          f"compare`")
     return 0
 
 
@@ -126,11 +133,13 @@ def _export(args) -> int:
     import torch
 
     from protdp.data.safeio import writable_output
+    from protdp.fileio import replace_file
     from protdp.inference.checkpoint import load_model_checkpoint
     from protdp.weights.convert import export_arrays, export_openfold
     from protdp.weights.store import write_npz
 
-    out = writable_output(args.out, "export")       # a folder or unwritable place: before the work
+    out = writable_output(args.out, "export", "zip", force=args.force,     # before the work
+                          inputs=(args.checkpoint,))
     loaded = load_model_checkpoint(args.checkpoint)
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     try:
@@ -139,7 +148,7 @@ def _export(args) -> int:
         else:
             out.parent.mkdir(parents=True, exist_ok=True)
             torch.save(export_openfold(loaded.model), tmp)
-            os.replace(tmp, out)
+            replace_file(tmp, out)
     except (OSError, RuntimeError) as exc:     # torch reports unwritable paths as RuntimeError
         tmp.unlink(missing_ok=True)
         raise InputError(f"cannot write ({type(exc).__name__}: {str(exc).splitlines()[0]})",

@@ -137,6 +137,12 @@ def run_compare(checkpoint: str | Path, features_path: str | Path, reference_pat
         result = compare_outputs(out, reference)
     except InputError as exc:
         raise InputError(exc.reason, path=reference_path, field=exc.field) from None
-    return {"checkpoint": str(loaded.path), "features": str(features_path),
-            "reference": str(reference_path), "dtype": dtype, "num_recycles": num_recycles,
-            "msa_samples": passes, "padded_rows": PADDED_ROWS, **result}
+    report = {"checkpoint": str(loaded.path), "features": str(features_path),
+              "reference": str(reference_path), "dtype": dtype, "num_recycles": num_recycles,
+              "msa_samples": passes, "padded_rows": PADDED_ROWS, **result}
+    if not result.get("within_tolerance", True):
+        report["hint"] = (f"the structure-module layer count ({model.config.sm_layers}) and the "
+                          f"recycles are not in the parameter arrays: if the source used other "
+                          f"values, re-import with --sm-layers N / --num-recycles N (or "
+                          f"--alphafold-config) and compare again")
+    return report

@@ -24,7 +24,7 @@ from protdp.inference.checkpoint import save_model_checkpoint
 from protdp.model.config import LossConfig, ModelConfig
 from protdp.model.model import AlphaFoldModel
 from protdp.resources import config_file
-from protdp.weights import alphafold, openfold
+from protdp.weights import alphafold, openfold, validate
 from protdp.weights.store import PROVENANCE_FILE, LazyNpz, model_file, write_json
 
 FORMATS = ("alphafold", "openfold")
@@ -83,7 +83,8 @@ def import_params(path: str | Path, fmt: str, *, sm_layers: int = 8,
         arrays = LazyNpz(path)
         shapes = arrays.shapes
     elif fmt == "openfold":
-        arrays = openfold.to_alphafold_arrays(openfold.read_state_dict(path))
+        with validate.naming(path):     # a missing key names the file as well as the key
+            arrays = openfold.to_alphafold_arrays(openfold.read_state_dict(path))
         shapes = {k: v.shape for k, v in arrays.items()}
     else:
         raise InputError(f"unknown format '{fmt}'; expected one of {FORMATS}")

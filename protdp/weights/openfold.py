@@ -21,7 +21,7 @@ import torch
 from protdp.errors import InputError
 from protdp.model.config import ModelConfig
 from protdp.train.checkpointing import load_cpu
-from protdp.weights import alphafold
+from protdp.weights import alphafold, validate
 
 _STACK_COMMON = [
     ("msa_row.norm_m.", "msa_att_row.layer_norm_m."), ("msa_row.norm_z.", "msa_att_row.layer_norm_z."),
@@ -135,8 +135,9 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
         blob = blob["ema"]["params"]
     elif isinstance(blob, dict) and isinstance(blob.get("state_dict"), dict):
         blob = blob["state_dict"]
-    if not isinstance(blob, dict) or not all(isinstance(v, torch.Tensor) for v in blob.values()):
+    if not isinstance(blob, dict):
         raise InputError("expected a state dict of tensors", path=path)
+    validate.check_tensors(blob, path)     # meta, sparse, integer, complex: one line naming it
     return {(k[len("model."):] if k.startswith("model.") else k): v for k, v in blob.items()}
 
 
@@ -185,6 +186,7 @@ def to_alphafold_arrays(openfold_state: Mapping[str, torch.Tensor]) -> dict[str,
                              "(multimer and other variants are not supported)", field=key)
         state[name] = value.detach().float().numpy()
     cfg = _skeleton_config(state)
+    validate.check_complete(state, _meta_model(cfg).state_dict(), to_openfold_name, TEMPLATE_PREFIX)
     entries = alphafold.alphafold_entries(cfg, {k: v.shape for k, v in state.items()})
     unused = sorted(set(state) - {e.torch for e in entries})
     if unused:

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from protdp.errors import InputError
+from protdp.fileio import replace_file
 from protdp.train.checkpointing import IMPORTED_MODEL_FILE
 
 PROVENANCE_FILE = "provenance.json"
@@ -36,24 +37,10 @@ def read_npz(path: str | Path) -> dict[str, np.ndarray]:
 
 
 def npz_shapes(path: str | Path) -> dict[str, tuple]:
-    """{key: shape} of every array of an .npz from the member headers only (no data read)."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError("parameter file not found", path=path)
-    shapes = {}
-    try:
-        with zipfile.ZipFile(path) as zf:
-            for name in zf.namelist():
-                with zf.open(name) as fh:
-                    version = np.lib.format.read_magic(fh)
-                    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                                   else np.lib.format.read_array_header_2_0)
-                    shape, _, _ = read_header(fh)
-                shapes[name[:-4] if name.endswith(".npy") else name] = tuple(shape)
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
-        raise InputError(f"not a readable .npz parameter file ({type(exc).__name__}: {exc})",
-                         path=path) from None
-    return shapes
+    """{key: shape} of every array of an .npz from the member headers only (no data read),
+    each header checked first (`protdp.weights.validate.npz_headers`)."""
+    from protdp.weights.validate import npz_headers
+    return npz_headers(path)
 
 
 class LazyNpz:
@@ -96,7 +83,7 @@ def write_npz(path: str | Path, arrays: dict[str, np.ndarray]) -> Path:
     try:
         with open(tmp, "wb") as fh:
             np.savez(fh, **{k: np.ascontiguousarray(arrays[k]) for k in sorted(arrays)})
-        os.replace(tmp, path)
+        replace_file(tmp, path)
     except BaseException:          # a crash never leaves a half-written file behind
         tmp.unlink(missing_ok=True)
         raise
