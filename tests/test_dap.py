@@ -103,6 +103,7 @@ def test_predict_dap2_writes_what_one_rank_writes(world2):
     res = _ok(world2["inference_2"])[0]
     assert res["atoms"] > 100 and res["same"]
     assert res["max_coord_diff"] <= 2e-3, res["max_coord_diff"]
+    assert res["max_plddt_diff"] <= 0.011, res["max_plddt_diff"]
 
 
 def test_dap_size_flag_and_world_arithmetic():
