@@ -338,7 +338,9 @@ def test_plan_takes_the_measured_network(tmp_path, capsys):
 
     n = parameter_count(load_config(ModelConfig, config_file("model/tiny.yaml")))
     algbw, lat = 2.5e8, 4e-4
-    path, _ = synthetic_report(tmp_path, n, [4000, 4000, 4000, 4000, 528], algbw, lat)
+    path, rep = synthetic_report(tmp_path, n, [4000, 4000, 4000, 4000, 528], algbw, lat)
+    rep["world"]["hosts"] = ["node0", "node1"]          # two nodes: their contention counts
+    path.write_text(json.dumps(rep))
     net = comm.read_preflight(path)
     assert net["busbw_Bps"] == pytest.approx(algbw * 2 * 1 / 2)          # nccl-tests, n = 2
     assert net["ring_step_latency_s"] == pytest.approx(lat / 2)          # 2(n-1) ring steps
@@ -367,6 +369,39 @@ def test_plan_takes_the_measured_network(tmp_path, capsys):
                "--network", str(path)])
     text = capsys.readouterr().out
     assert "not this one" in text and "data parallel:" not in text
+
+
+def test_plan_does_not_read_one_hosts_contention_as_the_network(tmp_path, capsys):
+    """Issue 28: a preflight whose ranks shared one host measured that host's CPU contention;
+    the plan says so and sweeps dp without it (separate nodes), unlike a two-host report."""
+    from protdp.config import load_config
+    from protdp.model.config import ModelConfig
+    from protdp.planning import comm
+    from protdp.planning.cli import main as plan_main
+    from protdp.planning.params import parameter_count
+    from protdp.resources import config_file
+
+    n = parameter_count(load_config(ModelConfig, config_file("model/tiny.yaml")))
+    path, rep = synthetic_report(tmp_path, n, [4000, 4000, 4000, 4000, 528], 2.5e8, 4e-4)
+    rep["predictions"]["contention"] = {"compute": 2.0, "comm": 3.0}     # a busy shared host
+    two = dict(rep, world={**rep["world"], "hosts": ["node0", "node1"]})
+    (tmp_path / "two.json").write_text(json.dumps(two))
+    path.write_text(json.dumps(rep))
+    one_host, two_hosts = comm.read_preflight(path), comm.read_preflight(tmp_path / "two.json")
+    assert one_host["shared_host"] and not two_hosts["shared_host"]
+    assert one_host["contention"] == {"compute": 1.0, "comm": 1.0}
+    assert two_hosts["contention"] == {"compute": 2.0, "comm": 3.0}
+    effs = {}
+    for name in ("pf.json", "two.json"):
+        assert plan_main(["--model-config", "tiny", "--crop", "16", "--gpu-mem", "1GiB",
+                          "--dp", "8", "--network", str(tmp_path / name), "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        effs[name] = {r["dp"]: r["efficiency"] for r in out["dp_scaling"]}
+        assert ("shared_host_note" in out["network"]) == (name == "pf.json")
+    assert all(effs["pf.json"][d] > effs["two.json"][d] for d in effs["pf.json"])
+    plan_main(["--model-config", "tiny", "--crop", "16", "--gpu-mem", "1GiB", "--dp", "8",
+               "--network", str(path)])
+    assert "ran on one host" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("mutate, message", [

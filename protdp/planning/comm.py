@@ -135,7 +135,16 @@ def read_preflight(path: str | Path) -> dict:
     contention = {k: _number(rep, path, f"predictions.contention.{k}", 1.0)
                   for k in ("compute", "comm")}
     workload = rep.get("workload") if isinstance(rep.get("workload"), dict) else {}
+    hosts = rep["world"].get("hosts")
+    # every rank on one host: they shared its cores and its loopback, so the measured
+    # contention is the host's, not what separate nodes on a network would see (a cluster
+    # runs one rank per GPU, each with its own cores); plan with none, and say so
+    shared_host = isinstance(hosts, list) and len(hosts) == 1
+    measured_contention = dict(contention)
+    if shared_host:
+        contention = {"compute": 1.0, "comm": 1.0}
     return {"source": str(path), "dp": dp, "backend": str(rep["world"].get("backend")),
+            "shared_host": shared_host, "measured_contention": measured_contention,
             "busbw_Bps": algbw * 2 * (dp - 1) / dp,   # what bytes_per_rank / seconds is
             "ring_step_latency_s": latency / (2 * (dp - 1)),   # a ring all-reduce: 2(n-1) steps
             "parameters": _number(rep, path, "layout.parameters", 1, integer=True),

@@ -98,13 +98,22 @@ def _network_answer(network: dict, n: int, dp: int, crop: int, bf16: bool):
     """The measured figures, and the dp sweep when the preflight ran this model."""
     same = network["parameters"] == n
     info = {k: network[k] for k in ("source", "dp", "backend", "busbw_Bps",
-                                    "ring_step_latency_s", "parameters", "crop", "slowest_link")}
+                                    "ring_step_latency_s", "parameters", "crop", "slowest_link",
+                                    "shared_host")}
     info["same_model"] = same
     if not same:
         info["note"] = (f"the preflight measured a model of {network['parameters']:,} parameters, "
                         f"not this one ({n:,}): only its bandwidth and latency are used; run "
                         "`protdp preflight` with this --model-config for the scaling answer")
         return info, None
+    if network.get("shared_host"):
+        c = network["measured_contention"]
+        info["shared_host_note"] = (
+            f"the preflight's {network['dp']} ranks ran on one host: their compute (x"
+            f"{c['compute']:.2f}) and communication (x{c['comm']:.2f}) slowed each other on its "
+            "cores, which is not a network limit; the sweep plans one rank per node without that "
+            "contention, with the loopback's bandwidth (run the preflight across two nodes for "
+            "the network's own figures)")
     if network.get("crop") not in (None, crop):
         info["note"] = (f"compute measured at crop {network['crop']}, planned crop {crop}: "
                         "rerun the preflight at this crop for exact step times")
@@ -248,6 +257,8 @@ def render(p: dict) -> str:
                       f"{1e6 * net['ring_step_latency_s']:.0f} us per ring step"]
         if net.get("note"):
             lines.append(f"  note: {net['note']}")
+        if net.get("shared_host_note"):
+            lines.append(f"  note: {net['shared_host_note']}")
         for row in p.get("dp_scaling") or []:
             lines.append(f"  dp {row['dp']:<5} step {1e3 * row['step_s']:8.1f} ms  exposed "
                          f"{1e3 * row['exposed_comm_s']:7.1f} ms  efficiency "
