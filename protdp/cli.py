@@ -19,6 +19,8 @@ SUBCOMMANDS = {
     "train": ("protdp.train.cli", "pretrain with Megatron-style flags (same as pipelines/pretrain.py)"),
     "report": ("protdp.train.cli:report", "render loss/lDDT curves and the step-time breakdown of a run"),
     "msa": ("protdp.msa.cli", "MSA search with pyhmmer (AF2 jackhmmer settings) for FASTA targets"),
+    "templates": ("protdp.templates.cli", "template hits into a training store (store-fasta, "
+                  "add-to-store)"),
     "complex": ("protdp.multimer.cli", "complexes (AlphaFold-Multimer): paired MSA features and "
                                        "the pairing per complex"),
     "predict": ("protdp.inference.cli", "batch structure prediction with the confidence gate"),

@@ -102,3 +102,38 @@ def test_examples_carry_cropped_templates_and_train(store):
     assert grads and all(g is not None and torch.isfinite(g).all() for g in grads.values())
     assert grads["template_embedder.embedding2d.weight"].abs().sum() > 0
     assert grads["template_embedder.linear_single.weight"].abs().sum() > 0
+
+
+def test_cli_puts_searched_hits_into_the_store(tmp_path, data_dir, af2_reference, capsys):  # noqa: F811
+    """`protdp templates store-fasta` names the families; the hits `msa search` would write for
+    them (`search_target`) go into the store with `add-to-store`; a file that does not cover its
+    family is named and skipped, and the store is replaced only as a whole."""
+    from protdp.cli import main
+    from protdp.templates.run import search_target
+
+    (tmp_path / "s").mkdir()
+    path = build_pairs_store(data_dir, {FAMILY, "2q2k_A"}, tmp_path / "s")
+    fasta = tmp_path / "families.fasta"
+    assert main(["templates", "store-fasta", "--store", str(path), "--out", str(fasta)]) == 0
+    seqs = dict(zip(*[iter(x.lstrip(">") for x in fasta.read_text().split())] * 2))
+    with FamilyStore(path) as s:
+        assert seqs == {f: str(s.read(f)["sequence"]) for f in s.family_ids}
+    raw = af2_reference / "templates" / "raw_inputs"
+    good = tmp_path / "msas" / FAMILY
+    good.mkdir(parents=True)
+    (good / "q.a3m").write_text(f">q\n{seqs[FAMILY]}\n")
+    search_target(seqs[FAMILY], good / "q.a3m", raw / "pdb_seqres.txt",
+                  Featurizer(raw / "mmcif", dt.date(2021, 11, 1)), good)
+    (tmp_path / "msas" / "2q2k_A").mkdir()
+    (tmp_path / "msas" / "2q2k_A" / "templates.npz").write_bytes((good / "templates.npz").read_bytes())
+    assert main(["templates", "add-to-store", "--store", str(path),
+                 "--msa-dir", str(tmp_path / "msas")]) == 0
+    err = capsys.readouterr().err
+    assert "2q2k_A" in err and "residues, the family has" in err
+    with FamilyStore(path) as s, np.load(good / "templates.npz") as f:
+        fam = s.read(FAMILY)
+        assert np.array_equal(fam["templates"]["all_atom_positions"],
+                              f["template_all_atom_positions"])
+        assert len(fam["templates"]["aatype"]) == len(f["template_aatype"]) >= 2
+        assert "templates" not in s.read("2q2k_A")
+    assert not list(path.parent.glob(".*.tmp"))
