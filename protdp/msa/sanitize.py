@@ -28,7 +28,7 @@ MAX_NAME_BYTES = 128               # longest database record name kept (the firs
 MAX_TARGET_RESIDUES = 100_000      # HMMER's limit on a target sequence's length
 MAX_REPORTED = 20                  # skipped records listed one by one in the output
 _LINE_PIECE = 1 << 16              # bytes of one line checked at a time (the careful path)
-_BLOCK = 8 << 20                   # bytes read at a time; a record longer is read in pieces
+_BLOCK = 1 << 20                   # bytes read at a time; a longer record is read in pieces
 _AMINO = b"ACDEFGHIKLMNPQRSTVWYBJZOUX*"              # Easel's amino alphabet, gaps excluded
 _AMINO_SET = frozenset(_AMINO)
 _NUCLEOTIDE = b"ACGTUN"
@@ -147,7 +147,7 @@ def _finish(rec: _Record, scan: DatabaseScan):
         return None
     seq = b"".join(rec.parts)
     scan.sequences += 1
-    if not seq.translate(None, _NUCLEOTIDE):
+    if not seq.strip(_NUCLEOTIDE):                          # A/C/G/T/U/N only
         scan.nucleotide_like += 1
     return rec.name, seq
 
@@ -170,15 +170,16 @@ def _chunk_records(chunk: bytes, scan: DatabaseScan) -> Iterator[tuple[bytes, by
     """The whole records in `chunk` (records without their leading '>', joined by b"\\n>"),
     each checked at once; a bad one is re-read in the line reader's pieces for its reason
     (the first piece over the length limit or with a bad character decides it)."""
+    piece, most = _LINE_PIECE - 1, MAX_TARGET_RESIDUES
     for text in chunk.split(b"\n>"):
         header, _, body = text.partition(b"\n")
-        words = header[:_LINE_PIECE - 1].split(None, 1)     # the name from the first piece
+        words = header[:piece].split(None, 1)               # the name from the first piece
         name = words[0][:MAX_NAME_BYTES].translate(_NAME_SAFE) if words else b""
         seq = body.translate(_UPPER, _REMOVED)
-        if 0 < len(seq) <= MAX_TARGET_RESIDUES and not seq.translate(None, _AMINO):
+        if 0 < len(seq) <= most and not seq.translate(None, _AMINO):
             scan.records += 1
             scan.sequences += 1
-            if not seq.translate(None, _NUCLEOTIDE):
+            if not seq.strip(_NUCLEOTIDE):                  # A/C/G/T/U/N only
                 scan.nucleotide_like += 1
             yield name, seq
             continue
