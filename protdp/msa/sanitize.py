@@ -39,6 +39,7 @@ _NUCLEOTIDE = b"ACGTUN"
 _REMOVED = b" \t\r\n\v\f-."                           # whitespace and gap characters
 _HEADER_START = ord(">")
 _UPPER = bytes(range(256)).upper()                    # bytes.upper() as a translate table
+_UPPER_OR_ZERO = bytes(c if c in _AMINO else 0 for c in _UPPER)   # 0: not an amino acid
 _NAME_SAFE = bytes(c if 0x21 <= c <= 0x7E else ord("_") for c in range(256))
 
 
@@ -194,8 +195,8 @@ def _chunk_records(chunk: bytes, scan: DatabaseScan) -> Iterator[tuple[bytes, by
         header, _, body = text.partition(b"\n")
         words = header[:piece].split(None, 1)               # the name from the first piece
         name = words[0][:MAX_NAME_BYTES].translate(_NAME_SAFE) if words else b""
-        seq = body.translate(_UPPER, _REMOVED)
-        if 0 < len(seq) <= most and not seq.translate(None, _AMINO):
+        seq = body.translate(_UPPER_OR_ZERO, _REMOVED)
+        if 0 < len(seq) <= most and b"\0" not in seq:
             scan.records += 1
             scan.sequences += 1
             if not seq.strip(_NUCLEOTIDE):                  # A/C/G/T/U/N only
