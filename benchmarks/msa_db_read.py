@@ -89,7 +89,7 @@ def _protdp_blocks(path: Path) -> tuple[int, int]:
     return sum(len(b) for b in blocks), sum(len(s) for b in blocks for s in b)
 
 
-def _best(fn, path: Path, repeats: int, times: list[float]):
+def _timed(fn, path: Path, times: list[float]):
     start = time.perf_counter()
     out = fn(path)
     times.append(time.perf_counter() - start)
@@ -121,7 +121,7 @@ def main(argv=None) -> dict:
         times: dict[str, list[float]] = {name: [] for name in engines}
         for _ in range(args.repeats):          # interleaved: the machine's load hits all alike
             for name, fn in engines.items():
-                counted = _best(fn, path, args.repeats, times[name])
+                counted = _timed(fn, path, times[name])
                 assert counted[0] == records, (name, counted)
     best = {name: min(t) for name, t in times.items()}
     result = {

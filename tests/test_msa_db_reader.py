@@ -92,7 +92,7 @@ def small_limits(monkeypatch):
     monkeypatch.setattr(sanitize, "MAX_NAME_BYTES", 5)
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                    HealthCheck.function_scoped_fixture])
 @given(data=_databases(), trickle=st.sampled_from([0, 0, 1, 5]))
 def test_block_reader_equals_line_reader(small_limits, data, trickle):
