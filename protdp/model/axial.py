@@ -129,6 +129,9 @@ def axial_block(block, m, z, msa_mask, pair_mask, comm, real_msa, real_pair):
     """One Evoformer block (Alg. 6 / 18) on m split by rows [*, S/K, L, C] and z split by rows
     [*, L/K, L, C_z]; full padded masks msa_mask [*, S, L], pair_mask [*, L, L]; returns both
     split the same way. `real_msa` = (S, L), `real_pair` = (L, L) unpadded (dropout shapes)."""
+    if block.outer_product_first:
+        raise NotImplementedError("DAP runs the monomer Evoformer order; AlphaFold-Multimer's "
+                                  "outer-product-first blocks run on one rank (--dap-size 1)")
     cs = block.chunk_size
     mask_rows, mask_cols = comm.shard_of(msa_mask, -2), comm.shard_of(msa_mask, -1)
     pm_rows, pm_cols = comm.shard_of(pair_mask, -2), comm.shard_of(pair_mask, -1)

@@ -194,7 +194,11 @@ class TriangleAttention(nn.Module):
 
 
 class EvoformerBlock(nn.Module):
-    """Algorithm 6 (and Alg. 18 for the extra-MSA stack with `global_column=True`)."""
+    """Algorithm 6 (and Alg. 18 for the extra-MSA stack with `global_column=True`).
+    `outer_product_first`: AlphaFold-Multimer's order (the outer product mean updates the pair
+    before the MSA attention, `outer_product_mean.first`)."""
+
+    outer_product_first = False
 
     def __init__(self, cfg: ModelConfig, c_m: int, c_hidden_msa: int, global_column: bool = False):
         super().__init__()
@@ -218,10 +222,13 @@ class EvoformerBlock(nn.Module):
     def forward(self, m, z, msa_mask, pair_mask):
         # m [*, S, L, C_m], z [*, L, L, C_z]
         cs = self.chunk_size
+        if self.outer_product_first:
+            z = z + self.opm(m, msa_mask, cs)
         m = m + self.msa_row_dropout(self.msa_row(m, z, msa_mask, cs))
         m = m + self.msa_col(m, msa_mask, cs)
         m = m + self.msa_transition(m, msa_mask, cs)
-        z = z + self.opm(m, msa_mask, cs)
+        if not self.outer_product_first:
+            z = z + self.opm(m, msa_mask, cs)
         z = z + self.row_dropout(self.tri_mul_out(z, pair_mask))
         z = z + self.row_dropout(self.tri_mul_in(z, pair_mask))
         z = z + self.row_dropout(self.tri_att_start(z, pair_mask, cs))

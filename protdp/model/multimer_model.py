@@ -69,18 +69,7 @@ class MultimerConfig:
 class MultimerEvoformerBlock(EvoformerBlock):
     """`EvoformerIteration` with `outer_product_mean.first` (the multimer order)."""
 
-    def forward(self, m, z, msa_mask, pair_mask):
-        cs = self.chunk_size
-        z = z + self.opm(m, msa_mask, cs)
-        m = m + self.msa_row_dropout(self.msa_row(m, z, msa_mask, cs))
-        m = m + self.msa_col(m, msa_mask, cs)
-        m = m + self.msa_transition(m, msa_mask, cs)
-        z = z + self.row_dropout(self.tri_mul_out(z, pair_mask))
-        z = z + self.row_dropout(self.tri_mul_in(z, pair_mask))
-        z = z + self.row_dropout(self.tri_att_start(z, pair_mask, cs))
-        z = z + self.col_dropout(self.tri_att_end(z, pair_mask, cs))
-        z = z + self.pair_transition(z, pair_mask, cs)
-        return m, z
+    outer_product_first = True
 
 
 class _Stack(nn.Module):
