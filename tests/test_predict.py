@@ -213,6 +213,8 @@ def test_bad_targets_are_recorded_and_the_batch_goes_on(tmp_path, ckpt, data_dir
     for (tid, _, detail), want in zip(by, expect):
         assert want in detail, (tid, detail)
     assert "badmsa.a3m:4" in by[4][2] and "mismatch.a3m" in by[3][2]
+    # a bad sequence names its file and the record's line (issue 28: the README promises it)
+    assert by[1][2].startswith(f"{fasta}:3: ") and by[2][2].startswith(f"{fasta}:5: ")
     rows = read_summary(out / "summary.tsv")
     assert [r["target"] for r in rows] == [t for t, _ in records]
     assert all(r["reasons"] == "invalid_input" for r in rows if r["route"] == "rejected")

@@ -90,6 +90,8 @@ def read_inputs(path: str | Path) -> tuple[list[Target], str]:
                 for t in read_targets(f):
                     t.index = len(targets)
                     targets.append(t)
+            for t in targets:
+                t.extra.setdefault("source", str(f))   # a rejected row names its file and line
         _assign_names(targets, path)
         return targets, digest.hexdigest()
     if path.name.lower().endswith(".csv"):
@@ -97,5 +99,8 @@ def read_inputs(path: str | Path) -> tuple[list[Target], str]:
         if not targets:
             raise InputError("no targets in the CSV", path=path)
         _assign_names(targets, path)
-        return targets, sha256_file(path)
-    return read_targets(path), sha256_file(path)
+    else:
+        targets = read_targets(path)
+    for t in targets:
+        t.extra.setdefault("source", str(path))
+    return targets, sha256_file(path)

@@ -334,8 +334,14 @@ class Predictor:
         try:
             if t.error:
                 raise InputError(t.error)
-            seq = clean_sequence(t.raw_sequence, max_length=self.config.max_length,
-                                 max_unknown_fraction=self.config.max_unknown_fraction)
+            try:
+                seq = clean_sequence(t.raw_sequence, max_length=self.config.max_length,
+                                     max_unknown_fraction=self.config.max_unknown_fraction)
+            except InputError as exc:
+                if exc.path is not None or "source" not in t.extra:
+                    raise
+                raise InputError(exc.reason, path=t.extra["source"], line=t.line,
+                                 field=exc.field) from None
             row["length"] = len(seq)
             if self.config.msa_mode == "single_sequence":
                 msa_paths = []

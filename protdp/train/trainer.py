@@ -479,7 +479,8 @@ class Trainer:
                 if q % self.dap_size == 0]   # one copy per DAP group
         plddt = [x for r in rows for x in r[3]]
         true = [x for r in rows for x in r[4]]
-        rho = spearmanr(plddt, true).statistic if len(plddt) > 2 else float("nan")
+        defined = len(plddt) > 2 and len(set(plddt)) > 1 and len(set(true)) > 1   # else n/a,
+        rho = spearmanr(plddt, true).statistic if defined else float("nan")     # no scipy warning
         rec = {"iteration": self.iteration, "val_families": len(rows),
                "val_lddt_ca": float(np.mean([r[1] for r in rows])),
                "val_loss": float(np.mean([r[2] for r in rows])),

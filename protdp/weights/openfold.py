@@ -186,7 +186,7 @@ def to_alphafold_arrays(openfold_state: Mapping[str, torch.Tensor]) -> dict[str,
                              "(multimer and other variants are not supported)", field=key)
         state[name] = value.detach().float().numpy()
     cfg = _skeleton_config(state)
-    validate.check_complete(state, _meta_model(cfg).state_dict(), to_openfold_name, TEMPLATE_PREFIX)
+    validate.check_complete(state, _meta_model(cfg).state_dict(), to_openfold_name)
     entries = alphafold.alphafold_entries(cfg, {k: v.shape for k, v in state.items()})
     unused = sorted(set(state) - {e.torch for e in entries})
     if unused:
