@@ -52,9 +52,10 @@ def world2(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def world4(tmp_path_factory):
-    """dp=1 x dap=4 numerics and dp=2 x dap=2 training on 4 ranks (one spawn)."""
+    """dp=1 x dap=4 numerics and training, dp=2 x dap=2 training on 4 ranks (one spawn)."""
     out = tmp_path_factory.mktemp("dap4")
-    return dw.spawn([("numerics", {"dap": 4}), ("training", {"dap": 2})], 4, out)
+    return dw.spawn([("numerics", {"dap": 4}), ("training", {"dap": 2}), ("training", {"dap": 4})],
+                    4, out)
 
 
 def _ok(results):
@@ -80,7 +81,7 @@ def test_dap_equals_one_process_fp64_and_split_only_backward_fails(world2, world
         assert res["split_only_grads_rel"] > 1e-2, res["split_only_grads_rel"]
 
 
-@pytest.mark.parametrize("world,dap", [(2, 2), (2, 1), (4, 2)])   # dp x dap = 1x2, 2x1, 2x2
+@pytest.mark.parametrize("world,dap", [(2, 2), (2, 1), (4, 2), (4, 4)])  # 1x2, 2x1, 2x2, 1x4
 def test_training_steps_dp_x_dap_equal_one_process(world2, world4, world, dap):
     """fp32, 3 AdamW steps with clipping; dp 2 also shards the optimizer (distributed optimizer)."""
     ranks = _ok({2: world2, 4: world4}[world][f"training_{dap}"])
