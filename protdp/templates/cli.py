@@ -91,6 +91,7 @@ def add_to_store(store: Path, msa_dir: Path) -> int:
         print(f"protdp templates: no usable {FEATURES_FILE} under {msa_dir} for the "
               f"{len(lengths)} families of {store}; nothing written", file=sys.stderr)
         return 1
+    store = store.resolve()          # a link to the store: the store itself is replaced
     tmp = store.with_name(f".{store.name}.{os.getpid()}.templates.tmp")
     try:
         shutil.copyfile(store, tmp)
@@ -100,6 +101,9 @@ def add_to_store(store: Path, msa_dir: Path) -> int:
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         replace_file(tmp, store)
+    except OSError as exc:
+        raise InputError(f"cannot write the store with its templates: {exc.strerror or exc}",
+                         path=store) from None
     finally:
         Path(tmp).unlink(missing_ok=True)
     n_templates = sum(int(f["template_aatype"].shape[0]) for f in feats.values())
