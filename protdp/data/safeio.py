@@ -20,7 +20,7 @@ import zlib
 from pathlib import Path
 
 from protdp.errors import InputError
-from protdp.fileio import check_output, replace_file
+from protdp.fileio import atomic_write_bytes, check_output
 
 MAX_INPUT_BYTES = 8 << 30      # largest file or decompressed gzip stream read (8 GiB)
 GZIP_MAGIC = b"\x1f\x8b"
@@ -243,18 +243,11 @@ def writable_output(path: str | Path, what: str, kind: str = "text", *, force: b
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write a text file via a temporary file beside it + rename: a crash leaves the old file
-    or the new one, never a half-written one."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """`protdp.fileio.atomic_write_bytes` of UTF-8 text (a crash leaves the old file or the new
+    one, never a half-written one, never over a device node or FIFO); an OS error is one line."""
     try:
-        with open(tmp, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        replace_file(tmp, path)                     # never over a device node or FIFO
+        atomic_write_bytes(path, text.encode())
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise InputError(f"cannot write: {os_reason(exc).replace('read', 'write')}",
                          path=path) from None
 

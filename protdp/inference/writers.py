@@ -28,6 +28,7 @@ from Bio.PDB.StructureBuilder import StructureBuilder
 
 from protdp.data.residue_constants import ATOM_TYPES, NUM_ATOM37, RESTYPE_ATOM37_MASK
 from protdp.data.residues import sequence_to_ids
+from protdp.fileio import atomic_write_bytes
 
 ONE_TO_THREE = {"A": "ALA", "R": "ARG", "N": "ASN", "D": "ASP", "C": "CYS", "Q": "GLN",
                 "E": "GLU", "G": "GLY", "H": "HIS", "I": "ILE", "L": "LEU", "K": "LYS",
@@ -126,10 +127,8 @@ def _finite_or_none(obj):
 
 def write_json(path: Path, obj: dict) -> Path:
     """Strict JSON (NaN/Inf become null), written atomically."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(_finite_or_none(obj), indent=1, ensure_ascii=True, allow_nan=False))
-    os.replace(tmp, path)
-    return path
+    text = json.dumps(_finite_or_none(obj), indent=1, ensure_ascii=True, allow_nan=False)
+    return atomic_write_bytes(path, text.encode())
 
 
 def summary_row(row: dict) -> list[str]:
@@ -152,10 +151,7 @@ def write_summary(path: Path, rows: Iterable[dict]) -> Path:
     writer.writerow(SUMMARY_COLUMNS)
     for row in sorted(rows, key=lambda r: r["index"]):
         writer.writerow(summary_row(row))
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(buf.getvalue())
-    os.replace(tmp, path)
-    return path
+    return atomic_write_bytes(path, buf.getvalue().encode())
 
 
 def read_summary(path: Path) -> list[dict]:

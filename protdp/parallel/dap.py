@@ -97,11 +97,9 @@ class _Gather(torch.autograd.Function):
         return _reduce_scatter(grad, ctx.dim, comm.group, comm.size), None, None
 
 
-class _GatherReplicated(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, dim, comm):
-        ctx.dim, ctx.comm = dim, comm
-        return _all_gather(x, dim, comm.group, comm.size)
+class _GatherReplicated(_Gather):
+    """The gather of `_Gather` whose consumer is replicated on every rank (its gradient is the
+    same everywhere): the backward only keeps this rank's slice."""
 
     @staticmethod
     def backward(ctx, grad):

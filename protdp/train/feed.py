@@ -57,9 +57,9 @@ def build_micro_batch(payload: dict, store=None) -> dict:
     if payload.get("max_templates"):     # a template model: stored hits sampled as AF2 trains
         from protdp.templates.training import collate_templates, with_templates
 
-        return collate_templates(collate)([
-            with_templates(featurize, payload["max_templates"])(store.read(f), seed=s, **kwargs)
-            for f, s in zip(payload["fids"], payload["seeds"])])
+        featurize_t = with_templates(featurize, payload["max_templates"])
+        return collate_templates(collate)([featurize_t(store.read(f), seed=s, **kwargs)
+                                           for f, s in zip(payload["fids"], payload["seeds"])])
     if payload["compact"]:
         return {"compact": [{k: (torch.from_numpy(v) if isinstance(v, np.ndarray) else v)
                              for k, v in compact_example(store.read(f), seed=s, **kwargs).items()}
