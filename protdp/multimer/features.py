@@ -153,11 +153,13 @@ class ComplexFeatures:
     report: dict                # the pairing per complex (JSON-ready)
 
 
-def complex_features(chains: list[ChainInput]) -> ComplexFeatures:
-    """All chains of one complex, in input order -> AlphaFold's model input + pairing report."""
+def complex_features(chains: list[ChainInput], pair: bool = True) -> ComplexFeatures:
+    """All chains of one complex, in input order -> AlphaFold's model input + pairing report.
+    `pair=False`: no species pairing (training complexes stored without UniProt alignments:
+    each chain's rows block-diagonally, as AlphaFold does for homomers)."""
     order = _assembly_order(chains)
     n_entities = len({e for _, e, _ in order})
-    paired = n_entities > 1          # _is_homomer_or_monomer: one entity pairs nothing
+    paired = n_entities > 1 and pair  # _is_homomer_or_monomer: one entity pairs nothing
     cache: dict[str, dict] = {}
     feats = []
     for asym, (i, e, s) in enumerate(order, 1):
@@ -175,7 +177,8 @@ def complex_features(chains: list[ChainInput]) -> ComplexFeatures:
     if paired:
         _pair(chains, order, feats, report)
     else:
-        report["reason"] = "one entity (homomer): AlphaFold pairs no rows"
+        report["reason"] = ("one entity (homomer): AlphaFold pairs no rows" if n_entities == 1
+                            else "pairing off (no UniProt alignments): unpaired rows only")
     for f in feats:
         _crop(f, paired)
     if paired:

@@ -1,0 +1,271 @@
+"""HDF5 store of complexes for fine-tuning (docs/store_format.md, "Complex store"): each complex
+of an assembly mmCIF / PDB file, every chain with its own MSA placed on its query, its atom37
+ground truth and AlphaFold-Multimer's chain ids (AF-Multimer supplement §2.1 / AlphaFold v2.3.2
+`pipeline_multimer.add_assembly_features`): `entity_id` numbers distinct sequences by first
+appearance (1-based), `sym_id` numbers the copies of one entity (1-based), `asym_id` the chains
+in the manifest's order (1-based).
+
+A separate file kind beside the monomer family store (`protdp.data.store`, whose format is
+unchanged): the root attribute `store_kind` = "complexes" and `complex_format_version`; the
+monomer reader refuses it by its missing `format_version`, this reader refuses a monomer store
+by name.
+
+    /complexes/<complex_id>            attrs: chain_ids (JSON), resolution, source_files (JSON),
+                                              source_sha256 (JSON), length, num_chains
+    /complexes/<complex_id>/<k>        one group per chain, k = 0..n-1 in asym order;
+        msa uint8 [N, L], deletion_matrix uint8 [N, L], residue_index int32 [L],
+        all_atom_positions float32 [L, 37, 3], all_atom_mask uint8 [L, 37]
+        attrs: chain_id, sequence, asym_id, entity_id, sym_id, msa_files (JSON)
+    /index/complex_id, /index/length (int32, residues of all chains)
+
+The manifest is a TSV with the header `complex_id  structure_file  chain  msa_file`, one row per
+chain (`msa_file` "-" = the chain's sequence alone; several files comma-separated are merged);
+relative paths are read from the manifest's folder. A complex whose file or chain cannot be
+read, whose MSA does not fit its chain, with fewer than 2 or more than MAX_CHAINS chains, is one
+line naming it and the build goes on. The file is written beside the target and renamed into
+place (a crash leaves no half store); an existing target is replaced only if it is a complex
+store and `force` is given.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from protdp.data.atoms import read_structure
+from protdp.data.parse import merge_msas, pair_msa_structure, parse_msa, parse_structure
+from protdp.data.residues import sequence_to_ids
+from protdp.errors import InputError
+from protdp.fileio import sha256_file
+from protdp.multimer.inputs import MAX_CHAINS
+
+STORE_KIND = "complexes"
+COMPLEX_FORMAT_VERSION = 1
+MANIFEST_COLUMNS = ("complex_id", "structure_file", "chain", "msa_file")
+NO_MSA = "-"
+CHAIN_ARRAYS = ("msa", "deletion_matrix", "residue_index", "all_atom_positions", "all_atom_mask")
+
+
+@dataclass
+class ComplexSpec:
+    complex_id: str
+    structure_file: Path
+    chains: list[tuple[str, list[Path]]] = field(default_factory=list)   # (chain, MSA files)
+    line: int = 0
+
+
+@dataclass
+class ComplexBuildReport:
+    path: Path
+    built: list[str] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)      # one line per bad complex
+
+    def summary(self) -> str:
+        return (f"{self.path}: {len(self.built)} complexes stored, {len(self.rejected)} "
+                f"rejected")
+
+
+def read_manifest(path: str | Path) -> list[ComplexSpec]:
+    """The TSV manifest -> complexes in first-appearance order. A malformed header or row is
+    an InputError naming the line."""
+    path = Path(path)
+    try:
+        rows = list(csv.reader(path.read_text().splitlines(), delimiter="\t"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read the manifest ({type(exc).__name__})", path=path) from None
+    if not rows or tuple(c.strip() for c in rows[0]) != MANIFEST_COLUMNS:
+        raise InputError(f"line 1: the header must be {' '.join(MANIFEST_COLUMNS)} "
+                         "(tab-separated)", path=path)
+    root, specs = path.parent, {}
+    for n, row in enumerate(rows[1:], 2):
+        if not any(c.strip() for c in row):
+            continue
+        if len(row) != len(MANIFEST_COLUMNS) or not all(c.strip() for c in row):
+            raise InputError(f"line {n}: expected {len(MANIFEST_COLUMNS)} non-empty "
+                             f"tab-separated fields, got {row!r}", path=path)
+        cid, struct, chain, msas = (c.strip() for c in row)
+        spec = specs.setdefault(cid, ComplexSpec(cid, root / struct, line=n))
+        if spec.structure_file != root / struct:
+            raise InputError(f"line {n}: complex {cid} names two structure files", path=path)
+        files = [] if msas == NO_MSA else [root / m.strip() for m in msas.split(",")]
+        spec.chains.append((chain, files))
+    return list(specs.values())
+
+
+def _chain_record(spec: ComplexSpec, chain_id: str, msa_files: list[Path], data) -> dict:
+    """One chain on its MSA query: arrays of CHAIN_ARRAYS + sequence (InputError if unfit)."""
+    chain = parse_structure(spec.structure_file, chain_id, data=data)
+    if not msa_files:
+        query = chain.sequence
+        tokens = sequence_to_ids(query)[None].astype(np.uint8)
+        dels = np.zeros_like(tokens)
+        pos, mask, ridx = chain.all_atom_positions, chain.all_atom_mask, chain.residue_index
+    else:
+        msa = merge_msas([parse_msa(f) for f in msa_files])
+        paired = pair_msa_structure(msa.query, chain, str(msa_files[0]), str(spec.structure_file))
+        query, tokens = msa.query, msa.tokens()
+        dels = np.minimum(msa.deletion_matrix, 255)
+        pos, mask, ridx = paired.all_atom_positions, paired.all_atom_mask, paired.residue_index
+    if not len(query):
+        raise InputError(f"chain {chain_id}: empty sequence", path=spec.structure_file)
+    if not np.asarray(mask)[:, 1].any():
+        raise InputError(f"chain {chain_id}: no resolved Cα", path=spec.structure_file)
+    return {"sequence": query, "chain_id": chain_id, "resolution": chain.resolution,
+            "msa_files": [str(f) for f in msa_files],
+            "msa": np.asarray(tokens, np.uint8), "deletion_matrix": np.asarray(dels, np.uint8),
+            "residue_index": np.asarray(ridx, np.int32),
+            "all_atom_positions": np.where(np.asarray(mask)[..., None], pos, 0).astype(np.float32),
+            "all_atom_mask": np.asarray(mask, np.uint8)}
+
+
+def assembly_ids(sequences: list[str]) -> list[tuple[int, int, int]]:
+    """(asym_id, entity_id, sym_id) per chain, in input order (module docstring)."""
+    entity_of: dict[str, int] = {}
+    copies: dict[int, int] = {}
+    out = []
+    for asym, s in enumerate(sequences, 1):
+        e = entity_of.setdefault(s, len(entity_of) + 1)
+        copies[e] = copies.get(e, 0) + 1
+        out.append((asym, e, copies[e]))
+    return out
+
+
+def complex_records(spec: ComplexSpec) -> list[dict]:
+    """Every chain of one complex with its ids; InputError naming the complex and chain."""
+    if not 2 <= len(spec.chains) <= MAX_CHAINS:
+        raise InputError(f"complex {spec.complex_id}: {len(spec.chains)} chain(s); a complex "
+                         f"for training has 2 to {MAX_CHAINS}", path=spec.structure_file)
+    names = [c for c, _ in spec.chains]
+    if len(set(names)) != len(names):
+        raise InputError(f"complex {spec.complex_id}: a chain is listed twice ({names})",
+                         path=spec.structure_file)
+    data = read_structure(spec.structure_file)
+    chains = []
+    for chain_id, files in spec.chains:
+        try:
+            chains.append(_chain_record(spec, chain_id, files, data))
+        except InputError as exc:
+            raise InputError(f"complex {spec.complex_id} chain {chain_id}: {exc.reason}",
+                             path=exc.path or spec.structure_file) from None
+    for rec, (asym, entity, sym) in zip(chains, assembly_ids([c["sequence"] for c in chains])):
+        rec.update(asym_id=asym, entity_id=entity, sym_id=sym)
+    return chains
+
+
+def _write_complex(h5, spec: ComplexSpec, chains: list[dict]) -> None:
+    g = h5.create_group(f"complexes/{spec.complex_id}")
+    files = sorted({str(spec.structure_file)} | {f for c in chains for f in c["msa_files"]})
+    g.attrs.update(chain_ids=json.dumps([c["chain_id"] for c in chains]),
+                   resolution=float(chains[0]["resolution"]), source_files=json.dumps(files),
+                   source_sha256=json.dumps([sha256_file(f) for f in files]),
+                   length=int(sum(len(c["sequence"]) for c in chains)), num_chains=len(chains))
+    for k, c in enumerate(chains):
+        cg = g.create_group(str(k))
+        for name in CHAIN_ARRAYS:
+            cg.create_dataset(name, data=c[name], compression="gzip", compression_opts=1)
+        cg.attrs.update(chain_id=c["chain_id"], sequence=c["sequence"], asym_id=c["asym_id"],
+                        entity_id=c["entity_id"], sym_id=c["sym_id"],
+                        msa_files=json.dumps(c["msa_files"]))
+
+
+def is_complex_store(path: str | Path) -> bool:
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as h5:
+            return h5.attrs.get("store_kind") == STORE_KIND
+    except (OSError, ValueError):
+        return False
+
+
+def build_complex_store(manifest: str | Path, out: str | Path, force: bool = False,
+                        log=print) -> ComplexBuildReport:
+    """Manifest -> complex store at `out` (module docstring)."""
+    import h5py
+
+    out = Path(out)
+    if out.exists() and not (force and out.is_file() and is_complex_store(out)):
+        raise InputError("exists (give --force to replace a complex store; anything else is "
+                         "never replaced)", path=out)
+    specs = read_manifest(manifest)
+    report = ComplexBuildReport(out)
+    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    try:
+        with h5py.File(tmp, "w") as h5:
+            h5.attrs.update(store_kind=STORE_KIND, complex_format_version=COMPLEX_FORMAT_VERSION)
+            h5.create_group("complexes")
+            for spec in specs:
+                try:
+                    _write_complex(h5, spec, complex_records(spec))
+                    report.built.append(spec.complex_id)
+                except Exception as exc:   # noqa: BLE001  (per-complex isolation)
+                    why = str(exc) if isinstance(exc, InputError) else \
+                        f"{spec.structure_file}: {type(exc).__name__}: {exc}"
+                    line = f"rejected {spec.complex_id} (manifest line {spec.line}): {why}"
+                    report.rejected.append(line)
+                    log(line)
+            ids = sorted(report.built)
+            idx = h5.create_group("index")
+            idx.create_dataset("complex_id", data=np.array(ids, dtype=h5py.string_dtype()))
+            idx.create_dataset("length", data=np.array(
+                [h5["complexes"][i].attrs["length"] for i in ids], np.int32))
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return report
+
+
+class ComplexStore:
+    """Reader: `complex_ids`, `length(cid)` (residues), `read(cid)` -> {"complex_id",
+    "resolution", "chains": [per-chain dict of CHAIN_ARRAYS + ids + sequence]}."""
+
+    def __init__(self, path: str | Path):
+        import h5py
+
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise InputError("complex store not found", path=self.path)
+        try:
+            with h5py.File(self.path, "r") as h5:
+                kind, version = h5.attrs.get("store_kind"), h5.attrs.get("complex_format_version")
+                if kind != STORE_KIND:
+                    raise InputError("not a complex store (build one with `protdp complex "
+                                     "store --manifest complexes.tsv --out complexes.h5`)",
+                                     path=self.path)
+                if version is None or int(version) != COMPLEX_FORMAT_VERSION:
+                    raise InputError(f"complex store format version {version!r}; this protdp "
+                                     f"reads {COMPLEX_FORMAT_VERSION}", path=self.path)
+                ids = [i.decode() if isinstance(i, bytes) else str(i)
+                       for i in h5["index/complex_id"][()]]
+                self._lengths = dict(zip(ids, (int(n) for n in h5["index/length"][()])))
+        except OSError as exc:
+            raise InputError(f"not a readable HDF5 file ({exc})", path=self.path) from None
+        self.complex_ids = ids
+        self.family_ids = ids              # the trainer's name for the examples of a store
+
+    def __len__(self) -> int:
+        return len(self.complex_ids)
+
+    def length(self, complex_id: str) -> int:
+        return self._lengths[complex_id]
+
+    def read(self, complex_id: str) -> dict:
+        import h5py
+
+        with h5py.File(self.path, "r") as h5:
+            g = h5["complexes"][complex_id]
+            chains = []
+            for k in range(int(g.attrs["num_chains"])):
+                cg = g[str(k)]
+                rec = {name: cg[name][()] for name in CHAIN_ARRAYS}
+                rec.update({a: cg.attrs[a] for a in ("chain_id", "sequence")})
+                rec.update({a: int(cg.attrs[a]) for a in ("asym_id", "entity_id", "sym_id")})
+                chains.append(rec)
+            return {"complex_id": complex_id, "resolution": float(g.attrs["resolution"]),
+                    "chains": chains}
