@@ -252,6 +252,12 @@ class ComplexStore:
     def __len__(self) -> int:
         return len(self.complex_ids)
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
     def length(self, complex_id: str) -> int:
         return self._lengths[complex_id]
 

@@ -8,7 +8,9 @@ memory bound for training, not AlphaFold's (it keeps 2,048 per chain and samples
 The store holds no UniProt alignments, so heteromers are not species-paired here (each chain's
 rows block-diagonally). The truth (`all_atom_positions` [L, 37, 3], `all_atom_mask` [L, 37])
 follows the features' residue order (AlphaFold's assembly order: entities by first
-appearance, copies grouped). Everything drawn comes from one numpy generator seeded with
+appearance, copies grouped); `true_*` keep it for the whole complex (the chain permutation
+compares the crop with every copy), and the cropped `residue_index` is each residue's
+position in its chain. Everything drawn comes from one numpy generator seeded with
 `seed`: the same seed gives the same example.
 """
 
@@ -63,6 +65,10 @@ def complex_example(record: dict, crop_size: int, seed: int, max_rows_per_chain:
     x["all_atom_positions"] = np.concatenate([c["all_atom_positions"] for c in order]
                                              ).astype(np.float32)
     x["all_atom_mask"] = np.concatenate([c["all_atom_mask"] for c in order]).astype(np.float32)
+    # the whole complex's truth for the chain permutation (protdp.model.complex_permutation)
+    x["true_all_atom_positions"] = x["all_atom_positions"]
+    x["true_all_atom_mask"] = x["all_atom_mask"]
+    x["true_asym_id"], x["true_entity_id"] = x["asym_id"], x["entity_id"]
     rng = np.random.default_rng(seed)
     keep, mode = choose_crop(x["all_atom_positions"][:, CA], x["all_atom_mask"][:, CA],
                              x["asym_id"], crop_size, rng, spatial_prob)

@@ -209,6 +209,7 @@ def data_manifest(config: dict) -> dict:
     stores, so the release's screening finds them by content wherever they are later
     (cached per process by path, size and mtime: a store is hashed once per run)."""
     from protdp.data.store import FamilyStore
+    from protdp.multimer.store import ComplexStore, is_complex_store
 
     out = {}
     for key in DATA_KEYS:
@@ -218,7 +219,7 @@ def data_manifest(config: dict) -> dict:
         st = Path(path).stat()
         stamp = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
         if stamp not in _MANIFEST_CACHE:
-            with FamilyStore(path) as store:
+            with (ComplexStore if is_complex_store(path) else FamilyStore)(path) as store:
                 ids = sorted(store.family_ids)
             _MANIFEST_CACHE[stamp] = {
                 "path": stamp[0], "sha256": sha256_file(path), "num_families": len(ids),

@@ -132,7 +132,7 @@ class Trainer:
         self.featurize, self.collate, self.compute_loss = featurize, collate, compute_loss
         if not args.data:
             raise ConfigError("--data: an HDF5 store is required (build one with `protdp data build`)")
-        self.store = FamilyStore(args.data)  # fail fast on a missing store, before any rendezvous
+        self.store = self._open_store(args)  # fail fast on a missing store, before any rendezvous
         launch = init_distributed(timeout=args.distributed_timeout_minutes * 60.0)
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.launcher = launch.launcher
@@ -152,10 +152,7 @@ class Trainer:
         if args.compile:
             compile_evoformer_blocks(model)
         self.model_config = model.config
-        if model.config.templates:   # stored template hits, sampled as AF2 trains (issue 31)
-            from protdp.templates.training import collate_templates, with_templates
-            self.featurize = with_templates(self.featurize, model.config.max_templates)
-            self.collate = collate_templates(self.collate)
+        self._setup_featurizer(model)
         self.pcfg = args.parallel_config()
         self._engine_save, self._engine_load = engine_save, engine_load
         if args.engine == "deepspeed":  # DeepSpeed's ZeRO engine behind the same calls
@@ -206,6 +203,18 @@ class Trainer:
                                if self.rank == 0 and args.release_check else None)
 
     # ------------------------------------------------------------------ set-up helpers
+    def _open_store(self, args):
+        """The training corpus of --data (protdp.train.complex opens a complex store)."""
+        from protdp.data.store import FamilyStore
+
+        return FamilyStore(args.data)
+
+    def _setup_featurizer(self, model) -> None:
+        if model.config.templates:   # stored template hits, sampled as AF2 trains (issue 31)
+            from protdp.templates.training import collate_templates, with_templates
+            self.featurize = with_templates(self.featurize, model.config.max_templates)
+            self.collate = collate_templates(self.collate)
+
     def _build_model(self, build_model) -> tuple[torch.nn.Module, dict | None]:
         """The model of --model-config, or of the --finetune-from checkpoint with its weights
         (EMA when saved): only the weights; optimizer, schedule and EMA start fresh."""
@@ -409,7 +418,8 @@ class Trainer:
                "time/step_mean": sums[5 + len(PHASES)].item() / self.world,
                "time/step": maxes[0].item(), "max_memory_mb": maxes[1].item(),
                "comm/grad_sync_busy_s": maxes[2].item(), "restart": self.restart_count,
-               "attention_kernel": resolved_backend(self.model_config.attention_backend,
+               "attention_kernel": resolved_backend(getattr(self.model_config, "trunk",  # multimer
+                                                            self.model_config).attention_backend,
                                                     self.device, bias_grad=True),
                **{f"samples/{k}": int(sums[n_phase + len(keys) + i]) // self.dap_size
                   for i, k in enumerate(self.sources)}}
@@ -566,5 +576,12 @@ class Trainer:
 
 
 def pretrain(args: TrainArgs) -> dict:
-    """Run pretraining in this process (one rank of a launched job, or a world of 1)."""
+    """Run pretraining in this process (one rank of a launched job, or a world of 1); a complex
+    store (`protdp complex store`) trains the multimer model (`protdp.train.complex`)."""
+    from protdp.multimer.store import is_complex_store
+
+    if args.data and is_complex_store(args.data):
+        from protdp.train.complex import ComplexTrainer
+
+        return ComplexTrainer(args).train()
     return Trainer(args).train()
