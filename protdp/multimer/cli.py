@@ -142,7 +142,28 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--gating", default=None, help="gate policy YAML (default: the shipped one)")
     pr.add_argument("--num-recycles", type=int, default=None,
                     help="recycles (default: the checkpoint's; early stop as AlphaFold-Multimer)")
+    _add_store_parser(sub)
     return p
+
+
+# ---- `protdp complex store`: the complex store for fine-tuning (protdp.multimer.store) ----
+def _add_store_parser(sub) -> None:
+    st = sub.add_parser("store", help="HDF5 store of complexes (assembly mmCIF + per-chain MSAs) "
+                        "for `protdp train --data` (fine-tuning AlphaFold-Multimer)")
+    st.add_argument("--manifest", required=True, help="TSV: complex_id, structure_file, chain, "
+                    "msa_file ('-' = no MSA; comma-separated files are merged), one row per chain")
+    st.add_argument("--out", required=True, help="store file to write (.h5)")
+    st.add_argument("--force", action="store_true", help="replace an existing complex store")
+
+
+def _store(args) -> int:
+    from protdp.multimer.store import build_complex_store
+
+    report = build_complex_store(args.manifest, args.out, force=args.force,
+                                 log=lambda line: print(f"  {line}", file=sys.stderr))
+    print(f"protdp complex store: {report.summary()}")
+    return 0 if report.built else 1
+# ---- end of `protdp complex store` ----
 
 
 def _chains_of(features: dict) -> list[tuple[str, str]]:
@@ -205,6 +226,8 @@ def predict(features_dir: str, checkpoint: str, out: str, seed: int = 0,
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if args.cmd == "store":
+        return _store(args)
     if args.cmd == "predict":
         rows = predict(args.features_dir, args.checkpoint, args.out, args.seed, args.num_recycles,
                        args.gating)
