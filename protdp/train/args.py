@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from protdp.config import from_dict, read_yaml
+from protdp.resources import resolve_config
 from protdp.errors import ConfigError
 from protdp.parallel.config import ParallelConfig, batch_arithmetic
 
@@ -229,7 +230,8 @@ def parse_args(argv: list[str], prog: str = "protdp train") -> TrainArgs:
     merged: dict = {}
     config_path = ns.pop("config", None)
     if config_path is not None:
-        merged.update({k.replace("-", "_"): v for k, v in read_yaml(config_path).items()})
+        merged.update({k.replace("-", "_"): v for k, v in  # packaged configs from any folder
+                       read_yaml(resolve_config(config_path, "train")).items()})
     merged.update(ns)
     return from_dict(TrainArgs, merged, source=config_path or "flags")
 

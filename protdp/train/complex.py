@@ -8,7 +8,8 @@ complex-specific data, model and loss. `protdp train --data <complex store> --fi
   chosen by global slot g = micro x dp_size + dp_rank from a seeded permutation per epoch, and
   each example's crop and in-model MSA sampling come from (seed, iteration, g): a run on N
   ranks sees the same examples as one process with N x the accumulation (tested);
-- recycling: the number of recycles is drawn per step, uniform in [0, max_recycles], the same
+- recycling: the number of recycles is drawn per step, uniform in [0, min(max_recycles, 3)]
+  (AlphaFold trains with at most 3; the imported config's 20 are for inference), the same
   for every rank and micro-batch (a graph-shaping choice); no early stop while training
   (AlphaFold-Multimer / OpenFold use it at inference only);
 - model: `TrainableMultimer`, the multimer model as the trainer calls it, which also returns
@@ -46,6 +47,7 @@ MULTIMER_MODEL_FILE = "multimer_model.pt"      # protdp.weights.multimer_checkpo
 MULTIMER_KIND = "alphafold_multimer"
 FINETUNE_LOSS = {"experimentally_resolved_weight": 0.01, "violation_weight": 1.0,
                  "pae_weight": 0.1}
+TRAIN_MAX_RECYCLES = 3      # AF2 §1.11 / OpenFold multimer training: uniform 0..3 recycles
 CROP_SALT, SAMPLE_SALT, ORDER_SALT = 0xC40, 0x5A3, 0x0DE
 
 
@@ -80,7 +82,8 @@ class TrainableMultimer(MultimerModel):
                 generator: torch.Generator | None = None,
                 recycle_generator: torch.Generator | None = None) -> dict:
         if self.training and recycle_generator is not None:
-            num_recycles = sample_num_recycles(recycle_generator, self.config.trunk.max_recycles)
+            num_recycles = sample_num_recycles(
+                recycle_generator, min(self.config.trunk.max_recycles, TRAIN_MAX_RECYCLES))
         if generator is None and "sample_seed" in batch:
             generator = torch.Generator().manual_seed(int(batch["sample_seed"]))
         return super().forward(batch, num_recycles, orders, generator)
