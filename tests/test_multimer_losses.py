@@ -177,7 +177,8 @@ def test_crop_alignment_matches_brute_force_on_cropped_homomers():
             s = int(rng.integers(0, n - 8 + 1))
             keep += list(range(starts[a] + s, starts[a] + s + 8))
         keep = np.array(keep)
-        asym, ent, pos = asym_f[keep], ent_f[keep], keep - np.array([starts[a] for a in asym_f[keep]])
+        asym, ent = asym_f[keep], ent_f[keep]
+        pos = keep - np.array([starts[a] for a in asym])
         # the prediction: chains of entity 1 shuffled, noisy, moved
         perm = dict(zip((1, 2, 3), rng.permutation([1, 2, 3]).tolist()))
         perm[4] = 4

@@ -23,7 +23,8 @@ BAD_ROWS = [("gone", "structures/missing.cif", "A", "-"),
             ("nochain", "structures/2q2k.cif", "Z", "-"),
             ("single", "structures/2q2k.cif", "A", "-"),
             ("wrongmsa", "structures/2q2k.cif", "A", "msa/5awl_A.single_seq.a3m"),
-            ("wrongmsa", "structures/2q2k.cif", "B", "-")]
+            ("wrongmsa", "structures/2q2k.cif", "B", "-")] + \
+    [("huge", "structures/2q2k.cif", f"X{i}", "-") for i in range(300)]
 
 
 @pytest.fixture(scope="module")
@@ -38,10 +39,10 @@ def built(tmp_path_factory):
 def test_good_complexes_stored_and_each_bad_one_is_one_line(built):
     path, report, lines = built
     assert sorted(report.built) == ["2q2k", "4hhb"]
-    assert len(report.rejected) == len(lines) == 4
+    assert len(report.rejected) == len(lines) == 5
     text = "\n".join(lines)
     for cid, what in (("gone", "missing.cif"), ("nochain", "chain Z"), ("single", "1 chain(s)"),
-                      ("wrongmsa", "chain A")):
+                      ("wrongmsa", "chain A"), ("huge", "300 chain(s)")):
         line = next(ln for ln in lines if ln.startswith(f"rejected {cid} "))
         assert what in line and "\n" not in line, line
     assert "Traceback" not in text

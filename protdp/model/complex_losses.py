@@ -27,9 +27,8 @@ import torch
 from protdp.data.residue_constants import ATOM_ORDER
 from protdp.model.complex_permutation import align_cropped_chains
 from protdp.model.ground_truth import structure_truth
-from protdp.model.losses import (NonFiniteError, _check_finite, distogram_loss,  # noqa: F401
-                                 experimentally_resolved_loss, masked_msa_loss, pae_loss,
-                                 plddt_loss, structure_losses)
+from protdp.model.losses import (_check_finite, distogram_loss, experimentally_resolved_loss,
+                                 masked_msa_loss, pae_loss, plddt_loss, structure_losses)
 from protdp.model.rigid import Rigid
 from protdp.model.violations import violation_loss
 

@@ -61,7 +61,8 @@ def align_cropped_chains(pred_ca, asym_id, entity_id, chain_position, true_ca_fu
         return idx
 
     identity = index_for({a: a for a in crop})
-    anchor_entity = min(by_entity, key=lambda e: (len(by_entity[e]), -len(full[by_entity[e][0]]), e))
+    anchor_entity = min(by_entity, key=lambda e: (len(by_entity[e]),
+                                                  -len(full[by_entity[e][0]]), e))
     true_anchor = max(by_entity[anchor_entity], key=lambda a: (tmask[full[a]].sum(), -a))
     best = None
     for pa in sorted(a for a in crop if ent_of_pred[a] == anchor_entity):
