@@ -85,7 +85,8 @@ class TrainableMultimer(MultimerModel):
             num_recycles = sample_num_recycles(
                 recycle_generator, min(self.config.trunk.max_recycles, TRAIN_MAX_RECYCLES))
         if generator is None and "sample_seed" in batch:
-            generator = torch.Generator().manual_seed(int(batch["sample_seed"]))
+            generator = torch.Generator(device=batch["msa"].device).manual_seed(
+                int(batch["sample_seed"]))                 # on the MSA's device (CUDA too)
         return super().forward(batch, num_recycles, orders, generator)
 
 
