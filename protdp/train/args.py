@@ -42,7 +42,8 @@ class TrainArgs(ParallelConfig):
     its args onto `DistributedDataParallelConfig`."""
 
     # --- data / model
-    data: str | None = _f(None, "HDF5 family store built by `protdp data build` (required)")
+    data: str | None = _f(None, "HDF5 family store built by `protdp data build` (required); a "
+                          "complex store (`protdp complex store`) fine-tunes AlphaFold-Multimer")
     model_config: str | None = _f(None, "model YAML (configs/model/{tiny,small,af2}.yaml); default: "
                                   "the --finetune-from checkpoint's model, else small")
     finetune_from: str | None = _f(None, "start from the model weights (EMA if saved) of a model "
