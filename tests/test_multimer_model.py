@@ -7,14 +7,15 @@ AlphaFold recorded inside its model.
 - the structure module (multimer IPA, quaternion rigid, position scale 20) and every head on
   AlphaFold's own final representations reproduce its atoms, pLDDT, PAE, pTM and ipTM;
 - the full model (templates, extra MSA, Evoformer with the outer product mean first, one
-  recycle) is compared end to end. See the README ("Predict a complex") for the gap that
-  remains there: the end-to-end check below guards the current agreement, it is not yet the
-  issue's 1e-3 Å target.
+  recycle) reproduces AlphaFold's atoms, pLDDT, pTM and ipTM end to end once AlphaFold's
+  float32 rounding residue on the diagonal of the template backbone unit vectors is given to it
+  (`data/multimer_template_unit_diagonal.npz`, see `_alphafold_unit_diagonal`).
 """
 
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,6 +29,7 @@ from protdp.weights.alphafold_multimer import infer_multimer_config, multimer_st
 from protdp.weights.multimer_checkpoint import load_multimer
 from test_multimer_pairing import CASES, FIXTURE
 
+UNIT_DIAGONAL = Path(__file__).parent / "data" / "multimer_template_unit_diagonal.npz"
 PARAMS = FIXTURE / "params" / "params_model_1_multimer_v3_small.npz"
 CONFIG = FIXTURE / "config_model_1_multimer_v3_small.json"
 
@@ -91,24 +93,57 @@ def test_structure_module_and_heads_on_alphafold_representations(model, name):
         assert _diff(model.experimentally_resolved_head(s), ref["experimentally_resolved/logits"]) < 1e-4
 
 
+def _alphafold_unit_diagonal(monkeypatch, name, f):
+    """Give protdp AlphaFold's diagonal of the template backbone unit vectors.
+
+    AlphaFold v2.3.2 computes the unit vector of CA_j in the frame of residue i as
+    `rigid_i.inverse().apply_to_point(CA_j)`; for i = j its fused float32 XLA kernels leave a
+    ~1e-6 Å residue that `normalized` (epsilon 1e-6) blows up to a vector of norm up to 1 (a
+    standalone jit of the same code gives other values, eager JAX gives 0, protdp gives 0). This
+    compile-dependent noise is a real input of `template_pair_embedding_4..6` and moved the
+    fixture's atoms by 0.71 Å (heterodimer) / 0.32 Å (homodimer); with it zeroed inside
+    DeepMind's run, protdp matched that run to 4e-5 Å. The .npz holds, per case, the diagonal
+    [T, L, 3] recorded from DeepMind's run of this fixture (same params, features, XLA flags;
+    jax.debug.callback on the inputs of those three Linear layers; equal in both recycling
+    passes; the run reproduced outputs_<case>.npz bit for bit). Templates are matched by their
+    atom positions (equal inputs give equal residues)."""
+    from protdp.model import multimer_template
+
+    diag = torch.from_numpy(np.load(UNIT_DIAGONAL)[name])                      # [T, L, 3]
+    tpos = f["template_all_atom_positions"].float()
+    plain = multimer_template.backbone_unit_vectors
+    eye = torch.eye(diag.shape[1], dtype=torch.bool)[..., None]
+
+    def with_alphafold_diagonal(pos):
+        unit = plain(pos)
+        assert float(torch.diagonal(unit, dim1=-3, dim2=-2).abs().max()) == 0.0
+        k = next(k for k in range(tpos.shape[0]) if torch.equal(pos, tpos[k]))
+        return torch.where(eye, torch.diag_embed(diag[k].T).permute(1, 2, 0), unit)
+
+    monkeypatch.setattr(multimer_template, "backbone_unit_vectors", with_alphafold_diagonal)
+    return diag
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_full_model_end_to_end_against_alphafold(model, name):
-    """Current agreement (measured: atoms <= 0.71 Å, pLDDT <= 0.12, pTM/ipTM <= 7e-4, single
-    <= 0.5 % of its range); a gross error (a wrong block order, template feature or weight
-    layout) moves these by 10x or more. Recycling pass 0 equals AlphaFold v2.3.2's equations
-    (next test), and a 0.01 Å change of the recycled positions alone moves the final pair
-    representation by 1.5 (distance-bin flips), so the gap is amplified by the recycle."""
+def test_full_model_end_to_end_against_alphafold(model, name, monkeypatch):
+    """AlphaFold's targets (issue #32): atoms 1e-3 Å, pLDDT 0.01, pTM / ipTM 1e-4 in float32
+    (measured 6e-5 Å, 2e-5, 1e-7). Without the recorded diagonal (protdp's own zeros) the atoms
+    differ by 0.71 / 0.32 Å: a gross error (block order, a template feature, a weight layout)
+    or AlphaFold's noise left out both fail here."""
     f, orders, ref = _case(name)
+    diag = _alphafold_unit_diagonal(monkeypatch, name, f)
+    assert float(diag.norm(dim=-1).max()) > 0.9                    # noise of unit length
     with torch.no_grad():
         out = model(f, orders=orders)
     assert out["num_recycles"] == int(ref["num_recycles"]) == 1
     assert out["masked_msa_logits"].shape == ref["masked_msa/logits"].shape
-    assert _diff(out["final_atom_positions"], ref["structure_module/final_atom_positions"]) < 1.0
-    assert _diff(out["plddt"], ref["confidence/plddt"]) < 0.2
-    assert _diff(out["ptm"], ref["confidence/ptm"]) < 2e-3
-    assert _diff(out["iptm"], ref["confidence/iptm"]) < 2e-3
-    single = ref["representations/single"]
-    assert _diff(out["single"], single) < 1e-2 * np.abs(single).max()
+    assert _diff(out["final_atom_positions"], ref["structure_module/final_atom_positions"]) < 1e-3
+    assert _diff(out["plddt"], ref["confidence/plddt"]) < 1e-2
+    assert _diff(out["ptm"], ref["confidence/ptm"]) < 1e-4
+    assert _diff(out["iptm"], ref["confidence/iptm"]) < 1e-4
+    assert _diff(out["ranking_confidence"], ref["confidence/ranking_confidence"]) < 1e-4
+    assert _diff(out["single"], ref["representations/single"]) < 1e-3
+    assert _diff(out["pair"], ref["representations/pair"]) < 1e-3
 
 
 def test_complex_predict_writes_every_complex_and_reports_a_bad_one(model, tmp_path):
@@ -165,7 +200,8 @@ def test_first_recycling_pass_matches_alphafold_v232_written_out_in_numpy(model,
     against `multimer_trunk_numpy`, AlphaFold v2.3.2's equations transcribed in float64 numpy
     (templates, extra MSA with global column attention, Evoformer with the outer product mean
     first, fused triangle multiplications). The fixture records only the final pass, so this
-    pins the trunk to the source; the end-to-end gap above is not in these equations."""
+    pins the first pass to the source (both with the exact zero diagonal of the template unit
+    vectors, see `_alphafold_unit_diagonal`)."""
     from multimer_trunk_numpy import AlphaFoldTrunk
     from protdp.model.multimer_embedders import relative_chain_features
     from protdp.model.multimer_msa import sample_msa_features
@@ -203,3 +239,22 @@ def test_first_recycling_pass_matches_alphafold_v232_written_out_in_numpy(model,
         out = m64.iteration(fd, sample, zero)
     for key in ("single", "pair", "msa"):
         assert _diff(out[key], ref[key]) < 1e-5 * np.abs(ref[key]).max(), key
+
+
+def test_bf16_trunk_runs_under_autocast_and_returns_float32(model):
+    """`trunk.bf16` (AlphaFold-Multimer's stock bfloat16 trunk): the trunk's matmuls run in
+    bfloat16 (the outputs move), the structure module and heads in float32; on the fixture the
+    difference from float32 is that of bf16 rounding through a random-weight model (measured
+    with one recycle: atoms 1.0 Å, pLDDT 0.39, ipTM 2e-3; README "Predict a complex")."""
+    name = "4hhb_hbA1-36_hbB1-40"
+    f, orders, ref = _case(name)
+    bf16 = copy.deepcopy(model)
+    bf16.config.trunk.bf16 = True
+    with torch.no_grad():
+        out = bf16(f, num_recycles=0, orders=orders)
+        fp32 = model(f, num_recycles=0, orders=orders)
+    for key in ("single", "pair", "final_atom_positions", "plddt", "iptm"):
+        assert out[key].dtype == torch.float32, key
+    assert 1e-4 < _diff(out["single"], fp32["single"]) < 0.1 * float(fp32["single"].abs().max())
+    assert _diff(out["plddt"], fp32["plddt"]) < 1.0
+    assert _diff(out["iptm"], fp32["iptm"]) < 1e-2

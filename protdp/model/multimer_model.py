@@ -39,6 +39,7 @@ from protdp.model.multimer_embedders import MultimerInputEmbedder
 from protdp.model.multimer_heads import complex_confidence
 from protdp.model.multimer_msa import NUM_EXTRA_MSA, NUM_MSA, MaskedMsaConfig, sample_msa_features
 from protdp.model.multimer_template import MultimerTemplateEmbedder
+from protdp.model.precision import trunk_autocast
 from protdp.model.primitives import Linear
 from protdp.model.structure import StructureModule
 
@@ -130,13 +131,11 @@ class MultimerModel(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.input_embedder.preprocess_1d.weight.dtype
 
-    def iteration(self, batch: dict, sample: dict, prev: dict) -> dict:
-        """One recycling pass on one complex; `sample` from `sample_msa_features`."""
-        t, dtype = self.config.trunk, self.dtype
-        aatype = batch["aatype"].long()
-        seq_mask = batch["seq_mask"].to(dtype)
-        pair_mask = seq_mask[:, None] * seq_mask[None, :]                       # [L, L]
-        asym_id = batch["asym_id"]
+    def _trunk(self, batch: dict, sample: dict, prev: dict, aatype, pair_mask, asym_id):
+        """Embeddings, recycling, templates, extra-MSA stack and Evoformer -> m (without the
+        template rows) [S, L, C_m], z [L, L, C_z], s [L, C_s]; under bf16 autocast when
+        `trunk.bf16` is set (AlphaFold-Multimer's stock `bfloat16` trunk)."""
+        dtype = self.dtype
         m, z, e = self.input_embedder(aatype, batch["residue_index"], asym_id,
                                       batch["entity_id"], batch["sym_id"],
                                       sample["msa_feat"].to(dtype),
@@ -159,6 +158,18 @@ class MultimerModel(nn.Module):
             m, z = block(m, z, msa_mask, pair_mask)
         s = self.evoformer.linear_s(m[0])                                       # [L, C_s]
         m = m[:num_msa]
+        return m, z, s
+
+    def iteration(self, batch: dict, sample: dict, prev: dict) -> dict:
+        """One recycling pass on one complex; `sample` from `sample_msa_features`."""
+        t, dtype = self.config.trunk, self.dtype
+        aatype = batch["aatype"].long()
+        seq_mask = batch["seq_mask"].to(dtype)
+        pair_mask = seq_mask[:, None] * seq_mask[None, :]                       # [L, L]
+        asym_id = batch["asym_id"]
+        with trunk_autocast(aatype.device, t.bf16):
+            m, z, s = self._trunk(batch, sample, prev, aatype, pair_mask, asym_id)
+        m, z, s = m.to(dtype), z.to(dtype), s.to(dtype)
         sm = self.structure_module(s, z, seq_mask, aatype)
         atom_mask = atom37_exists(aatype, dtype) * seq_mask[:, None]
         out = {"msa": m, "pair": z, "single": s, "msa_first_row": m[0], "sm": sm,

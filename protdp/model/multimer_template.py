@@ -52,7 +52,16 @@ def _normalized(v: torch.Tensor) -> torch.Tensor:
 
 def backbone_unit_vectors(pos: torch.Tensor) -> torch.Tensor:
     """[*, L, 37, 3] -> unit vectors [*, L, L, 3]: CA_j in the backbone frame of residue i
-    (`make_transform_from_reference(N, CA, C)`, `Rot3Array.from_two_vectors`)."""
+    (`make_transform_from_reference(N, CA, C)`, `Rot3Array.from_two_vectors`), in at least
+    float32 (AlphaFold casts the template atoms to float32 under bfloat16).
+
+    The diagonal (i = j) is exactly 0 here. AlphaFold computes `rigid_i.inverse()
+    .apply_to_point(CA_j)` = R_i^T CA_j + R_i^T (-CA_i), where XLA's fused float32 kernels leave
+    a ~1e-6 Å residue on the diagonal that `normalized` (epsilon 1e-6) turns into a vector of
+    norm up to 1: compile-dependent rounding noise (a standalone jit of the same code gives
+    other values, eager mode gives 0), not reproducible by a port. It is what separates protdp
+    from the fixture end to end (tests/test_multimer_model.py)."""
+    pos = pos.to(torch.promote_types(pos.dtype, torch.float32))
     ca = pos[..., _CA, :]
     e0 = _normalized(pos[..., _C, :] - ca)
     e1 = pos[..., _N, :] - ca
@@ -77,7 +86,7 @@ def template_pair_inputs(aatype, pos, atom_mask, multichain_mask):
     aatype_i = one_hot[..., :, None, :].expand(*one_hot.shape[:-2], L, L, -1)
     bb = atom_mask[..., _N] * atom_mask[..., _CA] * atom_mask[..., _C]
     bb_2d = bb[..., :, None] * bb[..., None, :] * multichain_mask
-    unit = backbone_unit_vectors(pos) * bb_2d[..., None]
+    unit = backbone_unit_vectors(pos).to(dtype) * bb_2d[..., None]
     return [dgram, pb_mask_2d[..., None], aatype_j, aatype_i, unit[..., 0:1], unit[..., 1:2],
             unit[..., 2:3], bb_2d[..., None]]
 
