@@ -105,7 +105,8 @@ def _alphafold_unit_diagonal(monkeypatch, name, f):
     DeepMind's run, protdp matched that run to 4e-5 Å. The .npz holds, per case, the diagonal
     [T, L, 3] recorded from DeepMind's run of this fixture (same params, features, XLA flags;
     jax.debug.callback on the inputs of those three Linear layers; equal in both recycling
-    passes; the run reproduced outputs_<case>.npz bit for bit). Templates are matched by their
+    passes; the run reproduced outputs_<case>.npz bit for bit; `data/record_multimer_template_
+    diagonal.py` re-records it byte for byte). Templates are matched by their
     atom positions (equal inputs give equal residues)."""
     from protdp.model import multimer_template
 

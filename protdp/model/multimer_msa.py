@@ -67,15 +67,16 @@ def masked_msa(msa: torch.Tensor, msa_mask: torch.Tensor, profile: torch.Tensor,
                cfg: MaskedMsaConfig, generator: torch.Generator | None = None
                ) -> tuple[torch.Tensor, torch.Tensor]:
     """Step 2 (`make_masked_msa`): -> (masked msa [S, L] long, positions replaced [S, L])."""
-    random_aa = torch.tensor([0.05] * 20 + [0.0, 0.0], dtype=torch.float32)
+    random_aa = torch.tensor([0.05] * 20 + [0.0, 0.0], dtype=torch.float32, device=msa.device)
     probs = (cfg.uniform_prob * random_aa + cfg.profile_prob * profile.float() +
              cfg.same_prob * F.one_hot(msa.long(), PROFILE_CLASSES).float())   # [S, L, 22]
     mask_prob = 1.0 - cfg.profile_prob - cfg.same_prob - cfg.uniform_prob
     probs = F.pad(probs, (0, 1), value=mask_prob)                                # [S, L, 23]
-    replaced = (torch.rand(msa.shape, generator=generator) < cfg.replace_fraction)
+    replaced = (torch.rand(msa.shape, generator=generator, device=msa.device)
+                < cfg.replace_fraction)
     replaced = replaced & (msa_mask > 0)
     if cfg.replace_fraction > 0:
-        u = torch.rand(probs.shape, generator=generator)
+        u = torch.rand(probs.shape, generator=generator, device=probs.device)
         draw = torch.argmax(torch.log(probs + 1e-6) -
                             torch.log(-torch.log(u + GUMBEL_EPS) + GUMBEL_EPS), dim=-1)
         out = torch.where(replaced, draw, msa.long())
@@ -88,7 +89,7 @@ def nearest_neighbor_clusters(msa, msa_mask, deletion, extra_msa, extra_mask, ex
                               gap_agreement_weight: float = 0.0):
     """Step 3: centres msa [S, L], extra rows [E, L] -> (cluster profile [S, L, 23],
     cluster mean deletion [S, L]); a centre always counts itself."""
-    weights = torch.ones(NUM_MSA_TOKENS, dtype=msa_mask.dtype)
+    weights = torch.ones(NUM_MSA_TOKENS, dtype=msa_mask.dtype, device=msa_mask.device)
     weights[GAP_ID], weights[MASK_ID] = gap_agreement_weight, 0.0
     m1h = msa_mask[..., None] * F.one_hot(msa.long(), NUM_MSA_TOKENS).to(msa_mask)  # [S, L, 23]
     e1h = extra_mask[..., None] * F.one_hot(extra_msa.long(), NUM_MSA_TOKENS).to(msa_mask)
