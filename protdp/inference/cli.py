@@ -170,6 +170,10 @@ def _gate_policy(args):
         print(f"protdp predict: gate threshold mean pLDDT >= {policy.accept_mean_plddt:g} "
               f"(calibrated: {path}); very-low fraction <= {policy.max_very_low_fraction:g}, "
               f"MSA depth >= {policy.min_msa_depth}")
+        if (policy.min_iptm, policy.max_interface_pae) != (before.min_iptm,
+                                                           before.max_interface_pae):
+            print(f"protdp predict: complexes: ipTM >= {policy.min_iptm:g}, interface PAE <= "
+                  f"{policy.max_interface_pae:g} Å (calibrated: {path})")
     return policy
 
 
