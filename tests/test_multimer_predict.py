@@ -13,6 +13,7 @@ import csv
 import json
 import re
 
+import gemmi
 import numpy as np
 import pytest
 import torch
@@ -91,7 +92,13 @@ def test_complexes_through_protdp_predict(tmp_path, ckpt, capsys):
     for f in ("hb.pdb", "ranked_0.pdb", "unrelaxed_model_1_seed_000.pdb"):
         atoms = [ln for ln in (pdir / f).read_text().splitlines() if ln.startswith("ATOM")]
         assert {ln[21] for ln in atoms} == {"A", "B"}, f
-    assert "_atom_site" in (pdir / "hb.cif").read_text()
+    cif = gemmi.cif.read(str(pdir / "hb.cif")).sole_block()     # ModelCIF, every chain
+    assert list(cif.find_values("_struct_asym.id")) == ["A", "B"]
+    names = list(cif.find_values("_ma_qa_metric.name"))
+    values = dict(zip(cif.find_values("_ma_qa_metric_global.metric_id"),
+                      cif.find_values("_ma_qa_metric_global.metric_value")))
+    iptm_id = list(cif.find_values("_ma_qa_metric.id"))[names.index("ipTM")]
+    assert float(values[iptm_id]) == pytest.approx(scores["iptm"], abs=1e-4)
     debug = json.loads((pdir / "ranking_debug.json").read_text())
     conf = 0.8 * scores["iptm"] + 0.2 * scores["ptm"]
     assert abs(debug["iptm+ptm"]["model_1_seed_000"] - conf) < 0.006
@@ -171,3 +178,32 @@ def test_checkpoint_of_the_other_kind_is_one_line(tmp_path, ckpt, capsys):
 
 def test_multimer_file_name_is_the_weights_one():
     assert MULTIMER_MODEL_FILE == multimer_checkpoint.MULTIMER_MODEL_FILE
+
+
+def test_predict_searches_and_pairs_complex_msas_with_db(tmp_path, ckpt, capsys):
+    """--db: every distinct chain searched as `msa search --complexes` does (the UniProt
+    Stockholm alignment kept for the pairing), then paired and predicted; provenance names
+    the databases. Database: the fixture's UniProt rows of both chains."""
+    from test_multimer_search import _records
+
+    qa, qb = parse_msa(RAW / "hbA_1-36.a3m").query, parse_msa(RAW / "hbB_1-40.a3m").query
+    db = tmp_path / "uniprot.fasta"
+    db.write_text("".join(f">{n}\n{q}\n" for n, q in _records("hbA_1-36") + _records("hbB_1-40")))
+    uniref = tmp_path / "uniref90.fasta"                  # the unpaired MSAs' database
+    uniref.write_text(db.read_text())
+    fasta = tmp_path / "hb.fasta"
+    fasta.write_text(f">hb\n{qa}:{qb}\n")
+    out = tmp_path / "out"
+    rc = protdp_main(["predict", "--checkpoint", str(ckpt), "--fasta", str(fasta), "--out",
+                      str(out), "--db", str(db), "--db", str(uniref), "--search-iterations", "1",
+                      "--search-workers", "1", *COMMON])
+    assert rc == 0, capsys.readouterr().err
+    assert sorted(p.name for p in (out / "msa_search").iterdir() if p.is_dir()) == ["hb_A", "hb_B"]
+    pdir = out / "targets" / "hb" / (out / "targets" / "hb" / "CURRENT").read_text().strip()
+    prov = json.loads((pdir / "provenance.json").read_text())
+    assert [d["name"] for d in prov["config"]["msa_search"]["databases"]] == ["uniprot",
+                                                                               "uniref90"]
+    used = [m["path"] for m in prov["inputs"]["msa_files"]]
+    assert any(p.endswith("hb_A/stockholm/uniprot.sto") for p in used)
+    scores = json.loads((pdir / "scores.json").read_text())
+    assert scores["msa_depth"] > 1 and [c["chain_id"] for c in scores["chains"]] == ["A", "B"]

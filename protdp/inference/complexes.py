@@ -92,7 +92,8 @@ def chain_inputs(t: ComplexTarget, msa_dir: Path | None, *, pairing_db: str = PA
                  if not f.name.startswith(f"{pairing_db}.")]
         if not files:
             raise InputError(f"{where}: no MSA under {msa_dir / stem} (run `protdp msa search "
-                             f"--complexes` first)", path=t.path, line=c.line)
+                             f"--complexes` first); the pairing database '{pairing_db}' is not "
+                             f"one (search e.g. UniRef90 too)", path=t.path, line=c.line)
         msa = load_msa(files)
         if msa.query != seq:
             raise InputError(f"{where}: the MSA's query is not the chain's sequence",

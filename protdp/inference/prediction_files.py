@@ -26,8 +26,8 @@ def write_prediction_files(folder: Path, name: str, seq: str, preds: dict, order
     """Every file of one prediction into `folder`; returns {kind: file name}. The top-ranked
     model is `<name>.pdb` (pLDDT B-factors) and `<name>.cif` (ModelCIF with QA metrics).
     `chains` [(chain id, sequence)] in residue order: a complex, every structure file holds
-    every chain (`protdp.multimer.outputs`; `<name>.cif` is then a plain mmCIF) and the PAE
-    JSON names each chain's residue range."""
+    every chain (`protdp.multimer.outputs`; the ModelCIF has one asym unit per chain and ipTM)
+    and the PAE JSON names each chain's residue range."""
     from protdp.model.heads import pae_bin_centres
     top = preds[order[0]]
     plddt = round_plddt(top["plddt"])
@@ -35,8 +35,9 @@ def write_prediction_files(folder: Path, name: str, seq: str, preds: dict, order
     if np.isfinite(top["positions"]).all() and np.isfinite(plddt).all():
         files = _structures(folder, name, seq, top, plddt, chains)
         outputs["pdb"] = files["pdb"].name
-        outputs["cif"] = files["cif"].name if chains else write_modelcif(files["cif"], name, seq, top["positions"],
-                                        top["atom_mask"], plddt, top.get("ptm"), details).name
+        outputs["cif"] = write_modelcif(files["cif"], name, seq, top["positions"],
+                                        top["atom_mask"], plddt, top.get("ptm"), details,
+                                        chains=chains, iptm=top.get("iptm")).name
     for k, n in enumerate(order):
         p = preds[n]
         if not (np.isfinite(p["positions"]).all() and np.isfinite(p["plddt"]).all()):
