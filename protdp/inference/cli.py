@@ -332,7 +332,12 @@ def _main_dap(args, config: PredictConfig, launch) -> int:
     from protdp.parallel.env import init_distributed
     from protdp.parallel.groups import build_groups
 
+    from protdp.inference.checkpoint import is_multimer_checkpoint
+
     checkpoints = expand_checkpoints(args.checkpoint)
+    if any(is_multimer_checkpoint(c) for c in checkpoints):
+        raise ConfigError(f"--dap-size {args.dap_size}: multimer checkpoints (complexes) run "
+                          "without DAP for now; leave --dap-size at 1")
     if len(checkpoints) != 1:
         raise ConfigError(f"--dap-size {args.dap_size} runs one checkpoint at a time; got "
                           f"{len(checkpoints)} (run the ensemble members one after another)")
