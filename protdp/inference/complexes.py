@@ -179,6 +179,25 @@ def run_complex_member(model: torch.nn.Module, features: dict, device: torch.dev
             "seconds": round(time.perf_counter() - t0, 3)}
 
 
+def run_complex_ensemble(models: list, features: dict, device: torch.device, config
+                         ) -> tuple[dict, dict]:
+    """Every (multimer model, seed) prediction of one complex (`ensemble.members`: AlphaFold's
+    model_1..5 x seeds) -> ({name: prediction}, timings.json)."""
+    from protdp.inference.ensemble import members
+
+    preds, timings = {}, {}
+    for mem in members(len(models), config.seed, config.num_seeds):
+        loaded = models[mem.model_index]
+        pred = run_complex_member(loaded.model, features, device, seed=mem.seed,
+                                  num_recycles=config.num_recycles)
+        pred.update(model_index=mem.model_index, seed=mem.seed,
+                    msa_rows_used=int(features["num_alignments"]),
+                    checkpoint_sha256=loaded.sha256)
+        timings[f"predict_and_compile_{mem.name}"] = pred["seconds"]
+        preds[mem.name] = pred
+    return preds, timings
+
+
 # scores.json keys a complex adds (also handed to the review queue)
 COMPLEX_SCORE_KEYS = ("chains", "iptm", "ranking_confidence", "chain_pair_iptm",
                       "interface_pae", "chain_pair_pae")

@@ -48,7 +48,7 @@ from protdp.inference.targets import (Target, clean_sequence, find_msa_files, lo
 from protdp.inference.af_outputs import write_summary_csv
 from protdp.inference.complexes import (COMPLEX_HINT, COMPLEX_SCORE_KEYS, build_features,
                                        complex_scores, is_complex_record,
-                                       read_complex_targets, run_complex_member)
+                                       read_complex_targets, run_complex_ensemble)
 from protdp.inference.ensemble import members, run_member, ensemble_stops
 from protdp.inference.layout import (current_prediction, prediction_id, publish_build,
                                      set_aside_damaged, start_build, write_current)
@@ -264,11 +264,14 @@ class Predictor:
         record = {"gate": gate, **status.to_dict()}
         if status.released:
             return record, {}
+        reason = status.reason if not loaded.is_multimer else (
+            "imported multimer weights have no release record (`protdp release` evaluates "
+            "monomer checkpoints)")
         if gate == "enforce":
-            raise ConfigError(f"checkpoint {loaded.path} is not released: {status.reason}; "
+            raise ConfigError(f"checkpoint {loaded.path} is not released: {reason}; "
                               "pass --allow-unreleased to run it anyway (every prediction then "
                               "goes to review)")
-        return record, {"unreleased_checkpoint": status.reason}
+        return record, {"unreleased_checkpoint": reason}
 
     def close(self) -> None:
         self.sink.close()
@@ -372,7 +375,8 @@ class Predictor:
             if done is None and built is not None:
                 t0 = time.perf_counter()
                 hits = self.screening.hits(seq) if self.screening is not None else []
-                preds, timings = self._run_complex_ensemble(built["features"])
+                preds, timings = run_complex_ensemble(self.models, built["features"], self.device,
+                                                      self.config)
                 timings["features"] = round(time.perf_counter() - t0 - sum(timings.values()), 3)
                 msa_depth, coverage, template_record = built["msa_depth"], built["coverage"], None
             elif done is None:
@@ -419,22 +423,6 @@ class Predictor:
         if "msa_files" in t.extra:
             return seq, [Path(p) for p in t.extra["msa_files"]]
         return seq, find_msa_files(fasta["msa_dir"], t.file_name)
-
-    def _run_complex_ensemble(self, features: dict) -> tuple[dict, dict]:
-        """Every (multimer model, seed) prediction of one complex -> ({name: prediction},
-        timings.json); the model samples its MSA itself (seeded)."""
-        c = self.config
-        preds, timings = {}, {}
-        for mem in members(len(self.models), c.seed, c.num_seeds):
-            loaded = self.models[mem.model_index]
-            pred = run_complex_member(loaded.model, features, self.device, seed=mem.seed,
-                                      num_recycles=c.num_recycles)
-            pred.update(model_index=mem.model_index, seed=mem.seed,
-                        msa_rows_used=int(features["num_alignments"]),
-                        checkpoint_sha256=loaded.sha256)
-            timings[f"predict_and_compile_{mem.name}"] = pred["seconds"]
-            preds[mem.name] = pred
-        return preds, timings
 
     def _skip(self, t: Target, tdir: Path, pdir: Path, fp: str, done: dict) -> dict:
         """A prediction completed by an earlier run: its recorded row (flagged ones re-enqueued,
