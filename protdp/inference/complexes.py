@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from protdp.data.parse import Msa, parse_msa
-from protdp.errors import InputError
+from protdp.errors import InputError, ProtdpError
 from protdp.fileio import sha256_file
 from protdp.inference.targets import (Target, _assign_names, clean_sequence, find_msa_files,
                                       load_msa)
@@ -159,7 +159,14 @@ def run_complex_member(model: torch.nn.Module, features: dict, device: torch.dev
     batch = {k: torch.from_numpy(np.asarray(v)).to(device) for k, v in features.items()}
     gen = torch.Generator(device=device).manual_seed(int(seed))
     t0 = time.perf_counter()
-    out = model(batch, num_recycles=num_recycles, generator=gen)
+    try:
+        out = model(batch, num_recycles=num_recycles, generator=gen)
+    except torch.OutOfMemoryError:
+        raise
+    except RuntimeError as exc:    # one complex's failure is its row, never the batch's end
+        raise ProtdpError(f"the multimer model failed on this complex: "
+                          f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                          ) from None
 
     def arr(x):
         return x.float().cpu().numpy()
