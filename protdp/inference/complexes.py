@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from protdp.data.parse import Msa, parse_msa
+from protdp.data.residues import GAP_ID
 from protdp.errors import InputError, ProtdpError
 from protdp.fileio import sha256_file
 from protdp.inference.targets import (Target, _assign_names, clean_sequence, find_msa_files,
@@ -142,7 +143,6 @@ def build_features(t: ComplexTarget, msa_dir: Path | None, *, max_length: int,
     by_id = {c.chain_id: c for c in inputs}
     order = [ch["chain_id"] for ch in cf.report["chains"]]       # residue (asym) order
     chains = [(cid, by_id[cid].sequence) for cid in order]
-    from protdp.data.residues import GAP_ID
     coverage = np.concatenate([(by_id[cid].msa.tokens() != GAP_ID).sum(axis=0)
                                for cid in order]).astype(int).tolist()
     return {"features": cf.features, "chains": chains, "files": files, "report": cf.report,
