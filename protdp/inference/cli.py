@@ -31,7 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", required=True, action="append",
                    help="model file (protdp-model-v1) or training run / iter_N folder; repeat it "
                         "for an ensemble (AlphaFold's model_1..5), or give a folder holding "
-                        "model_1 .. model_5 checkpoints")
+                        "model_1 .. model_5 checkpoints; a multimer checkpoint (`weights import` "
+                        "of params_model_N_multimer_v3.npz) reads --fasta as complexes "
+                        "(ColabFold 'A:B' records or one FASTA file per complex)")
     p.add_argument("--fasta", required=True,
                    help="targets: a FASTA file (one record each), a folder of FASTA / a3m files "
                         "or a CSV with id,sequence columns (ColabFold's batch inputs)")
