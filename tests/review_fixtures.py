@@ -234,3 +234,44 @@ def review_server(url: str, log_path: Path):
         finally:
             proc.terminate()
             proc.wait(20)
+
+
+def complex_item(out_dir: Path, name: str = "4hhb_hbA1-36_hbB1-40") -> dict:
+    """enqueue() kwargs of a complex (issue 32) from DeepMind's AlphaFold-Multimer outputs in
+    the fixture: the PDB with chains A and B and scores.json written by protdp's complex
+    writers, ipTM / pTM / chain-pair ipTM / interface PAE from the PAE logits, the real gate."""
+    import json
+
+    import torch
+
+    from protdp.data.residues import RESTYPES
+    from protdp.inference.complexes import complex_scores
+    from protdp.model.multimer_heads import complex_confidence
+    from protdp.multimer.outputs import write_complex_structures
+    from test_multimer_pairing import FIXTURE
+
+    f, o = np.load(FIXTURE / f"features_{name}.npz"), np.load(FIXTURE / f"outputs_{name}.npz")
+    seq = "".join((RESTYPES + "X")[i] for i in f["aatype"])
+    asym = f["asym_id"]
+    chains = [("AB"[k], "".join(c for c, a in zip(seq, asym) if a == k + 1)) for k in range(2)]
+    plddt = np.round(o["confidence/plddt"].astype(np.float64), 2)
+    conf = complex_confidence(torch.from_numpy(o["predicted_aligned_error/logits"]),
+                              torch.linspace(0.25, 31.75, 64), torch.from_numpy(asym))
+    top = {k: (v.numpy() if hasattr(v, "numpy") else v) for k, v in conf.items()}
+    top.update(plddt=plddt, ptm=float(conf["ptm"]), iptm=float(conf["iptm"]),
+               interface_pae=float(conf["interface_pae"]))
+    extra = complex_scores(chains, top)
+    decision = route(plddt, length=len(seq), msa_depth=12, training_crop=None,
+                     policy=GatePolicy(), sequence=seq,
+                     interface={"iptm": extra["iptm"], "interface_pae": extra["interface_pae"]})
+    assert decision.route == "needs_review"
+    files = write_complex_structures(out_dir, name, chains, o["structure_module/final_atom_positions"],
+                                     plddt, o["structure_module/final_atom_mask"])
+    scores = {"sequence": seq, "plddt": plddt.tolist(), "mean_plddt": decision.mean_plddt,
+              "afdb_bands": decision.afdb_bands, "ptm": round(top["ptm"], 4),
+              "length": len(seq), **extra}
+    (out_dir / "scores.json").write_text(json.dumps(
+        {**scores, "pae": np.round(top["pae"], 2).tolist()}))
+    return dict(prediction_id=f"complex/{name}", target=name, scores=scores,
+                paths={"pdb": str(files["pdb"]), "scores": str(out_dir / "scores.json")},
+                reasons=decision.reasons, details=decision.details)

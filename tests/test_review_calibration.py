@@ -218,3 +218,87 @@ def test_from_reviews_never_creates_or_touches_a_non_queue(tmp_path, capsys):
     tables = sqlite3.connect(other).execute("SELECT name FROM sqlite_master").fetchall()
     assert tables == [("t",)]
     assert not (tmp_path / "review_calibration.json").exists()
+
+
+def complex_reviews(n: int, cut: float, seed: int = 0) -> tuple[list[dict], dict]:
+    """Reviewed complexes (issue 32) whose verdicts follow P(approve) = sigmoid(20 (ipTM - cut)):
+    (records as the queue exports them, the truth); interface PAE falls with ipTM."""
+    rng = np.random.default_rng(seed)
+    iptm = rng.uniform(0.2, 0.98, n)
+    ipae = np.clip(30 * (1 - iptm) + rng.normal(0, 2, n), 0.5, 31)
+    approve = rng.random(n) < 1 / (1 + np.exp(-20 * (iptm - cut)))
+    chains = [{"chain_id": "A", "start": 0, "end": 50, "length": 50},
+              {"chain_id": "B", "start": 50, "end": 90, "length": 40}]
+    records = [{"decision": "approved" if approve[i] else "rejected", "mean_plddt": 85.0,
+                "very_low_fraction": 0.0, "msa_depth": 100, "length": 90,
+                "scores": {"chains": chains, "iptm": float(iptm[i]),
+                           "interface_pae": float(ipae[i])}} for i in range(n)]
+    return records, {"iptm": iptm, "ipae": ipae, "approve": approve}
+
+
+def test_reviewed_complexes_calibrate_iptm_and_interface_pae(sqlite_url, tmp_path, capsys):
+    """Held-out complexes in a real queue: `calibrate --from-reviews` proposes min_iptm and
+    max_interface_pae the way it proposes the pLDDT thresholds; the guarantee re-checked from
+    the report's own model; reviewers who are stricter about the interface move min_iptm up;
+    `load_reviewed_policy` applies them (floor kept); monomer-only reviews leave them alone."""
+    from protdp.review.store import ReviewStore
+    from protdp.safety import interface_calibration as ic
+
+    queued, _ = complex_reviews(60, cut=0.65, seed=2)
+    store = ReviewStore(sqlite_url)
+    admin_token = store.init_admin()
+    os.environ["PROTDP_REVIEW_ADMIN_TOKEN"] = admin_token
+    alice = store.reviewer(store.admin(admin_token).add_reviewer("alice"))
+    for i, rec in enumerate(queued):
+        scores = {k: rec[k] for k in ("mean_plddt", "very_low_fraction", "msa_depth", "length")}
+        item = store.enqueue(f"run/{i}", f"c{i}", {**scores, **rec["scores"]}, {}, ["low_iptm"])
+        if rec["decision"] == "approved":
+            alice.decide(item, "approve")
+        else:
+            alice.decide(item, "reject", "interface not plausible")
+    store.close()
+    out = tmp_path / "cal"
+    assert protdp_main(["calibrate", "--from-reviews", sqlite_url, "--out", str(out),
+                        "--target-reject-rate", "0.1"]) == 0
+    assert "complexes (60 reviewed): proposed ipTM >=" in capsys.readouterr().out
+    path = out / "review_calibration.json"
+    cx = json.loads(path.read_text())["complexes"]
+    assert cx["status"] == "ok" and cx["counts"]["decisions"] == 60
+    # applied: the gate's complex checks tightened, recorded as a calibration
+    policy = load_calibrated_policy(path, GatePolicy())
+    assert isinstance(policy, CalibratedGatePolicy)
+    assert policy.min_iptm == cx["policy"]["min_iptm"] > GatePolicy().min_iptm
+    assert policy.max_interface_pae == cx["policy"]["max_interface_pae"]
+    assert "min_iptm" in policy.calibrations[-1]["applied"]
+
+    # more reviews, the thresholds and the guarantee in detail
+    records, _ = complex_reviews(150, cut=0.65)
+    cx = ic.fit_complex_report(records, GatePolicy(), target=0.1)
+    pol = cx["policy"]
+    assert pol["achievable"] and 0.7 <= pol["min_iptm"] <= 0.9        # cut 0.65 + the margin
+    assert pol["max_interface_pae"] <= GatePolicy().max_interface_pae
+    # the guarantee on a dense grid of the box the gate would accept, from the report's model
+    m = cx["model"]
+    grid = np.array(np.meshgrid(np.linspace(pol["min_iptm"], 1, 20),
+                                np.linspace(0, pol["max_interface_pae"], 20),
+                                indexing="ij")).reshape(2, -1).T
+    z = (grid - np.array(m["mean"])) / np.array(m["scale"])
+    reject = 1 - 1 / (1 + np.exp(-(z @ np.array(m["coef_standardised"]) + m["intercept"])))
+    assert reject.max() <= 0.1 + 1e-9
+    assert reject.max() == pytest.approx(pol["worst_reject_probability"], abs=1e-6)
+    assert 1 / (1 + np.exp(-20 * (pol["min_iptm"] - 0.65))) > 0.8      # the truth agrees
+    per = cx["per_input"]
+    assert per["iptm"]["threshold"] == pol["min_iptm"]
+    assert per["iptm"]["approval_rate_at_or_above"] > 0.85 > per["iptm"]["approval_rate_below"]
+    # stricter reviewers (cut 0.8): min_iptm moves up; a strict floor is never loosened
+    strict, _ = complex_reviews(150, cut=0.8, seed=1)
+    moved = ic.fit_complex_report(strict, GatePolicy(), target=0.1)["policy"]
+    assert moved["min_iptm"] >= pol["min_iptm"] + 0.08
+    floor = GatePolicy(min_iptm=0.95, max_interface_pae=3.0)
+    kept = ic.fit_complex_report(records, floor, target=0.1)["policy"]
+    assert kept["min_iptm"] >= 0.95 and kept["max_interface_pae"] <= 3.0
+    # monomers only: nothing to calibrate; too few complexes: left as configured
+    mono = [{**r, "scores": {}} for r in records]
+    assert ic.fit_complex_report(mono, GatePolicy(), target=0.1)["status"] == "no_complexes"
+    few = ic.fit_complex_report(records[:12], GatePolicy(), target=0.1)
+    assert few["status"] == "insufficient_reviews" and "policy" not in few

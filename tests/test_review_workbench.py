@@ -19,10 +19,11 @@ import gemmi
 import numpy as np
 import pytest
 from playwright.sync_api import sync_playwright
-from review_fixtures import (CHROMIUM, CHROMIUM_ARGS, gated_item, predict_into_queue, queue_with,
-                             review_server)
+from review_fixtures import (CHROMIUM, CHROMIUM_ARGS, complex_item, gated_item,
+                             predict_into_queue, queue_with, review_server)
 
 N_SIMPLE = 6                      # gated items 3..8 besides the two structures
+COMPLEX_ID = 3 + N_SIMPLE         # a heterodimer (AlphaFold-Multimer fixture outputs)
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +46,7 @@ def bench(tmp_path_factory, data_dir):
                      "paths": {"pdb": allatom / "model.pdb"}})
     for i in range(3, 3 + N_SIMPLE):
         store.enqueue(**gated_item(i, out_dir=tmp / "preds"))
+    assert store.enqueue(**complex_item(tmp / "complex")) == COMPLEX_ID
     shots = Path(os.environ.get("PROTDP_SCREENSHOT_DIR") or tmp / "shots")
     shots.mkdir(parents=True, exist_ok=True)
     with review_server(url, tmp / "server.log") as base:
@@ -135,6 +137,64 @@ def test_viewer_loads_the_predicted_structure_coloured_by_plddt(bench, browser):
     time.sleep(0.5)
     assert _painted_fraction(page.locator("#viewer").screenshot()) > 0.01
     page.locator("#viewer").screenshot(path=str(shots / "viewer_all_atom.png"))
+    assert problems == [], problems
+    page.context.close()
+
+
+def test_complex_item_chains_interface_pae_and_iptm(bench, browser):
+    """A complex: chains in their own colours (pLDDT colouring one click away), the PAE image
+    with chain boundaries and the interface blocks outlined where the chains' ranges put them,
+    ipTM / pTM / chain-pair ipTM from the item's scores; the footer says approve takes a twice."""
+    base, store, tokens, shots = bench
+    problems: list[str] = []
+    page = _page(browser, base, tokens["alice"], problems)
+    assert "a a (twice) approve" in page.inner_text("footer")
+    page.goto(f"{base}/items/{COMPLEX_ID}")
+    item = store.get(COMPLEX_ID)
+    scores, chains = item["scores"], item["scores"]["chains"]
+    data = _viewer_loaded(page)
+    assert data["state"] == "loaded", data
+    assert data["colouring"] == "chain" and data["chainIds"] == "A,B"
+    colours = data["chainColours"].split(",")
+    assert len(set(colours)) == 2 and "#808080" not in colours
+    n = chains[-1]["end"]
+    assert int(data["residues"]) == n
+    time.sleep(0.5)
+    by_chain = page.locator("#viewer").screenshot()
+    assert _painted_fraction(by_chain) > 0.01
+    page.screenshot(path=str(shots / "workbench_complex.png"), full_page=True)
+    page.click("#colour-toggle")                          # pLDDT colouring kept
+    assert page.eval_on_selector("#viewer", "el => el.dataset.colouring") == "plddt"
+    assert page.inner_text("#colour-by") == "coloured by pLDDT"
+    assert page.locator("#band-legend").is_visible()
+    time.sleep(0.3)
+    by_plddt = page.locator("#viewer").screenshot()
+    assert by_plddt != by_chain
+    page.locator("#viewer").screenshot(path=str(shots / "viewer_complex_plddt.png"))
+    page.click("#colour-toggle")
+    assert page.eval_on_selector("#viewer", "el => el.dataset.colouring") == "chain"
+
+    assert page.inner_text("#iptm") == f"{scores['iptm']:.3f}"
+    assert page.inner_text("#ptm") == f"{scores['ptm']:.3f}"
+    assert page.inner_text("#interface-pae") == f"{scores['interface_pae']:.1f} Å"
+    cells = page.locator("#chain-pair-iptm tbody td").all_inner_texts()
+    assert cells == [f"{scores['chain_pair_iptm'][a][b]:.3f}" for a in "AB" for b in "AB"]
+    assert "low_iptm" in page.inner_text("#reasons")
+    # PAE: the whole complex, one boundary per axis at chain B's start, both interface blocks
+    assert page.eval_on_selector("#pae", "img => img.naturalWidth") == n
+    size = 360
+    x_b = chains[1]["start"] * size / n
+    lines = page.eval_on_selector_all("#pae-overlay line.chain-boundary",
+                                      "ls => ls.map(l => [l.x1.baseVal.value, l.y1.baseVal.value])")
+    assert [v for xy in sorted(lines) for v in xy] == pytest.approx([0, x_b, x_b, 0], abs=0.01)
+    blocks = page.eval_on_selector_all(
+        "#pae-overlay rect.interface-block",
+        "rs => rs.map(r => [r.dataset.pair, r.x.baseVal.value, r.y.baseVal.value, "
+        "r.width.baseVal.value, r.height.baseVal.value])")
+    assert [b[0] for b in blocks] == ["A-B", "B-A"]
+    assert [v for b in blocks for v in b[1:]] == pytest.approx(
+        [x_b, 0, size - x_b, x_b, 0, x_b, x_b, size - x_b], abs=0.01)
+    page.locator("figure.pae").screenshot(path=str(shots / "pae_complex.png"))
     assert problems == [], problems
     page.context.close()
 

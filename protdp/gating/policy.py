@@ -4,8 +4,9 @@ The numbers live in one file, `protdp/configs/gating.yaml`: it is the source of 
 `GatePolicy` defaults, so `GatePolicy()` is the shipped policy and a user's YAML maps 1:1 onto
 the same fields. Calibration reports can only tighten it, never loosen it below that
 configured floor: the pLDDT-vs-lDDT report (`protdp calibrate`) raises `accept_mean_plddt`;
-the reviewed calibration (`protdp calibrate --from-reviews`) may raise `accept_mean_plddt` and
-`min_msa_depth` and lower `max_very_low_fraction`. A tightened policy is a
+the reviewed calibration (`protdp calibrate --from-reviews`) may raise `accept_mean_plddt`,
+`min_msa_depth` and (from reviewed complexes) `min_iptm`, and lower `max_very_low_fraction` and
+`max_interface_pae`. A tightened policy is a
 `CalibratedGatePolicy` whose `calibrations` name the reports applied (path, sha256, what
 changed), so they land in provenance.json with the rest of the policy.
 """
@@ -157,20 +158,27 @@ def load_calibrated_policy(calibration_json: str | Path, base_policy: GatePolicy
 def load_reviewed_policy(calibration_json: str | Path, base_policy: GatePolicy | None = None,
                          *, doc: dict | None = None) -> GatePolicy:
     """`base_policy` tightened by `protdp calibrate --from-reviews`: the configured policy is
-    the floor (mean pLDDT and MSA depth only go up, the very-low fraction only down). A report
-    made from too few reviews (status other than "ok") changes nothing."""
+    the floor (mean pLDDT, MSA depth and ipTM only go up, the very-low fraction and the
+    interface PAE only down). A part made from too few reviews (its status other than "ok":
+    the report's own for pLDDT, `complexes.status` for ipTM / interface PAE) changes nothing."""
     path = Path(calibration_json)
     doc = doc if doc is not None else read_calibration_report(path)
     base = base_policy if base_policy is not None else GatePolicy()
     if doc.get("format") != REVIEWED_CALIBRATION_FORMAT:
         raise InputError(f"not a reviewed calibration (format '{REVIEWED_CALIBRATION_FORMAT}')",
                          path=path, field="format")
-    if doc.get("status") != "ok":
-        return base
-    mean = _number(doc, "policy", "accept_mean_plddt", 0, 100, path)
-    frac = _number(doc, "policy", "max_very_low_fraction", 0, 1, path)
-    depth = _number(doc, "policy", "min_msa_depth", 0, 10**9, path)
-    return _tightened(base, path, doc, {
-        "accept_mean_plddt": max(mean, base.accept_mean_plddt),
-        "max_very_low_fraction": min(frac, base.max_very_low_fraction),
-        "min_msa_depth": max(int(depth), base.min_msa_depth)})
+    changes = {}
+    if doc.get("status") == "ok":
+        mean = _number(doc, "policy", "accept_mean_plddt", 0, 100, path)
+        frac = _number(doc, "policy", "max_very_low_fraction", 0, 1, path)
+        depth = _number(doc, "policy", "min_msa_depth", 0, 10**9, path)
+        changes.update(accept_mean_plddt=max(mean, base.accept_mean_plddt),
+                       max_very_low_fraction=min(frac, base.max_very_low_fraction),
+                       min_msa_depth=max(int(depth), base.min_msa_depth))
+    complexes = doc.get("complexes")
+    if isinstance(complexes, dict) and complexes.get("status") == "ok":   # issue 32
+        iptm = _number(complexes, "policy", "min_iptm", 0, 1, path)
+        ipae = _number(complexes, "policy", "max_interface_pae", 1e-9, 10**6, path)
+        changes.update(min_iptm=max(iptm, base.min_iptm),
+                       max_interface_pae=min(ipae, base.max_interface_pae))
+    return _tightened(base, path, doc, changes) if changes else base

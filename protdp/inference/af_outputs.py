@@ -11,7 +11,10 @@ In each prediction folder (see `layout`), for every (model, seed) name N, best r
 - `<name>_predicted_aligned_error_v1.json`: the AFDB PAE file
   `[{"predicted_aligned_error": [[...]], "max_predicted_aligned_error": 31.75}]`;
 - `<name>_scores_rank_KKK_N.json`: ColabFold's scores (`plddt`, `max_pae`, `pae`, `ptm`).
-The batch `summary.csv` has one line per (target, model, seed) prediction.
+The batch `summary.csv` has one line per (target, model, seed) prediction; for a complex also
+its ipTM and (on the top-ranked line) the chain-pair ipTM, `A-B:0.8123 A-C:...`. A complex's
+result file adds AlphaFold-Multimer's `iptm` and `chain_pair_iptm`, its ColabFold scores `iptm`,
+and its PAE JSON each chain's residue range (`chains`).
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ import numpy as np
 from protdp.inference.writers import printable, write_json
 
 SUMMARY_CSV_COLUMNS = ("id", "model", "seed", "rank", "length", "msa_depth", "mean_plddt", "ptm",
-                       "max_pae", "recycles", "seconds", "route", "failure_reason")
+                       "max_pae", "recycles", "seconds", "route", "failure_reason", "iptm",
+                       "chain_pair_iptm")
 
 
 def write_result_npz(path: Path, pred: dict, conf: float, max_pae: float | None,
@@ -39,6 +43,9 @@ def write_result_npz(path: Path, pred: dict, conf: float, max_pae: float | None,
         arrays["predicted_aligned_error"] = np.asarray(pred["pae"], np.float32)
         arrays["max_predicted_aligned_error"] = np.float32(max_pae)
         arrays["ptm"] = np.float32(pred["ptm"])
+    if pred.get("iptm") is not None:           # AlphaFold-Multimer's result keys
+        arrays["iptm"] = np.float32(pred["iptm"])
+        arrays["chain_pair_iptm"] = np.asarray(pred["chain_pair_iptm"], np.float32)
     if save_distogram and pred.get("distogram_logits") is not None:
         arrays["distogram_logits"] = np.asarray(pred["distogram_logits"], np.float32)
         arrays["distogram_bin_edges"] = np.asarray(distogram_edges, np.float32)
@@ -48,10 +55,16 @@ def write_result_npz(path: Path, pred: dict, conf: float, max_pae: float | None,
     return path
 
 
-def afdb_pae(pae: np.ndarray, max_pae: float) -> list:
-    """AFDB PAE JSON document (values to 2 decimals)."""
-    return [{"predicted_aligned_error": np.round(np.asarray(pae, np.float64), 2).tolist(),
-             "max_predicted_aligned_error": float(max_pae)}]
+def afdb_pae(pae: np.ndarray, max_pae: float, chains: list[tuple[str, str]] | None = None
+             ) -> list:
+    """AFDB PAE JSON document (values to 2 decimals); a complex adds `chains`, each chain's
+    [start, end) residue range (0-based, `protdp.multimer.outputs.chain_ranges`)."""
+    doc = {"predicted_aligned_error": np.round(np.asarray(pae, np.float64), 2).tolist(),
+           "max_predicted_aligned_error": float(max_pae)}
+    if chains:
+        from protdp.multimer.outputs import chain_ranges
+        doc["chains"] = chain_ranges(chains)
+    return [doc]
 
 
 def colabfold_scores(pred: dict, max_pae: float | None) -> dict:
@@ -59,12 +72,15 @@ def colabfold_scores(pred: dict, max_pae: float | None) -> dict:
     if pred.get("pae") is not None:
         doc.update(max_pae=float(max_pae), pae=np.round(pred["pae"], 2).tolist(),
                    ptm=round(float(pred["ptm"]), 4))
+    if pred.get("iptm") is not None:            # ColabFold's multimer scores
+        doc["iptm"] = round(float(pred["iptm"]), 4)
     return doc
 
 
 def write_af_files(folder: Path, name: str, preds: dict[str, dict], order: list[str],
                    ranking_debug: dict, timings: dict, max_pae: float | None, *,
-                   save_distogram: bool, distogram_edges: np.ndarray | None) -> dict[str, str]:
+                   save_distogram: bool, distogram_edges: np.ndarray | None,
+                   chains: list[tuple[str, str]] | None = None) -> dict[str, str]:
     """Everything but the structures; returns {kind: file name} of the files written."""
     from protdp.inference.ranking import ranking_confidence
     files = {"ranking_debug": write_json(folder / "ranking_debug.json", ranking_debug).name,
@@ -79,7 +95,7 @@ def write_af_files(folder: Path, name: str, preds: dict[str, dict], order: list[
     top = preds[order[0]]
     if top.get("pae") is not None:
         pae_path = folder / f"{name}_predicted_aligned_error_v1.json"
-        files["pae_json"] = _write_json_list(pae_path, afdb_pae(top["pae"], max_pae)).name
+        files["pae_json"] = _write_json_list(pae_path, afdb_pae(top["pae"], max_pae, chains)).name
     return files
 
 
@@ -105,11 +121,26 @@ def write_summary_csv(path: Path, rows: list[dict]) -> Path:
                         _fmt(m.get("mean_plddt", row.get("mean_plddt"))),
                         _fmt(m.get("ptm", row.get("ptm"))), _fmt(m.get("max_pae")),
                         _fmt(m.get("recycles")), _fmt(m.get("seconds")), row["route"],
-                        printable(row.get("detail", "")) if row["route"] == "rejected" else ""])
+                        printable(row.get("detail", "")) if row["route"] == "rejected" else "",
+                        _fmt4(m.get("iptm")), _pairs(row.get("chain_pair_iptm")) if
+                        m.get("rank") in (1, None) else ""])
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     tmp.write_text(buf.getvalue())
     os.replace(tmp, path)
     return path
+
+
+def _fmt4(v) -> str:
+    return "" if v is None or not np.isfinite(v) else f"{v:.4f}"
+
+
+def _pairs(matrix: dict | None) -> str:
+    """The top model's chain-pair ipTM of a complex as `A-B:0.8123 ...` (each pair once)."""
+    if not matrix:
+        return ""
+    ids = list(matrix)
+    return " ".join(f"{a}-{b}:{_fmt4(matrix[a][b])}" for i, a in enumerate(ids)
+                    for b in ids[i + 1:])
 
 
 def _fmt(v) -> str:

@@ -33,6 +33,17 @@ from protdp.train.checkpointing import (MODEL_FILE_FORMAT, TrainedWeights,  # no
                                         resolve_iteration_dir, save_model_file)
 
 
+MULTIMER_KIND = "alphafold-multimer"           # LoadedModel.kind of a multimer checkpoint
+MULTIMER_MODEL_FILE = "multimer_model.pt"      # as `protdp.weights.multimer_checkpoint` writes
+
+
+def is_multimer_checkpoint(path: str | Path) -> bool:
+    """A multimer checkpoint folder (`protdp weights import` of params_model_N_multimer_v3.npz)
+    or its model file."""
+    path = Path(path)
+    return (path / MULTIMER_MODEL_FILE).is_file() or path.name == MULTIMER_MODEL_FILE
+
+
 @dataclass
 class LoadedModel:
     """A model ready for inference plus what provenance and the gate need to know about it."""
@@ -47,11 +58,21 @@ class LoadedModel:
     max_msa_rows: int | None     # MSA rows per example in training (None = unknown)
     iteration: int | None = None
 
+    @property
+    def is_multimer(self) -> bool:
+        """An AlphaFold-Multimer model (`protdp weights import` of *_multimer_v3.npz)."""
+        return self.kind == MULTIMER_KIND
+
+    @property
+    def trunk_config(self) -> ModelConfig:
+        """The monomer-shaped config (bins, attention backend): a multimer model's `trunk`."""
+        return self.config.trunk if self.is_multimer else self.config
+
     def describe(self) -> dict:
         return {"path": str(self.path), "sha256": self.sha256, "kind": self.kind,
                 "weights": self.weights, "iteration": self.iteration,
                 "training_crop": self.training_crop, "max_msa_rows": self.max_msa_rows,
-                "num_parameters": self.model.num_parameters()}
+                "num_parameters": sum(p.numel() for p in self.model.parameters())}
 
 
 def save_model_checkpoint(model: AlphaFoldModel, config: ModelConfig | None, path: str | Path, *,
@@ -83,7 +104,7 @@ def checkpoint_home(path: str | Path) -> Path:
     there, `protdp predict` reads it): the resolved iter_N folder of a training run, or the
     folder holding a model file."""
     path = Path(path).resolve()
-    if is_imported_folder(path):                    # `protdp weights import` output
+    if is_imported_folder(path) or (path / MULTIMER_MODEL_FILE).is_file():   # weights import
         return path
     return resolve_iteration_dir(path) if path.is_dir() else path.parent
 

@@ -31,7 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", required=True, action="append",
                    help="model file (protdp-model-v1) or training run / iter_N folder; repeat it "
                         "for an ensemble (AlphaFold's model_1..5), or give a folder holding "
-                        "model_1 .. model_5 checkpoints")
+                        "model_1 .. model_5 checkpoints; a multimer checkpoint (`weights import` "
+                        "of params_model_N_multimer_v3.npz) reads --fasta as complexes "
+                        "(ColabFold 'A:B' records or one FASTA file per complex)")
     p.add_argument("--fasta", required=True,
                    help="targets: a FASTA file (one record each), a folder of FASTA / a3m files "
                         "or a CSV with id,sequence columns (ColabFold's batch inputs)")
@@ -115,6 +117,31 @@ def expand_checkpoints(paths: list[str]) -> list[str]:
     return out
 
 
+def load_checkpoints(paths: list[str], device: str | None) -> list:
+    """Multimer checkpoints (`protdp weights import` of params_model_N_multimer_v3.npz) loaded
+    here, where the weights package may be imported; anything else as given (the predictor
+    loads it). A multimer model makes `protdp predict` read the input as complexes."""
+    from protdp.inference.checkpoint import (MULTIMER_KIND, MULTIMER_MODEL_FILE, LoadedModel,
+                                            is_multimer_checkpoint, sha256_file)
+
+    out = []
+    for p in paths:
+        if not is_multimer_checkpoint(p):
+            out.append(p)
+            continue
+        import torch
+
+        from protdp.weights.multimer_checkpoint import load_multimer
+
+        dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        folder = Path(p) if Path(p).is_dir() else Path(p).parent
+        model = load_multimer(folder).to(dev)
+        out.append(LoadedModel(model, model.config, folder.resolve(),
+                               sha256_file(folder / MULTIMER_MODEL_FILE), MULTIMER_KIND,
+                               "imported", None, None))
+    return out
+
+
 def _gate_policy(args):
     """Gate policy YAML, tightened by calibration reports: `--calibration` (a pLDDT-vs-lDDT
     report or a reviewed calibration from `protdp calibrate --from-reviews`) and, for a kind
@@ -145,6 +172,10 @@ def _gate_policy(args):
         print(f"protdp predict: gate threshold mean pLDDT >= {policy.accept_mean_plddt:g} "
               f"(calibrated: {path}); very-low fraction <= {policy.max_very_low_fraction:g}, "
               f"MSA depth >= {policy.min_msa_depth}")
+        if (policy.min_iptm, policy.max_interface_pae) != (before.min_iptm,
+                                                           before.max_interface_pae):
+            print(f"protdp predict: complexes: ipTM >= {policy.min_iptm:g}, interface PAE <= "
+                  f"{policy.max_interface_pae:g} Å (calibrated: {path})")
     return policy
 
 
@@ -193,6 +224,34 @@ def _search_missing_msas(args, config: PredictConfig, rank: int, world_size: int
                      "search_dir": str(search_dir.resolve())}
 
 
+def _search_complex_msas(args, config: PredictConfig, rank: int, world_size: int):
+    """--db with complexes: `protdp msa search --complexes` of this rank's complexes (each
+    distinct chain once, `<complex>_<chain id>/` with the Stockholm alignment the pairing reads)
+    into --msa-search-dir; that folder is then the MSA folder. Without --db: --msa-dir."""
+    if not args.db:
+        return args.msa_dir, None
+    if args.msa_dir:
+        raise ConfigError("complexes: give --msa-dir (precomputed `protdp msa search "
+                          "--complexes`) or --db (search here), not both")
+    from protdp.inference.complexes import read_complex_targets
+    from protdp.inference.sharding import shard_by_cost, target_lengths
+    from protdp.msa import search_provenance, search_targets
+    from protdp.msa.cli import read_complex_queries, settings_from_args
+
+    settings = settings_from_args(args)
+    targets, _ = read_complex_targets(args.fasta)
+    mine = {targets[i].target_id for i in shard_by_cost(target_lengths(targets), world_size)[rank]}
+    queries, _ = read_complex_queries(args.fasta, max_length=config.max_length)
+    queries = [q for q in queries if q.name.rsplit("_", 1)[0] in mine]
+    search_dir = Path(args.msa_search_dir) if args.msa_search_dir else Path(args.out) / "msa_search"
+    suffix = "" if world_size == 1 else f".rank{rank:05d}"
+    report = search_targets(queries, args.db, search_dir, settings=settings,
+                            workers=args.workers, batch_size=args.batch_size,
+                            progress=not args.no_progress, summary_name=f"msa_search{suffix}.tsv")
+    return search_dir, {**search_provenance(settings, report.databases),
+                        "search_dir": str(search_dir.resolve())}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     writable_folder(args.out, "output folder (--out)")   # one clear line before any work
@@ -237,8 +296,11 @@ def main(argv: list[str] | None = None) -> int:
     args.checkpoint = expand_checkpoints(args.checkpoint)
     gating = _gate_policy(args)
     try:
-        msa_dir, msa_search = _search_missing_msas(args, config, launch.rank, launch.world_size)
-        result = predict(args.checkpoint, args.fasta, args.out, msa_dir=msa_dir,
+        checkpoints = load_checkpoints(args.checkpoint, device)
+        multimer = any(not isinstance(c, str) for c in checkpoints)
+        msa_dir, msa_search = (_search_complex_msas if multimer else _search_missing_msas)(
+            args, config, launch.rank, launch.world_size)
+        result = predict(checkpoints, args.fasta, args.out, msa_dir=msa_dir,
                          msa_search=msa_search,
                          config=config, gating=gating, screening=args.screening,
                          queue_url=args.queue_url, rank=launch.rank,
@@ -272,7 +334,12 @@ def _main_dap(args, config: PredictConfig, launch) -> int:
     from protdp.parallel.env import init_distributed
     from protdp.parallel.groups import build_groups
 
+    from protdp.inference.checkpoint import is_multimer_checkpoint
+
     checkpoints = expand_checkpoints(args.checkpoint)
+    if any(is_multimer_checkpoint(c) for c in checkpoints):
+        raise ConfigError(f"--dap-size {args.dap_size}: multimer checkpoints (complexes) run "
+                          "without DAP for now; leave --dap-size at 1")
     if len(checkpoints) != 1:
         raise ConfigError(f"--dap-size {args.dap_size} runs one checkpoint at a time; got "
                           f"{len(checkpoints)} (run the ensemble members one after another)")

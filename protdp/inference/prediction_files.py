@@ -21,31 +21,37 @@ def write_prediction_files(folder: Path, name: str, seq: str, preds: dict, order
                            ranking_debug: dict, timings: dict, coverage: list[int], model_config,
                            *, save_distogram: bool, plots: bool, msa_paths: list[str],
                            details: dict, relax: bool = False,
-                           relax_timeout_s: float = 300.0) -> dict[str, str]:
+                           relax_timeout_s: float = 300.0,
+                           chains: list[tuple[str, str]] | None = None) -> dict[str, str]:
     """Every file of one prediction into `folder`; returns {kind: file name}. The top-ranked
-    model is `<name>.pdb` (pLDDT B-factors) and `<name>.cif` (ModelCIF with QA metrics)."""
+    model is `<name>.pdb` (pLDDT B-factors) and `<name>.cif` (ModelCIF with QA metrics).
+    `chains` [(chain id, sequence)] in residue order: a complex, every structure file holds
+    every chain (`protdp.multimer.outputs`; the ModelCIF has one asym unit per chain and ipTM)
+    and the PAE JSON names each chain's residue range."""
     from protdp.model.heads import pae_bin_centres
     top = preds[order[0]]
     plddt = round_plddt(top["plddt"])
     outputs = {}
     if np.isfinite(top["positions"]).all() and np.isfinite(plddt).all():
-        files = write_structures(folder, name, seq, top["positions"], plddt, top["atom_mask"])
+        files = _structures(folder, name, seq, top, plddt, chains)
         outputs["pdb"] = files["pdb"].name
         outputs["cif"] = write_modelcif(files["cif"], name, seq, top["positions"],
-                                        top["atom_mask"], plddt, top.get("ptm"), details).name
+                                        top["atom_mask"], plddt, top.get("ptm"), details,
+                                        chains=chains, iptm=top.get("iptm")).name
     for k, n in enumerate(order):
         p = preds[n]
         if not (np.isfinite(p["positions"]).all() and np.isfinite(p["plddt"]).all()):
             continue
         for kind, fname in ((f"unrelaxed_{n}", f"unrelaxed_{n}"), (f"ranked_{k}", f"ranked_{k}")):
-            f = write_structures(folder, fname, seq, p["positions"], round_plddt(p["plddt"]),
-                                 p["atom_mask"], kinds=("pdb",))
+            f = _structures(folder, fname, seq, p, round_plddt(p["plddt"]), chains,
+                            kinds=("pdb",))
             outputs[kind] = f["pdb"].name
     max_pae = float(pae_bin_centres(model_config)[-1]) if top.get("pae") is not None else None
     edges = np.linspace(model_config.distogram_min, model_config.distogram_max,
                         model_config.distogram_bins - 1)
     outputs.update(write_af_files(folder, name, preds, order, ranking_debug, timings, max_pae,
-                                  save_distogram=save_distogram, distogram_edges=edges))
+                                  save_distogram=save_distogram, distogram_edges=edges,
+                                  chains=chains))
     if plots:
         outputs.update(write_plots(folder, name, preds, order, coverage))
     if relax and "ranked_0" in outputs:
@@ -61,3 +67,17 @@ def write_prediction_files(folder: Path, name: str, seq: str, preds: dict, order
         shutil.copyfile(src, dst)
         outputs[f"msa_{i}"] = dst.name
     return outputs
+
+
+def _structures(folder: Path, name: str, seq: str, pred: dict, plddt: np.ndarray,
+                chains: list[tuple[str, str]] | None, kinds=("pdb", "cif")) -> dict[str, Path]:
+    """One chain A (a monomer) or every chain of a complex."""
+    if not chains:
+        return write_structures(folder, name, seq, pred["positions"], plddt, pred["atom_mask"],
+                                kinds=kinds)
+    from protdp.multimer.outputs import write_complex_structures
+    files = write_complex_structures(folder, name, chains, pred["positions"], plddt,
+                                     pred["atom_mask"])
+    for kind in set(files) - set(kinds):
+        files.pop(kind).unlink()
+    return files

@@ -46,6 +46,9 @@ from protdp.inference.checkpoint import (LoadedModel, checkpoint_home, load_mode
 from protdp.inference.targets import (Target, clean_sequence, find_msa_files, load_msa,
                                       read_targets, sha256_text)
 from protdp.inference.af_outputs import write_summary_csv
+from protdp.inference.complexes import (COMPLEX_HINT, COMPLEX_SCORE_KEYS, build_features,
+                                       complex_scores, is_complex_record,
+                                       read_complex_targets, run_complex_ensemble)
 from protdp.inference.ensemble import members, run_member, ensemble_stops
 from protdp.inference.layout import (current_prediction, prediction_id, publish_build,
                                      set_aside_damaged, start_build, write_current)
@@ -234,8 +237,15 @@ class Predictor:
             self.settings["msa_search"] = msa_search
         # issue 31: template inputs for the members with a template module (AlphaFold's
         # model_1/2 of the five); None when no member has one (--template is then an error)
+        self.multimer = self.loaded.is_multimer
+        if any(m.is_multimer != self.multimer for m in self.models):
+            raise ConfigError("an ensemble mixes monomer and multimer checkpoints; run them "
+                              "as two batches")
+        if self.multimer and templates:
+            raise ConfigError("--template is not supported for complexes yet")
         with_templates = [m for m in self.models if m.config.templates]
-        self.templates = template_provider((with_templates or self.models)[0].config, templates)
+        self.templates = None if self.multimer else template_provider(
+            (with_templates or self.models)[0].config, templates)
         if templates:   # custom templates: their bytes are part of the prediction's identity
             self.settings["templates"] = [
                 {"spec": str(t), "sha256": sha256_file(Path(str(t).rsplit(":", 1)[0]))
@@ -254,11 +264,14 @@ class Predictor:
         record = {"gate": gate, **status.to_dict()}
         if status.released:
             return record, {}
+        reason = status.reason if not loaded.is_multimer else (
+            "imported multimer weights have no release record (`protdp release` evaluates "
+            "monomer checkpoints)")
         if gate == "enforce":
-            raise ConfigError(f"checkpoint {loaded.path} is not released: {status.reason}; "
+            raise ConfigError(f"checkpoint {loaded.path} is not released: {reason}; "
                               "pass --allow-unreleased to run it anyway (every prediction then "
                               "goes to review)")
-        return record, {"unreleased_checkpoint": status.reason}
+        return record, {"unreleased_checkpoint": reason}
 
     def close(self) -> None:
         self.sink.close()
@@ -334,23 +347,23 @@ class Predictor:
         try:
             if t.error:
                 raise InputError(t.error)
-            try:
-                seq = clean_sequence(t.raw_sequence, max_length=self.config.max_length,
-                                     max_unknown_fraction=self.config.max_unknown_fraction)
-            except InputError as exc:
-                if exc.path is not None or "source" not in t.extra:
-                    raise
-                raise InputError(exc.reason, path=t.extra["source"], line=t.line,
-                                 field=exc.field) from None
-            row["length"] = len(seq)
-            if self.config.msa_mode == "single_sequence":
-                msa_paths = []
-            elif "msa_files" in t.extra:
-                msa_paths = [Path(p) for p in t.extra["msa_files"]]
+            built = None
+            if "complex" in t.extra:            # issue 32: AlphaFold-Multimer inputs
+                msa_dir = None if self.config.msa_mode == "single_sequence" else fasta["msa_dir"]
+                built = build_features(t.extra["complex"], msa_dir,
+                                       max_length=self.config.max_length,
+                                       max_unknown_fraction=self.config.max_unknown_fraction)
+                seq = "".join(s for _, s in built["chains"])
+                row["length"] = len(seq)
+                msa_paths = built["files"]
+            elif is_complex_record(t.raw_sequence):
+                raise InputError(f"target '{t.target_id}' {COMPLEX_HINT}", path=t.extra.get(
+                    "source"), line=t.line)
             else:
-                msa_paths = find_msa_files(fasta["msa_dir"], t.file_name)
+                seq, msa_paths = self._monomer_inputs(t, fasta)
+                row["length"] = len(seq)
             msa_files = [{"path": str(p), "sha256": sha256_file(p)} for p in msa_paths]
-            fp = self.fingerprint(sha256_text(seq), msa_files)
+            fp = self.fingerprint(sha256_text(t.raw_sequence if built else seq), msa_files)
             tdir = self.targets_dir / t.file_name
             pid = prediction_id(fp)
             pdir = tdir / pid
@@ -359,7 +372,14 @@ class Predictor:
                 if self._intact_pending(pdir, fp):
                     return self._finish_pending(t, tdir, pdir, fp)
                 set_aside_damaged(pdir)
-            if done is None:
+            if done is None and built is not None:
+                t0 = time.perf_counter()
+                hits = self.screening.hits(seq) if self.screening is not None else []
+                preds, timings = run_complex_ensemble(self.models, built["features"], self.device,
+                                                      self.config)
+                timings["features"] = round(time.perf_counter() - t0 - sum(timings.values()), 3)
+                msa_depth, coverage, template_record = built["msa_depth"], built["coverage"], None
+            elif done is None:
                 t0 = time.perf_counter()
                 msa = load_msa(msa_paths)
                 msa_depth = 1 if msa is None else msa.depth
@@ -383,7 +403,26 @@ class Predictor:
         if done is not None:
             return self._skip(t, tdir, pdir, fp, done)
         return self._finish(t, seq, tdir, pid, fp, fasta, msa_files, msa_depth, hits, preds,
-                            timings, coverage, row, template_record)
+                            timings, coverage, row, template_record, built)
+
+    def _monomer_inputs(self, t: Target, fasta: dict) -> tuple[str, list[Path]]:
+        """The validated sequence and MSA files of a single-chain target."""
+        if self.multimer:
+            raise InputError(f"target '{t.target_id}' is a single chain: predict it with a "
+                             "monomer checkpoint")
+        try:
+            seq = clean_sequence(t.raw_sequence, max_length=self.config.max_length,
+                                 max_unknown_fraction=self.config.max_unknown_fraction)
+        except InputError as exc:
+            if exc.path is not None or "source" not in t.extra:
+                raise
+            raise InputError(exc.reason, path=t.extra["source"], line=t.line,
+                             field=exc.field) from None
+        if self.config.msa_mode == "single_sequence":
+            return seq, []
+        if "msa_files" in t.extra:
+            return seq, [Path(p) for p in t.extra["msa_files"]]
+        return seq, find_msa_files(fasta["msa_dir"], t.file_name)
 
     def _skip(self, t: Target, tdir: Path, pdir: Path, fp: str, done: dict) -> dict:
         """A prediction completed by an earlier run: its recorded row (flagged ones re-enqueued,
@@ -401,17 +440,19 @@ class Predictor:
         """Hand a flagged prediction to the review sink (same prediction id -> same item) with
         every file of its folder."""
         keep = ("sequence", "plddt", "mean_plddt", "afdb_bands", "band", "very_low_fraction", "ptm",
-                "msa_depth", "msa_rows_used", "msa_coverage", "length", "num_recycles", "ensemble")
+                "msa_depth", "msa_rows_used", "msa_coverage", "length", "num_recycles", "ensemble",
+                *COMPLEX_SCORE_KEYS)
         return self.sink.enqueue(f"{t.file_name}:{fp[:16]}", t.target_id,
-                                  {**{k: scores.get(k) for k in keep},
+                                  {**{k: scores[k] for k in keep if k in scores},
                                    "checkpoint_sha256": self.checkpoints_digest},  # queue binds it
                                   paths, scores["reasons"],
                                   details=scores["details"], actor="predictor")
 
     def _finish(self, t, seq, tdir, pid, fp, fasta, msa_files, msa_depth, hits, preds, timings,
-                coverage, row, template_record=None):
+                coverage, row, template_record=None, built=None):
         """Rank, gate and write the prediction folder (built hidden, renamed into place), then
-        enqueue and mark it complete (`_complete_published`)."""
+        enqueue and mark it complete (`_complete_published`). `built`: a complex's inputs
+        (`complexes.build_features`): chains in the files, ipTM / interface PAE in the gate."""
         order, ranking_debug = rank(preds)
         spread = ensemble_spread(preds, order) if len(preds) > 1 else None
         top = preds[order[0]]
@@ -425,21 +466,24 @@ class Predictor:
                                        forced_reasons=self.forced_reasons,
                                        ensemble_ca_rmsd=None if spread is None
                                        else spread["max_ca_rmsd"],
-                                       templates=template_names(template_record))
+                                       templates=template_names(template_record),
+                                       interface=None if built is None else
+                                       {"iptm": top["iptm"], "interface_pae": top["interface_pae"]})
         build = start_build(tdir, pid)
         outputs = write_prediction_files(build, t.file_name, seq, preds, order, ranking_debug,
-                                         timings, coverage, self.loaded.config,
+                                         timings, coverage, self.loaded.trunk_config,
                                          save_distogram=self.config.save_distogram,
                                          plots=self.config.plots, relax=self.config.relax,
                                          relax_timeout_s=self.config.relax_timeout_s,
                                          msa_paths=[m["path"] for m in msa_files],
+                                         chains=None if built is None else built["chains"],
                                          details={"checkpoint_sha256": top["checkpoint_sha256"],
                                                   "seed": top["seed"],
                                                   "num_recycles": top["num_recycles"]})
         mean = decision.mean_plddt
         ensemble = [{"name": n, "model": preds[n]["model_index"] + 1, "seed": preds[n]["seed"],
                      "rank": k + 1, "mean_plddt": round(float(np.mean(preds[n]["plddt"])), 2),
-                     "ptm": preds[n].get("ptm"),
+                     "ptm": preds[n].get("ptm"), "iptm": preds[n].get("iptm"),
                      "max_pae": None if preds[n].get("pae") is None
                      else round(float(np.max(preds[n]["pae"])), 2),
                      "recycles": preds[n]["num_recycles"], "seconds": preds[n]["seconds"],
@@ -460,14 +504,20 @@ class Predictor:
             "top_model": order[0], "ensemble": ensemble, "ensemble_spread": spread,
             "route": decision.route, "reasons": decision.reasons, "details": decision.details,
         }
+        if built is not None:        # issue 32: the complex's chains and interface scores
+            scores.update(complex_scores(built["chains"], top))
+            if built["note"]:
+                scores["details"] = {**scores["details"], "pairing": built["note"]}
         write_json(build / "scores.json", scores)
         outputs["scores"] = "scores.json"
         pdir = tdir / pid
         row.update(route=decision.route, reasons=decision.reasons, mean_plddt=mean,
-                   band=scores["band"], ptm=top.get("ptm"), msa_depth=msa_depth,
+                   band=scores["band"], ptm=top.get("ptm"), iptm=top.get("iptm"),
+                   chain_pair_iptm=scores.get("chain_pair_iptm"),
+                   msa_depth=msa_depth,
                    num_recycles=top["num_recycles"], top_model=order[0], ensemble=ensemble,
                    prediction_id=pid, status="predicted",
-                   detail="; ".join(decision.details.values()),
+                   detail="; ".join(scores["details"].values()),
                    paths={k: str(pdir / v) for k, v in outputs.items()})
         provenance = {
             "target": t.target_id, "header": t.header, "file_name": t.file_name,
@@ -483,7 +533,7 @@ class Predictor:
                        "msa_files": msa_files, "screening_list": self.screening_path,
                        "screening_list_sha256": self.screening_sha},
             "config": {"model": to_dict(self.loaded.config), **self.settings},
-            "attention": backend_report(self.loaded.config.attention_backend, self.device),
+            "attention": backend_report(self.loaded.trunk_config.attention_backend, self.device),
             "templates": template_record,
             "gate": decision.to_dict(), "outputs": outputs, "fingerprint": fp,
             "summary": {k: v for k, v in row.items() if k != "gate"},
@@ -556,7 +606,6 @@ def predict_batch(checkpoint: str | Path | LoadedModel | list, fasta: str | Path
     from protdp.inference.sharding import run_order, shard_by_cost, target_lengths
 
     fasta = Path(fasta)
-    targets, input_sha = read_inputs(fasta)
     if msa_dir is not None and not Path(msa_dir).is_dir():
         raise InputError("MSA directory not found", path=msa_dir)
     if world_size > 1 and barrier is None:
@@ -565,6 +614,8 @@ def predict_batch(checkpoint: str | Path | LoadedModel | list, fasta: str | Path
     ckpts = checkpoint if isinstance(checkpoint, (list, tuple)) else [checkpoint]
     loaded = [c if isinstance(c, LoadedModel) else load_model_checkpoint(c, device=device)
               for c in ckpts]
+    # a multimer checkpoint reads the input as complexes (issue 32), a monomer one as chains
+    targets, input_sha = (read_complex_targets if loaded[0].is_multimer else read_inputs)(fasta)
     screen = ScreeningList.from_fasta(screening) if screening else None
     pred = Predictor(loaded, out_dir, config=config, policy=load_gate_policy(gating),
                      screening=screen, screening_path=screening, sink=sink,

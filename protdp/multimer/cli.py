@@ -27,10 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from protdp.data.parse import parse_msa
 from protdp.data.residues import RESTYPES
-from protdp.errors import InputError, ProtdpError
-from protdp.inference.targets import clean_sequence, find_msa_files, load_msa
+from protdp.errors import ProtdpError
+from protdp.inference.complexes import chain_inputs, malformed_species_note
 from protdp.inference.writers import printable, safe_name
 from protdp.msa.writers import atomic_write
 from protdp.multimer.features import ChainInput, complex_features, write_pairing_report
@@ -44,46 +43,9 @@ COLUMNS = ("index", "complex", "chains", "length", "paired_rows", "msa_rows", "s
 
 
 def _chain_inputs(t: ComplexTarget, msa_dir: Path, pairing_db: str) -> list[ChainInput]:
-    names = chain_msa_names(t)
-    out = []
-    for c in t.chains:
-        where = f"complex '{t.complex_id}' chain {c.chain_id}"
-        try:
-            seq = clean_sequence(c.sequence, max_length=MAX_LENGTH,
-                                 max_unknown_fraction=MAX_UNKNOWN_FRACTION)
-        except InputError as exc:
-            raise InputError(f"{where}: {exc}", path=t.path, line=c.line) from None
-        stem = safe_name(names[c.chain_id])
-        files = [f for f in find_msa_files(msa_dir, stem)
-                 if not f.name.startswith(f"{pairing_db}.")]
-        if not files:
-            raise InputError(f"{where}: no MSA under {msa_dir / stem} (run `protdp msa search "
-                             f"--complexes` first)", path=t.path, line=c.line)
-        msa = load_msa(files)
-        if msa.query != seq:
-            raise InputError(f"{where}: the MSA's query is not the chain's sequence",
-                             path=files[0])
-        uniprot = None
-        if not t.is_homomer:
-            sto = msa_dir / stem / "stockholm" / f"{pairing_db}.sto"
-            if not sto.is_file():
-                raise InputError(f"{where}: no pairing alignment {sto} (search the "
-                                 f"'{pairing_db}' database with --complexes)", path=t.path,
-                                 line=c.line)
-            uniprot = parse_msa(sto)
-        out.append(ChainInput(c.chain_id, seq, msa, uniprot, None))
-    return out
-
-
-def _malformed_note(report: dict) -> str:
-    """One line naming UniProt-style row names whose species could not be read (not paired)."""
-    bad = {c: u for c, u in report.get("uniprot_msas", {}).items()
-           if u["malformed_uniprot_names"]}
-    if not bad:
-        return ""
-    return "; ".join(f"chain {c}: {u['malformed_uniprot_names']} UniProt-style row name(s) "
-                     f"without a readable species (first: '{printable(u['first_malformed'])}'),"
-                     f" left unpaired" for c, u in bad.items())
+    """Each chain's MSAs and pairing alignment (shared with `protdp predict`)."""
+    return chain_inputs(t, msa_dir, pairing_db=pairing_db, max_length=MAX_LENGTH,
+                        max_unknown_fraction=MAX_UNKNOWN_FRACTION)[0]
 
 
 def _save_npz(path: Path, arrays: dict) -> None:
@@ -112,7 +74,7 @@ def run(fasta: str, msa_dir: str, out: str, pairing_db: str) -> list[dict]:
         write_pairing_report(folder / "pairing.json", t.complex_id, cf.report)
         row.update(status="ok", msa_rows=int(cf.features["num_alignments"]),
                    paired_rows=len(cf.report.get("paired_rows", [])),
-                   detail=_malformed_note(cf.report))
+                   detail=malformed_species_note(cf.report))
     buf = io.StringIO()
     w = csv.writer(buf, delimiter="\t", lineterminator="\n")
     w.writerow(COLUMNS)

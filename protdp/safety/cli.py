@@ -131,6 +131,15 @@ def _calibrate_from_reviews(args) -> int:
     print(f"{c['decisions']} reviewed decisions: {c['approved']} approved, {c['rejected']} "
           f"rejected ({c['skipped']['escalated']} escalated and {c['skipped']['incomplete']} "
           "without features left out)")
+    cx = doc.get("complexes") or {}
+    if cx.get("status") == "ok":
+        cp = cx["policy"]
+        print(f"complexes ({cx['counts']['decisions']} reviewed): "
+              f"{'proposed' if cp['achievable'] else 'target NOT achievable:'} ipTM >= "
+              f"{cp['min_iptm']:g}, interface PAE <= {cp['max_interface_pae']:g} Å "
+              f"(configured floor: {cx['floor']})")
+    elif cx:
+        print(f"complexes: {cx['message']}")
     if doc["status"] != "ok":
         print(f"too few reviews: {doc['message']}; wrote {path}")
         return 0

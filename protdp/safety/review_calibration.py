@@ -17,7 +17,8 @@ corners (observed range for length and depth). The configured policy is the floo
 only tighten. Among the safe candidates the one accepting the most reviewed items wins (then
 the lowest mean-pLDDT threshold). With fewer than MIN_REVIEWS decisions, or fewer than
 MIN_PER_CLASS of either verdict, the report says so and proposes nothing, so the gate stays as
-configured.
+configured. Held-out complexes (reviewed complex items) calibrate the complex checks, ipTM and
+interface PAE, the same way (`interface_calibration`; the report's "complexes" section).
 """
 
 from __future__ import annotations
@@ -175,6 +176,9 @@ def fit_report(records: list[dict], floor: GatePolicy, *, target: float = DEFAUL
     "insufficient_reviews")."""
     if not 0.0 < target < 1.0:
         raise InputError(f"must be in (0, 1), got {target}", field="--target-reject-rate")
+    from protdp.safety.interface_calibration import fit_complex_report
+
+    complexes = fit_complex_report(records, floor, target=target)   # ipTM / interface PAE
     table = review_table(records)
     X, y = table["X"], table["y"]
     counts = {"decisions": int(len(y)), "approved": int(y.sum()), "rejected": int((~y).sum()),
@@ -182,7 +186,8 @@ def fit_report(records: list[dict], floor: GatePolicy, *, target: float = DEFAUL
     doc = {"format": REVIEWED_CALIBRATION_FORMAT, "method": method, "target_reject_rate": target,
            "features": list(FEATURES), "counts": counts,
            "floor": {k: getattr(floor, k) for k in ("accept_mean_plddt", "max_very_low_fraction",
-                                                     "min_msa_depth")}}
+                                                     "min_msa_depth")},
+           "complexes": complexes}
     if len(y) < MIN_REVIEWS or min(counts["approved"], counts["rejected"]) < MIN_PER_CLASS:
         doc.update(status="insufficient_reviews", message=(
             f"{len(y)} reviewed decisions ({counts['approved']} approved, {counts['rejected']} "

@@ -1,7 +1,8 @@
 // protdp review: the 3D view of a predicted structure (vendored 3Dmol.js, no CDN).
 // Loads whatever PDB/mmCIF the item's folder holds (backbone-only or all-atom), cartoon plus
 // side-chain sticks, every atom coloured by its B-factor (= pLDDT) in the AFDB bands.
-// Clicking a residue of the sequence centres the view on it.
+// Clicking a residue of the sequence centres the view on it. A complex (data-chains) starts
+// coloured by chain (the server's palette) and #colour-toggle switches to pLDDT and back.
 "use strict";
 
 (function () {
@@ -9,7 +10,11 @@
   const el0 = document.getElementById("viewer");
   const BANDS = el0 ? JSON.parse(el0.dataset.bands) : [];
   const inBand = (b, [lo, inclusive]) => (inclusive ? b >= lo : b > lo);
-  const colour = (atom) => (BANDS.find((band) => inBand(atom.b, band)) || BANDS[BANDS.length - 1])[2];
+  const bandColour = (atom) => (BANDS.find((band) => inBand(atom.b, band)) || BANDS[BANDS.length - 1])[2];
+  const CHAINS = el0 && el0.dataset.chains ? JSON.parse(el0.dataset.chains) : [];
+  const CHAIN_COLOUR = new Map(CHAINS.map((c) => [c.chain_id, c.color]));
+  const chainColour = (atom) => CHAIN_COLOUR.get(atom.chain) || "#808080";
+  const colour = (atom) => (el0.dataset.colouring === "chain" ? chainColour : bandColour)(atom);
   const BACKBONE = new Set(["N", "CA", "C", "O", "OXT"]);
 
   async function load() {
@@ -37,7 +42,8 @@
       };
       base();
       viewer.setHoverable({}, true, (atom) => {
-        status.textContent = atom.resn + atom.resi + " " + atom.atom + "  pLDDT " + atom.b.toFixed(1);
+        status.textContent = (CHAINS.length ? "chain " + atom.chain + " " : "") + atom.resn + atom.resi +
+          " " + atom.atom + "  pLDDT " + atom.b.toFixed(1);
       }, () => {});
       viewer.zoomTo();
       viewer.render();
@@ -45,6 +51,21 @@
       el.dataset.residues = String(new Set(atoms.map((a) => a.chain + ":" + a.resi)).size);
       el.dataset.sidechainAtoms = String(side.length);
       el.dataset.bfactors = atoms.filter((a) => a.atom === "CA").map((a) => a.b).join(",");
+      el.dataset.chainIds = [...new Set(atoms.map((a) => a.chain))].join(",");
+      el.dataset.chainColours = [...new Set(atoms.map((a) => a.chain))].map(
+        (c) => chainColour({chain: c})).join(",");
+      const toggle = document.getElementById("colour-toggle");
+      if (toggle) {
+        toggle.addEventListener("click", () => {
+          const toChain = el.dataset.colouring !== "chain";
+          el.dataset.colouring = toChain ? "chain" : "plddt";
+          toggle.textContent = toChain ? "Colour by pLDDT" : "Colour by chain";
+          document.getElementById("colour-by").textContent = "coloured by " + (toChain ? "chain" : "pLDDT");
+          document.getElementById("band-legend").hidden = toChain;
+          base();
+          viewer.render();
+        });
+      }
       el.dataset.state = "loaded";
       status.textContent = atoms.length + " atoms; drag to rotate, scroll to zoom; " +
                            "hover an atom for its pLDDT";

@@ -160,3 +160,45 @@ def pae_png(scores_path: Path | None) -> bytes | None:
         return None
     st = scores_path.stat()
     return _pae_png(str(scores_path), st.st_mtime_ns, st.st_size)
+
+
+# chain colours of a complex in the 3D view and the PAE overlay (colour-blind-safe Okabe-Ito
+# order, then Tableau 10; repeated past 16 chains)
+CHAIN_COLORS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
+                "#000000", "#4E79A7", "#F28E2B", "#59A14F", "#B07AA1", "#76B7B2", "#EDC948",
+                "#9C755F", "#BAB0AC")
+PAE_IMAGE_PX = 360                     # side of the PAE image on the item page
+
+
+def complex_view(scores: dict, size: int = PAE_IMAGE_PX) -> dict | None:
+    """What the workbench shows of a complex (scores with ≥ 2 `chains`, issue 32), else None:
+    each chain with its colour and 1-based residue range, the chain-pair ipTM as rows, and
+    the PAE overlay geometry on a `size` px image of the whole complex: a line at every chain
+    boundary and a rectangle around every interface (off-diagonal chain-pair) block."""
+    chains = scores.get("chains")
+    if not isinstance(chains, list) or len(chains) < 2:
+        return None
+    try:
+        ranges = [(str(c["chain_id"]), int(c["start"]), int(c["end"])) for c in chains]
+    except (KeyError, TypeError, ValueError):
+        return None
+    n = ranges[-1][2]
+    if n <= 0 or any(not 0 <= s < e <= n for _, s, e in ranges):
+        return None
+    scale = size / n
+    ids = [c for c, _, _ in ranges]
+    pairs = scores.get("chain_pair_iptm") if isinstance(scores.get("chain_pair_iptm"), dict) \
+        else {}
+    return {
+        "chains": [{"chain_id": c, "color": CHAIN_COLORS[k % len(CHAIN_COLORS)],
+                    "first": s + 1, "last": e} for k, (c, s, e) in enumerate(ranges)],
+        "pair_rows": [{"chain_id": a, "values": [(pairs.get(a) or {}).get(b) for b in ids]}
+                      for a in ids],
+        "ids": ids,
+        "size": size,
+        "boundaries": [round(s * scale, 2) for _, s, _ in ranges[1:]],
+        "interface_blocks": [{"x": round(sb * scale, 2), "y": round(sa * scale, 2),
+                              "w": round((eb - sb) * scale, 2), "h": round((ea - sa) * scale, 2),
+                              "label": f"{a}-{b}"}
+                             for a, sa, ea in ranges for b, sb, eb in ranges if a != b],
+    }

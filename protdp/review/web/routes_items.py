@@ -15,7 +15,8 @@ from protdp.review.hygiene import int_in_range
 from protdp.review.schema import ACTIONS, FINAL_STATES, ID_MAX
 from protdp.review.web.auth import (HTTPProblem, Viewer, acting, opened, require_page,
                                    require_post)
-from protdp.review.web.render import coverage_plot, pae_png, plddt_plot, residue_html
+from protdp.review.web.render import (complex_view, coverage_plot, pae_png, plddt_plot,
+                                     residue_html)
 
 router = APIRouter()
 
@@ -56,7 +57,7 @@ def item_context(request: Request, who: Viewer, item_id: int) -> dict:
                 is not None, events=view["events"], final=item["state"] in FINAL_STATES,
                 mine=mine, decidable=item["state"] == "pending" or mine, actions=list(ACTIONS),
                 prev_id=view["prev_id"], next_id=view["next_id"], draft="", error=None,
-                limits=view["limits"], band_scale=band_scale(),
+                limits=view["limits"], band_scale=band_scale(), complex=complex_view(scores),
                 structure_too_big=max((v for v in too_big.values() if v), default=None),
                 structure_limit=limit)
 
