@@ -185,3 +185,42 @@ def test_gpu_check_script_runs_on_cpu(tmp_path, monkeypatch):
     script = runpy.run_path(str(REPO_ROOT / "benchmarks/loader_gpu_check.py"))
     assert script["main"]() == 0
     assert json.loads(out.read_text())["equal_to_featurize"] is True
+
+
+class _DictStore:
+    def __init__(self, families: dict):
+        self.families = families
+
+    def read(self, fid: str) -> dict:
+        return self.families[fid]
+
+
+@pytest.mark.parametrize("ship_compact", [False, True])
+def test_template_batches_are_compact_examples_equal_to_featurize(ship_compact):
+    """A template model's worker ships its template features inside the compact example (no
+    collated special case); CPU-expanded or expanded by the consumer, the batch equals
+    `with_templates(featurize)` + `collate_templates(collate)`."""
+    from protdp.data.pipeline.expand import to_device
+    from protdp.templates.training import collate_templates, with_templates
+    from protdp.train.feed import build_micro_batch, collate_fn
+
+    rng = np.random.default_rng(5)
+    fams = {}
+    for i, T in enumerate((3, 0, 5)):        # a family without templates gets the placeholder
+        fam = synthetic_family(60, 40 + 4 * i, 20 + i)
+        L = fam["msa"].shape[1]
+        fam["templates"] = {"aatype": rng.integers(0, 22, (T, L)).astype(np.int8),
+                            "all_atom_positions": rng.normal(size=(T, L, 37, 3)).astype(np.float32),
+                            "all_atom_mask": (rng.random((T, L, 37)) < 0.8).astype(np.uint8)}
+        fams[f"t{i}"] = fam
+    kw = dict(crop_size=36, max_msa_rows=8, max_extra_msa_rows=20, msa_samples=2, training=True)
+    payload = {"store": "unused", "fids": list(fams), "seeds": [11, 12, 13], "kwargs": kw,
+               "compact": ship_compact, "max_templates": 2}
+    out = build_micro_batch(payload, _DictStore(fams))
+    if ship_compact:
+        out = expand_batch(out["compact"], "cpu", collate_fn=collate_fn(2))
+    featurize_t = with_templates(featurize, 2)
+    expected = collate_templates(collate)([featurize_t(f, seed=s, **kw)
+                                           for f, s in zip(fams.values(), (11, 12, 13))])
+    assert "template_aatype" in expected      # the draw took stored templates
+    assert_same(expected, to_device(out, torch.device("cpu")))

@@ -315,9 +315,20 @@ def featurize(family: dict, *, crop_size: int | None, max_msa_rows: int, seed: i
     return out
 
 
-def collate(examples: list[dict]) -> dict:
+def _zeros(shape: tuple, dtype: torch.dtype, device: torch.device, shared: bool) -> torch.Tensor:
+    """torch.zeros, or (`shared`, CPU) zeros allocated in shared memory: a data worker's batch
+    then crosses to the trainer without the copy that `share_memory_` would make (as torch's
+    DataLoader collates in its workers)."""
+    if not shared or device.type != "cpu":
+        return torch.zeros(shape, dtype=dtype, device=device)
+    numel = int(np.prod(shape, dtype=np.int64))
+    storage = torch.UntypedStorage._new_shared(numel * torch.empty((), dtype=dtype).element_size())
+    return torch.empty(0, dtype=dtype).set_(storage, 0, shape).zero_()
+
+
+def collate(examples: list[dict], shared: bool = False) -> dict:
     """Stack examples into a batch, zero-padding L and the MSA rows; masks are 0 on padding.
-    The batch is built on the examples' device."""
+    The batch is built on the examples' device (`shared`: in shared memory, see `_zeros`)."""
     if not examples:
         raise ValueError("collate needs at least one example")
     B = len(examples)
@@ -329,7 +340,7 @@ def collate(examples: list[dict]) -> dict:
         if any(len(s) != len(shapes[0]) for s in shapes):
             raise ValueError(f"collate: examples disagree on the rank of '{key}' (MSA samples?)")
         shape = tuple(max(s[i] for s in shapes) for i in range(len(shapes[0])))
-        out = torch.zeros((B,) + shape, dtype=examples[0][key].dtype, device=examples[0][key].device)
+        out = _zeros((B,) + shape, examples[0][key].dtype, examples[0][key].device, shared)
         for b, e in enumerate(examples):      # at the origin; the rest stays zero padding
             out[(b,) + tuple(slice(0, n) for n in e[key].shape)] = e[key]
         batch[key] = out

@@ -9,21 +9,25 @@ workers and whatever their timing. Checkpoints store the samplers' state *as con
 snapshot taken when the micro-batch the step trained on was drawn), not the prefetched state,
 so resume restarts at the exact position.
 
-On a CPU device the workers return the finished batch (`featurize` + `collate`); on a GPU
-they return compact integer examples (`pipeline.compact`), expanded on the device
-(`pipeline.expand`, pinned memory, non_blocking copies).
+Workers always build compact integer examples (`pipeline.compact`, with a template model's
+template features inside them). On a GPU they ship them and the training thread expands them
+on the device (`pipeline.expand`, pinned memory, non_blocking copies: device work, queued
+behind the step). On a CPU device the worker expands and collates them itself, into shared
+memory, so the training thread only receives the finished batch.
 """
 
 from __future__ import annotations
 
 import os
 from collections import deque
+from functools import partial
+from typing import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from protdp.data.features import collate, featurize
+from protdp.data.features import collate
 from protdp.data.pipeline.compact import compact_example
 from protdp.data.pipeline.expand import expand_batch, to_device
 from protdp.data.pipeline.pool import OrderedPool
@@ -43,29 +47,48 @@ def default_workers() -> int:
     return max(0, min(8, per_rank - 1))
 
 
+def example_fn(max_templates: int) -> Callable[..., dict]:
+    """The worker's per-family function: `compact_example`, with the family's sampled template
+    features added as they are for a template model (`with_templates`, issue 31)."""
+    if not max_templates:
+        return compact_example
+    from protdp.templates.training import with_templates
+
+    return with_templates(compact_example, max_templates)
+
+
+def collate_fn(max_templates: int, shared: bool = False) -> Callable[[list], dict]:
+    """`collate` (template keys padded too for a template model); `shared`: the batch is
+    allocated in shared memory (a worker's result crosses to the trainer without a copy)."""
+    fn = partial(collate, shared=True) if shared else collate
+    if max_templates:
+        from protdp.templates.training import collate_templates
+
+        fn = collate_templates(fn)
+    return fn
+
+
 def build_micro_batch(payload: dict, store=None) -> dict:
     """Worker side (module level: picklable by reference). payload: store path, family ids,
-    per-example seeds, featurize keyword arguments, `compact` -> the collated batch, or
-    {"compact": [examples]}; arrays as CPU tensors (shared memory in transit). `store`: the
-    open store (in the training process), else one opened per worker process."""
+    per-example seeds, featurize keyword arguments, `compact`, `max_templates` ->
+    {"compact": [compact examples]} (a GPU: expanded there), or the collated batch expanded
+    here (a CPU device: `expand` on the CPU is `featurize` bit for bit); arrays as CPU tensors
+    (shared memory in transit). `store`: the open store (in the training process), else one
+    opened per worker process."""
     from protdp.data.store import FamilyStore
 
+    in_worker = store is None
     store = store if store is not None else _STORES.get(payload["store"])
     if store is None:
         store = _STORES[payload["store"]] = FamilyStore(payload["store"])
-    kwargs = payload["kwargs"]
-    if payload.get("max_templates"):     # a template model: stored hits sampled as AF2 trains
-        from protdp.templates.training import collate_templates, with_templates
-
-        featurize_t = with_templates(featurize, payload["max_templates"])
-        return collate_templates(collate)([featurize_t(store.read(f), seed=s, **kwargs)
-                                           for f, s in zip(payload["fids"], payload["seeds"])])
+    make = example_fn(payload.get("max_templates", 0))
+    compacts = [make(store.read(f), seed=s, **payload["kwargs"])
+                for f, s in zip(payload["fids"], payload["seeds"])]
     if payload["compact"]:
         return {"compact": [{k: (torch.from_numpy(v) if isinstance(v, np.ndarray) else v)
-                             for k, v in compact_example(store.read(f), seed=s, **kwargs).items()}
-                            for f, s in zip(payload["fids"], payload["seeds"])]}
-    return collate([featurize(store.read(f), seed=s, **kwargs)
-                    for f, s in zip(payload["fids"], payload["seeds"])])
+                             for k, v in c.items()} for c in compacts]}
+    return expand_batch(compacts, "cpu",
+                        collate_fn=collate_fn(payload.get("max_templates", 0), shared=in_worker))
 
 
 def describe(payload: dict) -> str:
@@ -94,8 +117,8 @@ class BatchFeed:
         self.sources, self.seed_of, self.source_of = sources, seed_of, source_of
         self.example_seed, self.kwargs, self.device = example_seed, kwargs, device
         self.num_micro = num_micro
-        # template models ship the collated batch (templates are not in the compact form)
         self.max_templates = max_templates
+        self._collate = collate_fn(max_templates)
         self.compact = device.type == "cuda" if compact is None else compact
         self._cursor = (start_iteration, 0)
         self._planned: deque[_Planned] = deque()
@@ -114,7 +137,7 @@ class BatchFeed:
         fids = source.next_micro_batch()
         payload = {"store": str(source.store.path), "fids": list(fids),
                    "seeds": [self.example_seed(seed, k) for k in range(len(fids))],
-                   "kwargs": self.kwargs, "compact": self.compact and not self.max_templates,
+                   "kwargs": self.kwargs, "compact": self.compact,
                    "max_templates": self.max_templates}
         self._cursor = (it + 1, 0) if micro + 1 == self.num_micro else (it, micro + 1)
         planned = _Planned(it, micro, source, list(fids), payload, self._states())
@@ -130,7 +153,7 @@ class BatchFeed:
         """(source, family ids, batch on the device) of micro-batch `micro` of `iteration`."""
         source, fids, out = self.next_host(iteration, micro)
         if "compact" in out:
-            batch = expand_batch(out["compact"], self.device)
+            batch = expand_batch(out["compact"], self.device, collate_fn=self._collate)
         else:
             batch = to_device(out, self.device)
         return source, fids, batch
