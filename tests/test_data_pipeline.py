@@ -136,6 +136,47 @@ def test_pool_dead_hung_and_failing_workers_are_clear_errors():
     assert time.monotonic() - t0 < 20
 
 
+def test_ready_thread_keeps_order_reraises_and_shuts_down_cleanly():
+    """The trainer-side ready thread (pipeline.ready) gives the pool's results in order, each
+    prepared; a task's error and a dead worker reach the training thread as the pool raises
+    them; closing while it waits on a busy worker returns promptly."""
+    from protdp.data.pipeline.ready import ReadyThread, touch_pages
+
+    seen = []
+    with OrderedPool(slow_square, 2, timeout=30, describe=describe) as pool:
+        ready = ReadyThread(pool, lambda r: {**r, "prepared": True})
+        for i in range(6):
+            pool.submit({"i": i, "fids": [f"f{i}"], "jitter": 0.05})
+            ready.expect()
+        pool.submit({"i": 6, "fids": ["broken_family"], "action": "bad"})
+        ready.expect()
+        for i in range(6):
+            r = ready.get()
+            seen.append(r["index"])
+            assert r["prepared"] and r["value"] == i ** 2
+            ready.release(r)
+        with pytest.raises(InputError, match="bad family"):
+            ready.get()
+        pool.submit({"i": 7, "fids": ["fam_that_kills"], "action": "die"})
+        ready.expect()
+        with pytest.raises(WorkerError, match="died with exit code 3 while building families "
+                                              "fam_that_kills"):
+            ready.get()
+        ready.close()
+    assert seen == list(range(6))
+    t0 = time.monotonic()
+    pool = OrderedPool(slow_square, 1, timeout=60, describe=describe)
+    ready = ReadyThread(pool, touch_pages)
+    pool.submit({"i": 0, "fids": ["fam_that_hangs"], "action": "hang"})
+    ready.expect()
+    ready.stop()
+    pool.close()
+    ready.close()
+    assert not ready._thread.is_alive() and time.monotonic() - t0 < 15
+    batch = {"a": torch.arange(5000, dtype=torch.float32), "b": [np.ones(3000)], "c": "x"}
+    assert touch_pages(batch) is batch
+
+
 def _feed(store, workers: int, states=None, start: int = 0) -> BatchFeed:
     sampler = FamilySampler(store, 1, 0, 2, seed=3, crop_size=64)
     if states is not None:
