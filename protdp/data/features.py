@@ -93,11 +93,16 @@ def bert_mask(msa: np.ndarray, profile: np.ndarray, rng: np.random.Generator,
     return out, selected
 
 
+_AGREEMENT_TABLE = np.eye(256, AGREEMENT_CLASSES, dtype=np.int8)   # token -> its one-hot row
+
+
 def agreement_one_hot(msa) -> torch.Tensor:
-    """[N, L] tokens -> int8 [N, L * 21]: one-hot of residues and X; gaps and mask are 0."""
-    tokens = torch.as_tensor(np.asarray(msa)).to(torch.int8)
-    classes = torch.arange(AGREEMENT_CLASSES, dtype=torch.int8)
-    return (tokens.unsqueeze(-1) == classes).view(torch.int8).reshape(tokens.shape[0], -1)
+    """[N, L] tokens -> int8 [N, L * 21]: one-hot of residues and X; gaps and mask are 0 (a
+    row lookup in a [256, 21] table: half the time of a broadcast comparison)."""
+    tokens = np.asarray(msa)
+    if tokens.dtype != np.uint8:
+        tokens = tokens.astype(np.uint8)                  # tokens are 0..22
+    return torch.from_numpy(_AGREEMENT_TABLE[tokens].reshape(tokens.shape[0], -1))
 
 
 def _agreement_counts(extra: torch.Tensor, centres_t: torch.Tensor) -> torch.Tensor:
@@ -144,8 +149,11 @@ def cluster_deletion_mean(centre_del: np.ndarray, extra_del: np.ndarray, assignm
     """Mean deletion count per centre and column over its assigned extra rows and itself
     (float64 [N, L]; AF2 `summarize_clusters`)."""
     n, L = centre_del.shape
-    cell_, denominator = _cluster_sums(assignment, n, L)
-    cell = cell_ if cell is None else cell
+    if cell is None:
+        cell, denominator = _cluster_sums(assignment, n, L)
+    else:       # the caller's cells: only the members per centre are left to count
+        members = 1.0 + np.bincount(assignment, minlength=n).astype(np.float64)
+        denominator = np.broadcast_to(1e-6 + members[:, None], (n, L))
     deletions = centre_del + np.bincount(cell, weights=extra_del.ravel().astype(np.float64),
                                          minlength=n * L).reshape(n, L)
     return deletions / denominator
