@@ -115,15 +115,20 @@ def _agreement_counts(extra: torch.Tensor, centres_t: torch.Tensor) -> torch.Ten
         return (extra.float() @ centres_t.float()).to(torch.int32)
 
 
-def nearest_centre(rows, centres: np.ndarray, chunk: int = 4096) -> np.ndarray:
-    """For every row (tokens [R, L] or their `agreement_one_hot` [R, L*21]) the index of the
-    centre [N, L] it agrees with most (ties: the first centre, `torch.argmax`) -> int64 [R]."""
-    if rows.shape[0] == 0:
+def nearest_centre(rows, centres: np.ndarray, chunk: int = 4096,
+                   index: np.ndarray | None = None) -> np.ndarray:
+    """For every row (tokens [R, L] or their `agreement_one_hot` [R, L*21]; `index`: only
+    rows[index], gathered chunk by chunk) the index of the centre [N, L] it agrees with most
+    (ties: the first centre, `torch.argmax`) -> int64 [R or len(index)]."""
+    index_t = None if index is None else torch.from_numpy(np.asarray(index, np.int64))
+    count = rows.shape[0] if index_t is None else len(index_t)
+    if count == 0:
         return np.zeros(0, np.int64)
     centres_t = agreement_one_hot(centres).T.contiguous()                       # [L*21, N]
     out = []
-    for i in range(0, rows.shape[0], chunk):
-        part = rows[i:i + chunk]
+    for i in range(0, count, chunk):
+        part = (rows[i:i + chunk] if index_t is None
+                else rows.index_select(0, index_t[i:i + chunk]))
         part = part if isinstance(part, torch.Tensor) else agreement_one_hot(part)
         out.append(torch.argmax(_agreement_counts(part, centres_t), dim=1))
     return torch.cat(out).numpy().astype(np.int64)
@@ -192,8 +197,8 @@ def sample_plan(msa: np.ndarray, rng: np.random.Generator, *, max_rows: int, max
         centres, selected = true_msa, np.zeros(true_msa.shape, bool)
     if not assign:
         assignment = None
-    elif one_hot is not None:   # every row against the centres, then the extra rows' answers
-        assignment = nearest_centre(one_hot, centres)[extra_rows]
+    elif one_hot is not None:   # the extra rows' shared one-hots (not the centres': ~10 %)
+        assignment = nearest_centre(one_hot, centres, index=extra_rows)
     else:
         assignment = nearest_centre(msa[extra_rows], centres)
     keep = rng.permutation(len(extra_rows))[:max_extra]
