@@ -98,7 +98,7 @@ _AGREEMENT_TABLE = np.eye(256, AGREEMENT_CLASSES, dtype=np.int8)   # token -> it
 
 def agreement_one_hot(msa) -> torch.Tensor:
     """[N, L] tokens -> int8 [N, L * 21]: one-hot of residues and X; gaps and mask are 0 (a
-    row lookup in a [256, 21] table: half the time of a broadcast comparison)."""
+    row lookup in a [256, 21] table, cheaper than a broadcast comparison)."""
     tokens = np.asarray(msa)
     if tokens.dtype != np.uint8:
         tokens = tokens.astype(np.uint8)                  # tokens are 0..22

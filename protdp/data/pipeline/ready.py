@@ -3,12 +3,11 @@ role of torch DataLoader's pin-memory thread): it takes the pool's results in or
 each one ahead of the step that uses it and releases the batches the training thread is done
 with, so none of that runs on the critical path.
 
-What it moves off the training thread, per micro-batch (measured on the CPU path, 88 MB
-batches at AF2 sizes: benchmarks/results/loader.json): the first touch of the batch's shared
-memory pages (page faults, 20-80 ms, which the forward pass would otherwise take) and the
-release of a finished batch (munmap of its shared memory, ~17 ms of CPU when the training
-thread drops it). On a GPU `prepare` pins the compact arrays (page-locked host copies, the
-slow part of a `non_blocking` copy).
+What it moves off the training thread, per micro-batch: the first touch of a CPU batch's
+shared-memory pages (page faults the forward pass would otherwise take) and the release of a
+finished batch (the munmap of its shared memory when the last reference goes); on a GPU,
+`prepare` pins the compact arrays (page-locked host copies for the `non_blocking` copy).
+Measured in benchmarks/results/loader_cpu_feed.json.
 
 Order and content are the pool's: `expect()` is called once per submitted task, `get()`
 returns the results in the same order. An exception of the pool (a task's own error, a dead or
