@@ -145,6 +145,61 @@ def featurizer_section(rev: str, sizes: list[int], repeats: int, openfold_src: s
     return out
 
 
+PROFILED = ("msa_profile", "shared_one_hot", "bert_mask", "agreement_one_hot",
+            "_agreement_counts", "nearest_centre", "summarize_clusters", "msa_sample",
+            "residue_features")
+
+
+def profile_section(sizes: list[int], repeats: int) -> list[dict]:
+    """CPU seconds (one thread, `process_time`) of featurize's components at AF2 sizes: each
+    function of `protdp.data.features` wrapped with a timer (inclusive times: nearest_centre
+    contains _agreement_counts and the centres' agreement_one_hot, msa_sample contains
+    summarize_clusters); the best of `repeats` runs."""
+    import protdp.data.features as F
+
+    acc: dict[str, float] = {}
+    originals = {name: getattr(F, name) for name in PROFILED}
+
+    def timed(name, fn):
+        def run(*a, **k):
+            t = time.process_time()
+            try:
+                return fn(*a, **k)
+            finally:
+                acc[name] = acc.get(name, 0.0) + time.process_time() - t
+        return run
+
+    out = []
+    try:
+        for name, fn in originals.items():
+            setattr(F, name, timed(name, fn))
+        for rows in sizes:
+            fam = synthetic_family(rows, 384, 0)
+            best: dict[str, float] = {}
+            for _ in range(repeats):
+                acc.clear()
+                t = time.process_time()
+                F.featurize(fam, seed=1, **AF2)
+                acc["featurize (total)"] = time.process_time() - t
+                if not best or acc["featurize (total)"] < best["featurize (total)"]:
+                    best = dict(acc)
+            product = best.get("_agreement_counts", 0.0)
+            # extra rows x (L * 21) x centres, per MSA sample
+            macs = AF2["msa_samples"] * (rows - AF2["max_msa_rows"]) * 384 * 21 * AF2["max_msa_rows"]
+            best["rest (stack, conversions, draws)"] = best["featurize (total)"] - sum(
+                best.get(k, 0.0) for k in ("msa_profile", "shared_one_hot", "bert_mask",
+                                           "nearest_centre", "msa_sample", "residue_features"))
+            row = {"msa_rows": rows, **AF2, "cpu_s": {k: round(v, 4) for k, v in best.items()},
+                   "int8_product_share": round(product / best["featurize (total)"], 3),
+                   "int8_macs": macs, "int8_gmac_per_s": round(macs / product / 1e9, 1)}
+            print(json.dumps(row))
+            out.append(row)
+    finally:
+        for name, fn in originals.items():
+            setattr(F, name, fn)
+    return out
+
+
 def build_store(path: Path, families: list[dict]) -> None:
     from protdp.data.store import new_store_file, write_family, write_index
 
@@ -154,12 +209,21 @@ def build_store(path: Path, families: list[dict]) -> None:
         write_index(h5)
 
 
+def read_pages(batch: dict) -> None:
+    """One byte of every 4 KiB page of every tensor (what a forward pass's first read costs)."""
+    for v in batch.values():
+        if isinstance(v, torch.Tensor) and v.numel():
+            v.reshape(-1).view(torch.uint8)[::4096].sum()
+
+
 def feed_run(store_path: Path, *, workers: int, depth: int, step_s: float, steps: int,
              compact: bool = True) -> dict:
     """Steps of a stand-in accelerator (sleep `step_s`: no host CPU) fed by BatchFeed on the
     GPU path: the training thread waits for the workers' compact examples (data_wait); their
     expansion is device work, part of the accelerator's step (loader_gpu_check.py).
-    `compact=False`: the CPU-device path (workers run featurize + collate, 88 MB batches)."""
+    `compact=False`: the CPU-device path (workers run featurize + collate, 88 MB batches, taken
+    with `feed.next` as the trainer does; the step reads one byte per page of its batch, the
+    first touch a forward pass would pay, reported as mean_first_touch_s)."""
     from protdp.data.sampler import FamilySampler
     from protdp.data.store import FamilyStore
     from protdp.train.feed import BatchFeed
@@ -171,23 +235,33 @@ def feed_run(store_path: Path, *, workers: int, depth: int, step_s: float, steps
                      example_seed=lambda s, k: s + k, kwargs={**AF2, "training": True},
                      start_iteration=0, num_micro=1, device=torch.device("cpu"), workers=workers,
                      prefetch_depth=depth, timeout=600, compact=compact)
-    waits, totals, fams = [], [], []
+    waits, totals, fams, touches, thread_cpu = [], [], [], [], []
+    take = feed.next_host if compact else feed.next   # the GPU path expands on the device
+    batch = None
     try:
-        feed.next_host(0, 0)                              # warm-up: worker start, first batch
+        take(0, 0)                                        # warm-up: worker start, first batch
         time.sleep(step_s)
         for it in range(1, steps + 1):
-            t0 = time.perf_counter()
-            _, fids, _ = feed.next_host(it, 0)
+            t0, c0 = time.perf_counter(), time.thread_time()
+            _, fids, batch = take(it, 0)                  # (drops the previous batch, as a trainer)
             t1 = time.perf_counter()
+            thread_cpu.append(time.thread_time() - c0)
+            if not compact:       # a CPU step reads its batch: the first touch is part of it
+                read_pages(batch)
+                touches.append(time.perf_counter() - t1)
             time.sleep(step_s)                            # the accelerator's step
             waits.append(t1 - t0)
             totals.append(time.perf_counter() - t0)
             fams.append(fids[0])
     finally:
+        del batch
         feed.close()
     return {"path": "gpu (compact)" if compact else "cpu (featurize)", "workers": workers,
             "prefetch_depth": depth, "stand_in_step_s": step_s, "load_avg_1m": os.getloadavg()[0],
             "steps": steps, "data_wait_fraction": sum(waits) / sum(totals),
+            "mean_data_wait_s": sum(waits) / len(waits),
+            "mean_data_wait_thread_cpu_s": sum(thread_cpu) / len(thread_cpu),
+            "mean_first_touch_s": sum(touches) / len(touches) if touches else None,
             "max_step_s": max(totals), "mean_step_s": sum(totals) / len(totals),
             "per_step_s": [round(t, 3) for t in totals], "families": fams}
 
@@ -205,12 +279,19 @@ def main() -> None:
                     help="the slow family has this many times --feed-rows MSA rows")
     ap.add_argument("--keep-feed", action="store_true",
                     help="reuse the feed section of the existing --out file")
+    ap.add_argument("--profile-only", action="store_true",
+                    help="only (re)measure the featurizer profile section of the --out file")
     ap.add_argument("--keep-featurizer", action="store_true",
                     help="reuse the featurizer section of the existing --out file")
     args = ap.parse_args()
     torch.set_num_threads(1)
     repeats = 1 if args.quick else 2
     result = {"benchmark": "loader", "baseline_rev": args.baseline_rev}
+    if args.profile_only:
+        result = json.loads(Path(args.out).read_text())
+        result["featurizer_profile"] = profile_section([5000, 10000], 3)
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+        return
     if args.keep_featurizer and Path(args.out).exists():
         result["featurizer"] = json.loads(Path(args.out).read_text())["featurizer"]
     else:

@@ -58,9 +58,16 @@ def main() -> int:
     expand_s = time.perf_counter() - t0
     equal = all(torch.equal(reference[k].nan_to_num(), batch[k].cpu().nan_to_num())
                 for k in reference if isinstance(reference[k], torch.Tensor))
+    # the feed's GPU path: the ready thread pins the compact arrays, then they are expanded
+    from protdp.data.pipeline.ready import pin_arrays
+    pinned = pin_arrays(compacts) if device.type == "cuda" else compacts
+    via_pinned = expand_batch(pinned, device)
+    equal_pinned = all(torch.equal(reference[k].nan_to_num(), via_pinned[k].cpu().nan_to_num())
+                       for k in reference if isinstance(reference[k], torch.Tensor))
+    equal = equal and equal_pinned
     result = {"device": str(device), "name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
               **kw, "msa_rows": args.rows, "length": args.length, "batch": args.batch,
-              "equal_to_featurize": bool(equal),
+              "equal_to_featurize": bool(equal), "equal_via_pinned": bool(equal_pinned),
               "bytes_per_example_featurized": nbytes(reference) / args.batch,
               "bytes_per_example_compact": sum(nbytes(c) for c in compacts) / args.batch,
               "expand_and_msa_feat_s": expand_s,

@@ -136,6 +136,47 @@ def test_pool_dead_hung_and_failing_workers_are_clear_errors():
     assert time.monotonic() - t0 < 20
 
 
+def test_ready_thread_keeps_order_reraises_and_shuts_down_cleanly():
+    """The trainer-side ready thread (pipeline.ready) gives the pool's results in order, each
+    prepared; a task's error and a dead worker reach the training thread as the pool raises
+    them; closing while it waits on a busy worker returns promptly."""
+    from protdp.data.pipeline.ready import ReadyThread, touch_pages
+
+    seen = []
+    with OrderedPool(slow_square, 2, timeout=30, describe=describe) as pool:
+        ready = ReadyThread(pool, lambda r: {**r, "prepared": True})
+        for i in range(6):
+            pool.submit({"i": i, "fids": [f"f{i}"], "jitter": 0.05})
+            ready.expect()
+        pool.submit({"i": 6, "fids": ["broken_family"], "action": "bad"})
+        ready.expect()
+        for i in range(6):
+            r = ready.get()
+            seen.append(r["index"])
+            assert r["prepared"] and r["value"] == i ** 2
+            ready.release(r)
+        with pytest.raises(InputError, match="bad family"):
+            ready.get()
+        pool.submit({"i": 7, "fids": ["fam_that_kills"], "action": "die"})
+        ready.expect()
+        with pytest.raises(WorkerError, match="died with exit code 3 while building families "
+                                              "fam_that_kills"):
+            ready.get()
+        ready.close()
+    assert seen == list(range(6))
+    t0 = time.monotonic()
+    pool = OrderedPool(slow_square, 1, timeout=60, describe=describe)
+    ready = ReadyThread(pool, touch_pages)
+    pool.submit({"i": 0, "fids": ["fam_that_hangs"], "action": "hang"})
+    ready.expect()
+    ready.stop()
+    pool.close()
+    ready.close()
+    assert not ready._thread.is_alive() and time.monotonic() - t0 < 15
+    batch = {"a": torch.arange(5000, dtype=torch.float32), "b": [np.ones(3000)], "c": "x"}
+    assert touch_pages(batch) is batch
+
+
 def _feed(store, workers: int, states=None, start: int = 0) -> BatchFeed:
     sampler = FamilySampler(store, 1, 0, 2, seed=3, crop_size=64)
     if states is not None:
@@ -185,3 +226,42 @@ def test_gpu_check_script_runs_on_cpu(tmp_path, monkeypatch):
     script = runpy.run_path(str(REPO_ROOT / "benchmarks/loader_gpu_check.py"))
     assert script["main"]() == 0
     assert json.loads(out.read_text())["equal_to_featurize"] is True
+
+
+class _DictStore:
+    def __init__(self, families: dict):
+        self.families = families
+
+    def read(self, fid: str) -> dict:
+        return self.families[fid]
+
+
+@pytest.mark.parametrize("ship_compact", [False, True])
+def test_template_batches_are_compact_examples_equal_to_featurize(ship_compact):
+    """A template model's worker ships its template features inside the compact example (no
+    collated special case); CPU-expanded or expanded by the consumer, the batch equals
+    `with_templates(featurize)` + `collate_templates(collate)`."""
+    from protdp.data.pipeline.expand import to_device
+    from protdp.templates.training import collate_templates, with_templates
+    from protdp.train.feed import build_micro_batch, collate_fn
+
+    rng = np.random.default_rng(5)
+    fams = {}
+    for i, T in enumerate((3, 0, 5)):        # a family without templates gets the placeholder
+        fam = synthetic_family(60, 40 + 4 * i, 20 + i)
+        L = fam["msa"].shape[1]
+        fam["templates"] = {"aatype": rng.integers(0, 22, (T, L)).astype(np.int8),
+                            "all_atom_positions": rng.normal(size=(T, L, 37, 3)).astype(np.float32),
+                            "all_atom_mask": (rng.random((T, L, 37)) < 0.8).astype(np.uint8)}
+        fams[f"t{i}"] = fam
+    kw = dict(crop_size=36, max_msa_rows=8, max_extra_msa_rows=20, msa_samples=2, training=True)
+    payload = {"store": "unused", "fids": list(fams), "seeds": [11, 12, 13], "kwargs": kw,
+               "compact": ship_compact, "max_templates": 2}
+    out = build_micro_batch(payload, _DictStore(fams))
+    if ship_compact:
+        out = expand_batch(out["compact"], "cpu", collate_fn=collate_fn(2))
+    featurize_t = with_templates(featurize, 2)
+    expected = collate_templates(collate)([featurize_t(f, seed=s, **kw)
+                                           for f, s in zip(fams.values(), (11, 12, 13))])
+    assert "template_aatype" in expected      # the draw took stored templates
+    assert_same(expected, to_device(out, torch.device("cpu")))

@@ -93,11 +93,16 @@ def bert_mask(msa: np.ndarray, profile: np.ndarray, rng: np.random.Generator,
     return out, selected
 
 
+_AGREEMENT_TABLE = np.eye(256, AGREEMENT_CLASSES, dtype=np.int8)   # token -> its one-hot row
+
+
 def agreement_one_hot(msa) -> torch.Tensor:
-    """[N, L] tokens -> int8 [N, L * 21]: one-hot of residues and X; gaps and mask are 0."""
-    tokens = torch.as_tensor(np.asarray(msa)).to(torch.int8)
-    classes = torch.arange(AGREEMENT_CLASSES, dtype=torch.int8)
-    return (tokens.unsqueeze(-1) == classes).view(torch.int8).reshape(tokens.shape[0], -1)
+    """[N, L] tokens -> int8 [N, L * 21]: one-hot of residues and X; gaps and mask are 0 (a
+    row lookup in a [256, 21] table, cheaper than a broadcast comparison)."""
+    tokens = np.asarray(msa)
+    if tokens.dtype != np.uint8:
+        tokens = tokens.astype(np.uint8)                  # tokens are 0..22
+    return torch.from_numpy(_AGREEMENT_TABLE[tokens].reshape(tokens.shape[0], -1))
 
 
 def _agreement_counts(extra: torch.Tensor, centres_t: torch.Tensor) -> torch.Tensor:
@@ -110,15 +115,20 @@ def _agreement_counts(extra: torch.Tensor, centres_t: torch.Tensor) -> torch.Ten
         return (extra.float() @ centres_t.float()).to(torch.int32)
 
 
-def nearest_centre(rows, centres: np.ndarray, chunk: int = 4096) -> np.ndarray:
-    """For every row (tokens [R, L] or their `agreement_one_hot` [R, L*21]) the index of the
-    centre [N, L] it agrees with most (ties: the first centre, `torch.argmax`) -> int64 [R]."""
-    if rows.shape[0] == 0:
+def nearest_centre(rows, centres: np.ndarray, chunk: int = 4096,
+                   index: np.ndarray | None = None) -> np.ndarray:
+    """For every row (tokens [R, L] or their `agreement_one_hot` [R, L*21]; `index`: only
+    rows[index], gathered chunk by chunk) the index of the centre [N, L] it agrees with most
+    (ties: the first centre, `torch.argmax`) -> int64 [R or len(index)]."""
+    index_t = None if index is None else torch.from_numpy(np.asarray(index, np.int64))
+    count = rows.shape[0] if index_t is None else len(index_t)
+    if count == 0:
         return np.zeros(0, np.int64)
     centres_t = agreement_one_hot(centres).T.contiguous()                       # [L*21, N]
     out = []
-    for i in range(0, rows.shape[0], chunk):
-        part = rows[i:i + chunk]
+    for i in range(0, count, chunk):
+        part = (rows[i:i + chunk] if index_t is None
+                else rows.index_select(0, index_t[i:i + chunk]))
         part = part if isinstance(part, torch.Tensor) else agreement_one_hot(part)
         out.append(torch.argmax(_agreement_counts(part, centres_t), dim=1))
     return torch.cat(out).numpy().astype(np.int64)
@@ -144,8 +154,11 @@ def cluster_deletion_mean(centre_del: np.ndarray, extra_del: np.ndarray, assignm
     """Mean deletion count per centre and column over its assigned extra rows and itself
     (float64 [N, L]; AF2 `summarize_clusters`)."""
     n, L = centre_del.shape
-    cell_, denominator = _cluster_sums(assignment, n, L)
-    cell = cell_ if cell is None else cell
+    if cell is None:
+        cell, denominator = _cluster_sums(assignment, n, L)
+    else:       # the caller's cells: only the members per centre are left to count
+        members = 1.0 + np.bincount(assignment, minlength=n).astype(np.float64)
+        denominator = np.broadcast_to(1e-6 + members[:, None], (n, L))
     deletions = centre_del + np.bincount(cell, weights=extra_del.ravel().astype(np.float64),
                                          minlength=n * L).reshape(n, L)
     return deletions / denominator
@@ -184,8 +197,8 @@ def sample_plan(msa: np.ndarray, rng: np.random.Generator, *, max_rows: int, max
         centres, selected = true_msa, np.zeros(true_msa.shape, bool)
     if not assign:
         assignment = None
-    elif one_hot is not None:   # every row against the centres, then the extra rows' answers
-        assignment = nearest_centre(one_hot, centres)[extra_rows]
+    elif one_hot is not None:   # the extra rows' shared one-hots (not the centres': ~10 %)
+        assignment = nearest_centre(one_hot, centres, index=extra_rows)
     else:
         assignment = nearest_centre(msa[extra_rows], centres)
     keep = rng.permutation(len(extra_rows))[:max_extra]
@@ -315,9 +328,20 @@ def featurize(family: dict, *, crop_size: int | None, max_msa_rows: int, seed: i
     return out
 
 
-def collate(examples: list[dict]) -> dict:
+def _zeros(shape: tuple, dtype: torch.dtype, device: torch.device, shared: bool) -> torch.Tensor:
+    """torch.zeros, or (`shared`, CPU) zeros allocated in shared memory: a data worker's batch
+    then crosses to the trainer without the copy that `share_memory_` would make (as torch's
+    DataLoader collates in its workers)."""
+    if not shared or device.type != "cpu":
+        return torch.zeros(shape, dtype=dtype, device=device)
+    numel = int(np.prod(shape, dtype=np.int64))
+    storage = torch.UntypedStorage._new_shared(numel * torch.empty((), dtype=dtype).element_size())
+    return torch.empty(0, dtype=dtype).set_(storage, 0, shape).zero_()
+
+
+def collate(examples: list[dict], shared: bool = False) -> dict:
     """Stack examples into a batch, zero-padding L and the MSA rows; masks are 0 on padding.
-    The batch is built on the examples' device."""
+    The batch is built on the examples' device (`shared`: in shared memory, see `_zeros`)."""
     if not examples:
         raise ValueError("collate needs at least one example")
     B = len(examples)
@@ -329,7 +353,7 @@ def collate(examples: list[dict]) -> dict:
         if any(len(s) != len(shapes[0]) for s in shapes):
             raise ValueError(f"collate: examples disagree on the rank of '{key}' (MSA samples?)")
         shape = tuple(max(s[i] for s in shapes) for i in range(len(shapes[0])))
-        out = torch.zeros((B,) + shape, dtype=examples[0][key].dtype, device=examples[0][key].device)
+        out = _zeros((B,) + shape, examples[0][key].dtype, examples[0][key].device, shared)
         for b, e in enumerate(examples):      # at the origin; the rest stays zero padding
             out[(b,) + tuple(slice(0, n) for n in e[key].shape)] = e[key]
         batch[key] = out

@@ -9,9 +9,14 @@ workers and whatever their timing. Checkpoints store the samplers' state *as con
 snapshot taken when the micro-batch the step trained on was drawn), not the prefetched state,
 so resume restarts at the exact position.
 
-On a CPU device the workers return the finished batch (`featurize` + `collate`); on a GPU
-they return compact integer examples (`pipeline.compact`), expanded on the device
-(`pipeline.expand`, pinned memory, non_blocking copies).
+On a GPU the workers ship compact integer examples (`pipeline.compact`; a template model's
+template features ride inside them) and the training thread expands them on the device
+(`pipeline.expand`, pinned memory, non_blocking copies: device work, queued behind the step).
+On a CPU device the workers run `featurize` + `collate` themselves, the batch allocated in
+shared memory (`featurize` is faster than compact + expand on the CPU, and equal bit for bit).
+Between the pool and the training thread a ready thread (`pipeline.ready`) takes each result
+one micro-batch ahead, touches its shared-memory pages (CPU) or pins it (GPU), and releases
+the batches the trainer is done with, so the training thread only picks up a finished batch.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from __future__ import annotations
 import os
 from collections import deque
 from dataclasses import dataclass, field
+from functools import partial
+from typing import Callable
 
 import numpy as np
 import torch
@@ -27,7 +34,9 @@ from protdp.data.features import collate, featurize
 from protdp.data.pipeline.compact import compact_example
 from protdp.data.pipeline.expand import expand_batch, to_device
 from protdp.data.pipeline.pool import OrderedPool
+from protdp.data.pipeline.ready import ReadyThread, pin_arrays, touch_pages
 
+RELEASE_AFTER = 2      # host results kept until this many newer ones were handed out
 _STORES: dict = {}      # path -> FamilyStore, one open store per worker process
 
 
@@ -43,29 +52,49 @@ def default_workers() -> int:
     return max(0, min(8, per_rank - 1))
 
 
+def example_fn(base: Callable[..., dict], max_templates: int) -> Callable[..., dict]:
+    """The worker's per-family function (`featurize` or `compact_example`), with the family's
+    sampled template features added as they are for a template model (`with_templates`,
+    issue 31: small [T, L, ...] arrays, shipped inside the example)."""
+    if not max_templates:
+        return base
+    from protdp.templates.training import with_templates
+
+    return with_templates(base, max_templates)
+
+
+def collate_fn(max_templates: int, shared: bool = False) -> Callable[[list], dict]:
+    """`collate` (template keys padded too for a template model); `shared`: the batch is
+    allocated in shared memory (a worker's result crosses to the trainer without a copy)."""
+    fn = partial(collate, shared=True) if shared else collate
+    if max_templates:
+        from protdp.templates.training import collate_templates
+
+        fn = collate_templates(fn)
+    return fn
+
+
 def build_micro_batch(payload: dict, store=None) -> dict:
     """Worker side (module level: picklable by reference). payload: store path, family ids,
-    per-example seeds, featurize keyword arguments, `compact` -> the collated batch, or
-    {"compact": [examples]}; arrays as CPU tensors (shared memory in transit). `store`: the
-    open store (in the training process), else one opened per worker process."""
+    per-example seeds, featurize keyword arguments, `compact`, `max_templates` ->
+    {"compact": [compact examples]} (a GPU: expanded there), or (a CPU device) the collated
+    `featurize` batch, allocated in shared memory in a worker; arrays as CPU tensors (shared
+    memory in transit). `store`: the open store (in the training process), else one
+    opened per worker process."""
     from protdp.data.store import FamilyStore
 
+    in_worker = store is None
     store = store if store is not None else _STORES.get(payload["store"])
     if store is None:
         store = _STORES[payload["store"]] = FamilyStore(payload["store"])
-    kwargs = payload["kwargs"]
-    if payload.get("max_templates"):     # a template model: stored hits sampled as AF2 trains
-        from protdp.templates.training import collate_templates, with_templates
-
-        featurize_t = with_templates(featurize, payload["max_templates"])
-        return collate_templates(collate)([featurize_t(store.read(f), seed=s, **kwargs)
-                                           for f, s in zip(payload["fids"], payload["seeds"])])
+    templates = payload.get("max_templates", 0)
+    make = example_fn(compact_example if payload["compact"] else featurize, templates)
+    examples = [make(store.read(f), seed=s, **payload["kwargs"])
+                for f, s in zip(payload["fids"], payload["seeds"])]
     if payload["compact"]:
         return {"compact": [{k: (torch.from_numpy(v) if isinstance(v, np.ndarray) else v)
-                             for k, v in compact_example(store.read(f), seed=s, **kwargs).items()}
-                            for f, s in zip(payload["fids"], payload["seeds"])]}
-    return collate([featurize(store.read(f), seed=s, **kwargs)
-                    for f, s in zip(payload["fids"], payload["seeds"])])
+                             for k, v in c.items()} for c in examples]}
+    return collate_fn(templates, shared=in_worker)(examples)
 
 
 def describe(payload: dict) -> str:
@@ -94,8 +123,8 @@ class BatchFeed:
         self.sources, self.seed_of, self.source_of = sources, seed_of, source_of
         self.example_seed, self.kwargs, self.device = example_seed, kwargs, device
         self.num_micro = num_micro
-        # template models ship the collated batch (templates are not in the compact form)
         self.max_templates = max_templates
+        self._collate = collate_fn(max_templates)
         self.compact = device.type == "cuda" if compact is None else compact
         self._cursor = (start_iteration, 0)
         self._planned: deque[_Planned] = deque()
@@ -103,6 +132,8 @@ class BatchFeed:
         self.depth = max(1, prefetch_depth) if workers > 0 else 0
         self.workers, self.timeout = workers, timeout
         self.pool: OrderedPool | None = None       # started with the first micro-batch
+        self.ready: ReadyThread | None = None
+        self._handed: deque = deque()              # host results given out, released later
 
     def _states(self) -> dict:
         return {name: s.sampler.state_dict() for name, s in self.sources.items()}
@@ -114,7 +145,7 @@ class BatchFeed:
         fids = source.next_micro_batch()
         payload = {"store": str(source.store.path), "fids": list(fids),
                    "seeds": [self.example_seed(seed, k) for k in range(len(fids))],
-                   "kwargs": self.kwargs, "compact": self.compact and not self.max_templates,
+                   "kwargs": self.kwargs, "compact": self.compact,
                    "max_templates": self.max_templates}
         self._cursor = (it + 1, 0) if micro + 1 == self.num_micro else (it, micro + 1)
         planned = _Planned(it, micro, source, list(fids), payload, self._states())
@@ -122,7 +153,9 @@ class BatchFeed:
             if self.pool is None:
                 self.pool = OrderedPool(build_micro_batch, self.workers, timeout=self.timeout,
                                         describe=describe)
+                self.ready = ReadyThread(self.pool, self._prepare, device=self.device)
             self.pool.submit(payload)
+            self.ready.expect()
         self._planned.append(planned)
         return planned
 
@@ -130,7 +163,7 @@ class BatchFeed:
         """(source, family ids, batch on the device) of micro-batch `micro` of `iteration`."""
         source, fids, out = self.next_host(iteration, micro)
         if "compact" in out:
-            batch = expand_batch(out["compact"], self.device)
+            batch = expand_batch(out["compact"], self.device, collate_fn=self._collate)
         else:
             batch = to_device(out, self.device)
         return source, fids, batch
@@ -144,10 +177,21 @@ class BatchFeed:
         if (task.iteration, task.micro) != (iteration, micro):
             raise RuntimeError(f"feed out of step: asked for ({iteration}, {micro}), next "
                                f"planned is ({task.iteration}, {task.micro})")
-        out = (self.pool.get() if self.pool is not None
-               else build_micro_batch(task.payload, task.source.store))
+        if self.ready is not None:
+            out = self.ready.get()
+            self._handed.append(out)
+            if len(self._handed) > RELEASE_AFTER:   # the trainer has dropped it by now
+                self.ready.release(self._handed.popleft())
+        else:
+            out = build_micro_batch(task.payload, task.source.store)
         self._consumed = task.states
         return task.source, task.fids, out
+
+    def _prepare(self, out: dict) -> dict:
+        """Ready thread: pin a compact result bound for a GPU, page in a CPU batch."""
+        if "compact" in out and self.device.type == "cuda":
+            return pin_arrays(out)
+        return touch_pages(out)
 
     def sampler_states(self) -> dict:
         """Each source's sampler state at the last consumed micro-batch (for checkpoints)."""
@@ -155,7 +199,12 @@ class BatchFeed:
 
     def close(self) -> None:
         """Stop the workers; the feed cannot be used afterwards."""
+        if self.ready is not None:
+            self.ready.stop()
         if self.pool is not None:
-            self.pool.close()
-        self.pool, self.workers, self.depth = None, 0, 0
+            self.pool.close()        # a ready thread waiting on it raises and stops
+        if self.ready is not None:
+            self.ready.close()
+        self._handed.clear()
+        self.pool, self.ready, self.workers, self.depth = None, None, 0, 0
         self._planned.clear()

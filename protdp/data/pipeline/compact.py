@@ -17,7 +17,9 @@ uint8/int16/int32 [N_all, L] indexing `del_count` float64 [T] (the distinct dele
 `del_table` float32 [T] (their deletion_value) and `del_present` bool [T] (count > 0); per
 sample `order` int32 [P, N_all] (centres first), `centre_msa` int8 [P, N, L_full] (BERT-masked),
 `bert_mask` bool [P, N, L], `keep` int32 [P, E]; `msa_samples` P (0: no pass axis); residue
-keys as numpy arrays.
+keys as numpy arrays. Any other key (`COMPACT_KEYS` lists the compact ones) is an example
+key shipped as it is: a template model's worker adds its small template features
+(`protdp.templates.training.with_templates` wraps `compact_example` as it wraps `featurize`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ import torch
 
 from protdp.data.features import (DEFAULT_MAX_EXTRA_MSA, deletion_value, plan_example,
                                   residue_features)
+
+
+COMPACT_KEYS = frozenset({"msa_full", "window", "del_code", "del_count", "del_table",
+                          "del_present", "order", "centre_msa", "bert_mask", "keep", "msa_samples"})
 
 
 def _codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -17,25 +17,26 @@ rounding both gave identical values on 5 million random inputs).
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import numpy as np
 import torch
 
 from protdp.data.features import AGREEMENT_CLASSES, collate
+from protdp.data.pipeline.compact import COMPACT_KEYS
 from protdp.data.residues import NUM_MSA_TOKENS
 
 
 def to_device(example: dict, device: torch.device) -> dict:
     """numpy arrays -> tensors on `device` (pinned host memory + non_blocking copy on CUDA)."""
-    cuda = device.type == "cuda"
     out = {}
     for k, v in example.items():
         if isinstance(v, np.ndarray):
             v = torch.from_numpy(v if v.flags.c_contiguous else v.copy())
-        if isinstance(v, torch.Tensor):
-            if cuda:
+        if isinstance(v, torch.Tensor) and v.device != device:
+            if device.type == "cuda" and v.device.type == "cpu":
                 v = v.pin_memory().to(device, non_blocking=True)
-            elif v.device != device:
+            else:
                 v = v.to(device)
         out[k] = v
     return out
@@ -116,7 +117,8 @@ def _sample(c: dict, p: int, rows_oh: torch.Tensor) -> dict[str, torch.Tensor]:
 
 def expand_example(compact: dict, device: torch.device | str = "cpu") -> dict:
     """`featurize`'s example (docs/batch_format.md) from `compact.compact_example`'s, on
-    `device`."""
+    `device`. Keys the compact form does not define (not in `compact.COMPACT_KEYS`: e.g. the template
+    features a template model's worker adds) are shipped as they are."""
     c = to_device(compact, torch.device(device))
     passes = int(c["msa_samples"])
     rows_oh = _one_hot(c["msa_full"])              # [N_all, L_full*21], shared by the samples
@@ -124,11 +126,16 @@ def expand_example(compact: dict, device: torch.device | str = "cpu") -> dict:
     out = {k: c[k] for k in ("aatype", "residue_index", "seq_mask", "between_segment_residues",
                              "all_atom_positions", "all_atom_mask", "backbone_positions",
                              "backbone_mask", "resolution", "num_residues", "family_id")}
+    out.update({k: v for k, v in c.items() if k not in COMPACT_KEYS and k not in out})
     for k in samples[0]:
         out[k] = samples[0][k] if passes == 0 else torch.stack([s[k] for s in samples])
     return out
 
 
-def expand_batch(compacts: list[dict], device: torch.device | str = "cpu") -> dict:
-    """`collate` of the expanded examples, built on `device`."""
-    return collate([expand_example(c, device) for c in compacts])
+def expand_batch(compacts: list[dict], device: torch.device | str = "cpu", *,
+                 collate_fn: Callable[..., dict] = collate, **collate_kwargs) -> dict:
+    """`collate_fn` of the expanded examples, built on `device` (keys `collate_fn` leaves on
+    the host, e.g. template padding, are moved there too)."""
+    device = torch.device(device)
+    batch = collate_fn([expand_example(c, device) for c in compacts], **collate_kwargs)
+    return to_device(batch, device)

@@ -143,6 +143,8 @@ class OrderedPool:
                 self._cond.wait(timeout=POLL_S)
                 if index in self._ready:
                     break
+                if self._closed:      # closed from another thread (the feed's shutdown)
+                    raise WorkerError("the data worker pool was closed")
                 error = self._dead_worker()
                 if error is None and time.monotonic() - max(started, self._last_progress) > self.timeout:
                     owner = [w for w, t in self._running.items() if t == index]
