@@ -63,3 +63,22 @@ def test_unsafe_or_slow_relaxation_is_never_fatal(tmp_path, data_dir):
     assert not (tmp_path / "r.pdb").exists() and pdb.read_text() == text
     with pytest.raises(ValueError, match="timeout_s"):
         RelaxConfig(timeout_s=0)
+
+
+def test_safety_check_refuses_a_minimisation_that_raised_the_energy():
+    """A minimiser that ends above its start (OpenMM's L-BFGS gives up silently on overlapping
+    atoms: seen on AlphaFold's random-weight predictions, 3.7e14 -> 5.9e14 kcal/mol) is not a
+    relaxed model, whatever its RMSD and violation counts say."""
+    from protdp.relax.amber import RelaxResult, safety_problem
+    v = {"clashes": 3, "bond_violations": 1, "violating_residues": [1, 2]}
+    ok = RelaxResult(True, heavy_atom_rmsd=0.2, before=v, after={**v, "clashes": 0},
+                     energy_kcal={"initial": 1.0e6, "final": -900.0})
+    cfg = RelaxConfig()
+    assert safety_problem(ok, cfg) is None
+    raised = RelaxResult(**{**ok.to_dict(), "energy_kcal": {"initial": 3.7e14, "final": 5.9e14}})
+    assert "did not lower the energy (3.7e+14 -> 5.9e+14" in safety_problem(raised, cfg)
+    nan = RelaxResult(**{**ok.to_dict(), "energy_kcal": {"initial": 1.0, "final": float("nan")}})
+    assert "did not lower the energy" in safety_problem(nan, cfg)
+    assert "heavy-atom RMSD 0.20 Å (max 0.1)" in safety_problem(ok, RelaxConfig(max_heavy_atom_rmsd=0.1))
+    worse = RelaxResult(**{**ok.to_dict(), "after": {**v, "clashes": 4}})
+    assert safety_problem(worse, cfg) == "safety check: more violations after relaxation"
