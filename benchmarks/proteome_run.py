@@ -107,9 +107,14 @@ def check_target(pdir: Path, target: str, summary_rows: list[dict], store) -> di
             problems.append(f"ranked_{k}.pdb is not unrelaxed_{n}.pdb")
         if len(list(parser.get_structure(n, pdir / f"ranked_{k}.pdb").get_residues())) != L:
             problems.append(f"ranked_{k}.pdb: residue count != {L}")
-    pae = json.loads((pdir / f"{target}_predicted_aligned_error_v1.json").read_text())
     top = results[debug["order"][0]]
-    if not (isinstance(pae, list) and len(pae) == 1
+    has_pae = "predicted_aligned_error" in top.files    # a model with a PAE head (AF2 _ptm)
+    pae_file = pdir / f"{target}_predicted_aligned_error_v1.json"
+    pae = json.loads(pae_file.read_text()) if has_pae else None
+    if not has_pae:
+        if pae_file.exists() or (pdir / f"{target}_pae.png").exists():
+            problems.append("PAE outputs written for a model without a PAE head")
+    elif not (isinstance(pae, list) and len(pae) == 1
             and np.asarray(pae[0]["predicted_aligned_error"]).shape == (L, L)
             and abs(pae[0]["max_predicted_aligned_error"] - float(top["max_predicted_aligned_error"])) < 0.01
             and np.allclose(pae[0]["predicted_aligned_error"], top["predicted_aligned_error"], atol=0.01)):
@@ -119,9 +124,10 @@ def check_target(pdir: Path, target: str, summary_rows: list[dict], store) -> di
         problems.append(f"{len(score_files)} ColabFold scores files for {len(names)} models")
     for f in score_files:
         s = json.loads(f.read_text())
-        if set(s) < {"plddt", "pae", "max_pae", "ptm"} or len(s["plddt"]) != L:
+        keys = {"plddt", "pae", "max_pae", "ptm"} if has_pae else {"plddt"}
+        if not keys <= set(s) or len(s["plddt"]) != L:
             problems.append(f"{f.name}: keys or length")
-    for kind in ("plddt", "pae", "coverage"):
+    for kind in ("plddt", "pae", "coverage") if has_pae else ("plddt", "coverage"):
         png = pdir / f"{target}_{kind}.png"
         if not png.is_file() or png.read_bytes()[:8] != PNG_MAGIC:
             problems.append(f"{png.name} missing or not a PNG")
@@ -137,21 +143,22 @@ def check_target(pdir: Path, target: str, summary_rows: list[dict], store) -> di
     timings = json.loads((pdir / "timings.json").read_text())
     if not all(f"predict_and_compile_{n}" in timings for n in names):
         problems.append("timings.json lacks a member")
-    rows = [r for r in summary_rows if r["id"] == target]
-    if sorted(r["model"] + "_seed_" + f"{int(r['seed']):03d}" for r in rows) != sorted(
-            n.rsplit("_seed_", 1)[0] + "_seed_" + n.rsplit("_seed_", 1)[1] for n in names):
+    rows = {_row_name(r): r for r in summary_rows if r["id"] == target}
+    if sorted(rows) != sorted(names):
         problems.append("summary.csv rows != ensemble members")
+    glob = {v: doc.find_values(f"_ma_qa_metric_global.{v}") for v in ("metric_id", "metric_value")}
+    if not any(abs(float(v) - scores["mean_plddt"]) < 0.01 for v in glob["metric_value"]):
+        problems.append("ModelCIF global pLDDT != scores.json mean pLDDT")
     relax = json.loads((pdir / "relax.json").read_text())
     relaxed_file = pdir / f"relaxed_{relax['model']}.pdb"
     if relax["relaxed"] != relaxed_file.is_file():
         problems.append("relax.json and relaxed_*.pdb disagree")
-    out = {"length": L, "msa_depth": scores["msa_depth"], "route": scores["route"],
+    out = {"length": L, "has_pae_head": has_pae, "msa_depth": scores["msa_depth"], "route": scores["route"],
            "reasons": scores["reasons"], "mean_plddt": scores["mean_plddt"],
            "ptm": round(scores["ptm"], 4) if scores.get("ptm") is not None else None,
            "num_recycles": scores["num_recycles"], "order": debug["order"],
            "ensemble_max_ca_rmsd": scores["ensemble_spread"]["max_ca_rmsd"],
-           "seconds": {n: float(r["seconds"]) for n, r in
-                       ((r["model"] + "_seed_" + f"{int(r['seed']):03d}", r) for r in rows)},
+           "seconds": {n: float(r["seconds"]) for n, r in rows.items()},
            "relax": {k: relax.get(k) for k in ("relaxed", "reason", "heavy_atom_rmsd",
                                                "outer_iterations", "energy_kcal", "seconds")},
            "problems": problems}
@@ -171,6 +178,10 @@ def check_target(pdir: Path, target: str, summary_rows: list[dict], store) -> di
     steps = np.linalg.norm(np.diff(ca, axis=0), axis=-1)
     out["ca_step_median"] = round(float(np.median(steps)), 2) if len(steps) else None
     return out
+
+
+def _row_name(row: dict) -> str:
+    return f"model_{row['model']}_seed_{int(row['seed']):03d}"
 
 
 def _ca(pdb: Path) -> np.ndarray:
@@ -206,6 +217,12 @@ def run_recipe(label: str, weights: list[Path], fasta: Path, msa_dir: Path, out:
     finally:
         queue.close()
     routes = [t["route"] for t in targets.values()]
+    problems = {t: v["problems"] for t, v in targets.items() if v["problems"]}
+    if queued != routes.count("needs_review"):
+        problems["review_queue"] = [f"{queued} items for {routes.count('needs_review')} "
+                                    "flagged targets"]
+    if len(targets) != len(CHAINS) or len(rows) != sum(len(t["order"]) for t in targets.values()):
+        problems["summary"] = [f"{len(targets)} targets, {len(rows)} summary.csv rows"]
     relaxed = [t for t in targets.values() if t["relax"]["relaxed"]]
     return {"label": label, "weights": [str(w) for w in weights], "cli_line": line,
             "wall_s_this_invocation": wall,
@@ -214,7 +231,7 @@ def run_recipe(label: str, weights: list[Path], fasta: Path, msa_dir: Path, out:
             "routes": {r: routes.count(r) for r in sorted(set(routes))},
             "review_queue_items": queued, "summary_csv_rows": len(rows),
             "relaxed_kept": len(relaxed), "relax_refused": len(targets) - len(relaxed),
-            "problems": {t: v["problems"] for t, v in targets.items() if v["problems"]},
+            "problems": problems,
             "targets": targets}
 
 
