@@ -140,6 +140,11 @@ def check_target(pdir: Path, target: str, summary_rows: list[dict], store) -> di
         problems.append("ModelCIF _ma_qa_metric_local != PDB B-factors != top pLDDT")
     if len(gemmi.read_structure(str(pdir / f"{target}.cif"))[0][0]) != L:
         problems.append("ModelCIF residue count")
+    prov = json.loads((pdir / "provenance.json").read_text())
+    if not isinstance(prov, dict) or not (pdir / "pending.json").is_file() \
+            or (pdir.parent / "CURRENT").read_text().strip() != pdir.name \
+            or not list(pdir.glob("msa_*")):     # every chain here has MSA files
+        problems.append("provenance.json / pending.json / CURRENT / MSA copies")
     timings = json.loads((pdir / "timings.json").read_text())
     if not all(f"predict_and_compile_{n}" in timings for n in names):
         problems.append("timings.json lacks a member")
@@ -218,6 +223,9 @@ def run_recipe(label: str, weights: list[Path], fasta: Path, msa_dir: Path, out:
         queue.close()
     routes = [t["route"] for t in targets.values()]
     problems = {t: v["problems"] for t, v in targets.items() if v["problems"]}
+    for name in ("summary.tsv", "summary.json"):
+        if not (out / name).is_file():
+            problems[name] = ["missing"]
     if queued != routes.count("needs_review"):
         problems["review_queue"] = [f"{queued} items for {routes.count('needs_review')} "
                                     "flagged targets"]
