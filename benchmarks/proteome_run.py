@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import re
 import subprocess
 import sys
@@ -72,8 +73,9 @@ def make_inputs(work: Path, chains) -> tuple[Path, Path]:
 
 def protdp(*args) -> tuple[float, str]:
     t0 = time.perf_counter()
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     proc = subprocess.run([sys.executable, "-m", "protdp.cli", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"protdp {' '.join(map(str, args[:2]))} failed:\n{proc.stderr[-3000:]}")
     return round(time.perf_counter() - t0, 1), proc.stdout
@@ -243,6 +245,29 @@ def run_recipe(label: str, weights: list[Path], fasta: Path, msa_dir: Path, out:
             "targets": targets}
 
 
+def relax_overfit_prediction(work: Path) -> dict:
+    """The protein-like predicted chain of tests/test_relax.py (the tiny model overfitted from a
+    seeded init on 5awl_A) relaxed: the same numbers as for the runs above."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_relax import _predicted_chignolin   # noqa: E402
+    from protdp.relax import relax_pdb
+    folder = work / "overfit"
+    folder.mkdir(exist_ok=True)
+    t0 = time.perf_counter()
+    pred = _predicted_chignolin(data_root(), folder)
+    train_s = time.perf_counter() - t0
+    res = relax_pdb(pred, folder / "relaxed.pdb")
+    out = {"chain": "5awl_A", "overfit_seconds": round(train_s, 1),
+           **{k: getattr(res, k) for k in ("relaxed", "reason", "heavy_atom_rmsd",
+                                           "outer_iterations", "energy_kcal", "seconds")},
+           "before": {k: res.before[k] for k in ("clashes", "bond_violations")},
+           "after": {k: res.after.get(k) for k in ("clashes", "bond_violations")}}
+    if res.relaxed:
+        d = _ca(pred) - _ca(folder / "relaxed.pdb")
+        out["ca_rmsd_moved"] = round(float(np.sqrt((d ** 2).sum(-1).mean())), 3)
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--checkpoint", required=True, help="trained small checkpoint (run or iter_N folder)")
@@ -273,7 +298,8 @@ def main(argv=None) -> int:
            "command": "protdp predict --checkpoint W --fasta proteome.fasta --msa-dir msa/ "
                       "--out OUT " + " ".join(RECIPE),
            "trained_checkpoint_extra_flags": " ".join(CKPT_RELAX_TIMEOUT),
-           "chains": list(CHAINS), "runs": runs}
+           "chains": list(CHAINS), "runs": runs,
+           "relax_protein_like_prediction": relax_overfit_prediction(work)}
     Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
     for r in runs:
         print(f"{r['label']}: {r['cli_line']} routes {r['routes']} queue {r['review_queue_items']} "
