@@ -82,6 +82,11 @@ def test_safety_check_refuses_a_minimisation_that_raised_the_energy():
     assert "heavy-atom RMSD 0.20 Å (max 0.1)" in safety_problem(ok, RelaxConfig(max_heavy_atom_rmsd=0.1))
     worse = RelaxResult(**{**ok.to_dict(), "after": {**v, "clashes": 4}})
     assert safety_problem(worse, cfg) == "safety check: more violations after relaxation"
+    stalled = RelaxResult(**{**ok.to_dict(), "before": {**v, "clashes": 625, "bond_violations": 91},
+                             "after": {**v, "clashes": 624, "bond_violations": 91}})
+    assert "stalled (715 of 716 clashes" in safety_problem(stalled, cfg)
+    half = RelaxResult(**{**ok.to_dict(), "after": {**v, "clashes": 1, "bond_violations": 0}})
+    assert safety_problem(half, cfg) is None          # 4 -> 1: relaxed
 
 
 def _predicted_chignolin(data_dir, tmp_path):
