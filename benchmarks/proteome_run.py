@@ -12,7 +12,13 @@ after, heavy-atom and Cα RMSD moved, AlphaFold's 1 Å safety check). Cα lDDT /
 experimental chain say whether the predictions are protein-like.
 
     python benchmarks/proteome_run.py --checkpoint RUN_OR_ITER_DIR [--af2-params NPZ]
-        -> benchmarks/results/proteome_run.json
+        [--work DIR]   -> benchmarks/results/proteome_run.json
+
+The checkpoint of the recorded run: `make demo`'s training recipe (configs/train/demo.yaml,
+one rank, iter_0000240). With --work, a rerun skips the finished predictions (their recorded
+seconds stay in summary.csv / relax.json) and redoes missing ones. The protein-like prediction
+of tests/test_relax.py (the tiny model overfitted on 5awl_A) is relaxed as well, for the
+numbers of a relaxation that is kept.
 """
 
 from __future__ import annotations
@@ -245,6 +251,23 @@ def run_recipe(label: str, weights: list[Path], fasta: Path, msa_dir: Path, out:
             "targets": targets}
 
 
+def checkpoint_record(ckpt: Path) -> dict:
+    """The trained checkpoint's iteration and its held-out evaluation (the run's metrics.jsonl)."""
+    m = re.fullmatch(r"iter_(\d+)", ckpt.name)
+    run = ckpt.parent if m else ckpt
+    it = int(m.group(1)) if m else None
+    evals = []
+    if (run / "metrics.jsonl").is_file():
+        for line in (run / "metrics.jsonl").read_text().splitlines():
+            rec = json.loads(line)
+            if rec.get("type") == "eval" and (it is None or rec.get("iteration") == it):
+                evals.append(rec)
+    last = evals[-1] if evals else {}
+    return {"path": str(ckpt), "iteration": it if it is not None else last.get("iteration"),
+            "val_lddt_ca": round(last["val_lddt_ca"], 3) if "val_lddt_ca" in last else None,
+            "val_families": last.get("val_families")}
+
+
 def relax_overfit_prediction(work: Path) -> dict:
     """The protein-like predicted chain of tests/test_relax.py (the tiny model overfitted from a
     seeded init on 5awl_A) relaxed: the same numbers as for the runs above."""
@@ -295,6 +318,7 @@ def main(argv=None) -> int:
             run_recipe("trained_small_checkpoint", [Path(args.checkpoint).resolve()], fasta,
                        msa_dir, work / "ckpt", CKPT_RELAX_TIMEOUT)]
     doc = {"what": "README 'Predict a proteome' recipe on real chains of ../shared/data",
+           "trained_checkpoint": checkpoint_record(Path(args.checkpoint)),
            "command": "protdp predict --checkpoint W --fasta proteome.fasta --msa-dir msa/ "
                       "--out OUT " + " ".join(RECIPE),
            "trained_checkpoint_extra_flags": " ".join(CKPT_RELAX_TIMEOUT),

@@ -1,5 +1,7 @@
 """Amber relaxation (issue 30, deliverable 5): AlphaFold's restrained protocol reduces clashes
-and keeps heavy atoms within the restraint on a real chain; a genuine predicted chain that
+and keeps heavy atoms within the restraint on a real chain and on a chain predicted by the
+model code (a tiny model overfitted from a seeded init); a minimisation that raised the energy,
+stalled or cannot start is reported; a genuine predicted chain that
 cannot be relaxed safely (AlphaFold's own output with the reference fixture's random
 parameters: Cα-Cα steps of 2-38 Å) is kept unrelaxed with the reason, never fatal; a
 relaxation past its time bound is stopped."""
