@@ -439,7 +439,9 @@ class Predictor:
                                                   "seed": top["seed"],
                                                   "num_recycles": top["num_recycles"]})
         mean = decision.mean_plddt
-        ensemble = [{"name": n, "model": preds[n]["model_number"], "seed": preds[n]["seed"],
+        ensemble = [{"name": n, "seed": preds[n]["seed"],
+                     # complexes' members carry no model_number: their position
+                     "model": preds[n].get("model_number", preds[n]["model_index"] + 1),
                      "rank": k + 1, "mean_plddt": round(float(np.mean(preds[n]["plddt"])), 2),
                      "ptm": preds[n].get("ptm"),
                      "max_pae": None if preds[n].get("pae") is None
