@@ -263,3 +263,20 @@ def test_checkpoint_folder_of_models_expands_in_order(tmp_path):
     assert expand_checkpoints([str(tmp_path), str(single)]) == [
         str(tmp_path / "model_1"), str(tmp_path / "model_2_ptm"), str(tmp_path / "model_10"),
         str(single)]
+
+
+def test_imported_model_numbers_name_the_predictions(tmp_path):
+    """A folder holding only AlphaFold's model_3 (as `protdp weights import` writes it) names
+    its predictions model_3_seed_*, as AlphaFold does, not model_1; plain checkpoints, and
+    numbers two checkpoints would share, fall back to the --checkpoint position."""
+    from protdp.inference.ensemble import members
+    from protdp.inference.ranking import model_numbers
+    assert model_numbers([tmp_path / "w" / "model_3" / "model.pt"]) == [3]
+    assert model_numbers([tmp_path / "model_2_ptm", tmp_path / "model_5"]) == [2, 5]
+    assert model_numbers([tmp_path / "a.pt", tmp_path / "iter_0000240"]) == [1, 2]
+    assert model_numbers([tmp_path / "x" / "model_1", tmp_path / "y" / "model_1"]) == [1, 2]
+    assert model_numbers([tmp_path / "model_0"]) == [1]
+    names = [m.name for m in members(2, 7, 2, model_numbers([tmp_path / "model_3",
+                                                               tmp_path / "model_4"]))]
+    assert names == ["model_3_seed_007", "model_3_seed_008", "model_4_seed_007", "model_4_seed_008"]
+    assert [m.name for m in members(1, 0, 1)] == ["model_1_seed_000"]

@@ -1,5 +1,7 @@
 """Amber relaxation (issue 30, deliverable 5): AlphaFold's restrained protocol reduces clashes
-and keeps heavy atoms within the restraint on a real chain; a genuine predicted chain that
+and keeps heavy atoms within the restraint on a real chain and on a chain predicted by the
+model code (a tiny model overfitted from a seeded init); a minimisation that raised the energy,
+stalled or cannot start is reported; a genuine predicted chain that
 cannot be relaxed safely (AlphaFold's own output with the reference fixture's random
 parameters: Cα-Cα steps of 2-38 Å) is kept unrelaxed with the reason, never fatal; a
 relaxation past its time bound is stopped."""
@@ -63,3 +65,118 @@ def test_unsafe_or_slow_relaxation_is_never_fatal(tmp_path, data_dir):
     assert not (tmp_path / "r.pdb").exists() and pdb.read_text() == text
     with pytest.raises(ValueError, match="timeout_s"):
         RelaxConfig(timeout_s=0)
+
+
+def test_safety_check_refuses_a_minimisation_that_raised_the_energy():
+    """A minimiser that ends above its start (OpenMM's L-BFGS gives up silently on overlapping
+    atoms: seen on AlphaFold's random-weight predictions, 3.7e14 -> 5.9e14 kcal/mol) is not a
+    relaxed model, whatever its RMSD and violation counts say."""
+    from protdp.relax.amber import RelaxResult, safety_problem
+    v = {"clashes": 3, "bond_violations": 1, "violating_residues": [1, 2]}
+    ok = RelaxResult(True, heavy_atom_rmsd=0.2, before=v, after={**v, "clashes": 0},
+                     energy_kcal={"initial": 1.0e6, "final": -900.0})
+    cfg = RelaxConfig()
+    assert safety_problem(ok, cfg) is None
+    raised = RelaxResult(**{**ok.to_dict(), "energy_kcal": {"initial": 3.7e14, "final": 5.9e14}})
+    assert "did not lower the energy (3.7e+14 -> 5.9e+14" in safety_problem(raised, cfg)
+    nan = RelaxResult(**{**ok.to_dict(), "energy_kcal": {"initial": 1.0, "final": float("nan")}})
+    assert "did not lower the energy" in safety_problem(nan, cfg)
+    assert "heavy-atom RMSD 0.20 Å (max 0.1)" in safety_problem(ok, RelaxConfig(max_heavy_atom_rmsd=0.1))
+    worse = RelaxResult(**{**ok.to_dict(), "after": {**v, "clashes": 4}})
+    assert safety_problem(worse, cfg) == "safety check: more violations after relaxation"
+    stalled = RelaxResult(**{**ok.to_dict(), "before": {**v, "clashes": 625, "bond_violations": 91},
+                             "after": {**v, "clashes": 624, "bond_violations": 91}})
+    assert "stalled (715 of 716 clashes" in safety_problem(stalled, cfg)
+    half = RelaxResult(**{**ok.to_dict(), "after": {**v, "clashes": 1, "bond_violations": 0}})
+    assert safety_problem(half, cfg) is None          # 4 -> 1: relaxed
+
+
+def _predicted_chignolin(data_dir, tmp_path):
+    """A genuine prediction by the model code, reproducible without a stored checkpoint: the
+    tiny config from a seeded init, overfitted single-sequence on 5awl_A (chignolin, 10
+    residues) until its Cα lDDT reaches 0.8, then predicted in eval mode and written by the
+    predictor's writer. Like an early-training checkpoint's output it is protein-like (Cα
+    steps ~3.2-4.3 Å) but carries side-chain clashes and stretched peptide bonds."""
+    import torch
+    from protdp.config import load_config, read_yaml
+    from protdp.data.features import featurize
+    from protdp.data.parse import parse_structure
+    from protdp.data.residues import sequence_to_ids
+    from protdp.metrics import lddt_ca
+    from protdp.model import ModelConfig, build_model
+    from protdp.model.losses import compute_loss
+    from protdp.paths import REPO_ROOT
+
+    chain = parse_structure(data_dir / "structures" / "5awl.pdb", "A")
+    L = len(chain.sequence)
+    family = {"family_id": "5awl_A", "msa": sequence_to_ids(chain.sequence)[None],
+              "deletion_matrix": np.zeros((1, L), np.int32),
+              "backbone_positions": chain.positions, "backbone_mask": chain.mask,
+              "residue_index": chain.residue_index, "resolution": chain.resolution}
+    batch = featurize(family, crop_size=None, max_msa_rows=1, seed=0, training=False)
+    overrides = read_yaml(REPO_ROOT / "configs" / "model" / "tiny.yaml")
+    overrides.update(msa_dropout=0.0, pair_dropout=0.0, sm_dropout=0.0, loss={"fape_clamp": None})
+    cfg = load_config(ModelConfig, overrides)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch.manual_seed(0)
+        model = build_model(cfg, verbose=False)
+        opt = torch.optim.Adam(model.parameters(), lr=5e-3)
+        true_ca, ca_mask = batch["backbone_positions"][:, 1], batch["backbone_mask"][:, 1]
+        for step in range(1, 161):
+            model.train()
+            loss, _ = compute_loss(model(batch, num_recycles=0), batch, cfg)
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            if step % 20 == 0:
+                model.eval()
+                with torch.no_grad():
+                    out = model(batch, num_recycles=0)
+                score = lddt_ca(out["final_atom_positions"][:, 1], true_ca, ca_mask)
+                if score >= 0.8:
+                    break
+    finally:
+        torch.set_num_threads(threads)
+    assert score >= 0.8, score
+    pdb = write_structures(tmp_path, "pred_5awl_A", chain.sequence,
+                           out["final_atom_positions"].numpy(), out["plddt"].numpy(),
+                           out["final_atom_mask"].numpy(), kinds=("pdb",))["pdb"]
+    return pdb
+
+
+def test_relax_a_predicted_chain(tmp_path, data_dir):
+    """Relaxation of a model-predicted chain: clashes and peptide-bond violations removed, the
+    energy lowered, heavy atoms within AlphaFold's 1 Å safety bound, B-factors (pLDDT) kept;
+    the same minimisation judged with a bound it exceeds, or an unusable file, is reported
+    and never fatal."""
+    import gemmi
+    from protdp.relax.amber import safety_problem
+    pred = _predicted_chignolin(data_dir, tmp_path)
+    before = structure_violations(pred)
+    assert before["clashes"] > 0 and before["bond_violations"] > 0, before
+    relaxed = tmp_path / "relaxed.pdb"
+    res = relax_pdb(pred, relaxed)
+    assert res.relaxed, res.reason
+    after = structure_violations(relaxed)
+    assert after == res.after and after["clashes"] < before["clashes"]
+    assert after["bond_violations"] < before["bond_violations"]
+    assert res.energy_kcal["final"] < res.energy_kcal["initial"]
+    assert res.heavy_atom_rmsd == pytest.approx(heavy_atom_rmsd(pred, relaxed), abs=1e-3)
+    assert res.heavy_atom_rmsd <= RelaxConfig().max_heavy_atom_rmsd
+    b_pred = [r[0].b_iso for r in gemmi.read_structure(str(pred))[0][0]]
+    b_relaxed = [r[0].b_iso for r in gemmi.read_structure(str(relaxed))[0][0]]
+    assert b_relaxed == pytest.approx(b_pred, abs=0.01)
+    # the safety check with a bound this minimisation exceeds: refused with the reason
+    tight = RelaxConfig(max_heavy_atom_rmsd=res.heavy_atom_rmsd / 2)
+    assert safety_problem(res, tight).startswith("safety check: heavy-atom RMSD")
+    # a minimisation that cannot start (a residue the force field does not know) is a report
+    st = gemmi.read_structure(str(pred))
+    st[0][0][3].name = "XXX"
+    bad = tmp_path / "unknown_residue.pdb"
+    st.write_pdb(str(bad))
+    failed = relax_pdb(bad, tmp_path / "bad_relaxed.pdb")
+    assert not failed.relaxed and failed.reason.startswith("minimisation failed:")
+    assert not (tmp_path / "bad_relaxed.pdb").exists()

@@ -37,15 +37,18 @@ class Member:
     """One (model, seed) of the ensemble."""
     model_index: int
     seed: int
+    number: int = 0    # model number in the names (`ranking.model_numbers`); 0: model_index + 1
 
     @property
     def name(self) -> str:
-        return prediction_name(self.model_index, self.seed)
+        return prediction_name((self.number or self.model_index + 1) - 1, self.seed)
 
 
-def members(n_models: int, first_seed: int, n_seeds: int) -> list[Member]:
+def members(n_models: int, first_seed: int, n_seeds: int,
+            numbers: list[int] | None = None) -> list[Member]:
     """AlphaFold's order: model_1 seeds..., model_2 seeds..."""
-    return [Member(i, first_seed + s) for i in range(n_models) for s in range(n_seeds)]
+    return [Member(i, first_seed + s, numbers[i] if numbers else 0)
+            for i in range(n_models) for s in range(n_seeds)]
 
 
 def _to_numpy(out: dict, keep_distogram: bool) -> dict:

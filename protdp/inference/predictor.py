@@ -54,7 +54,7 @@ from protdp.inference.layout import (current_prediction, prediction_id, publish_
                                      set_aside_damaged, start_build, write_current)
 from protdp.inference.memory import TargetSize
 from protdp.inference.prediction_files import write_prediction_files
-from protdp.inference.ranking import ensemble_spread, rank
+from protdp.inference.ranking import ensemble_spread, model_numbers, rank
 from protdp.inference.recycling import RecycleEarlyStop
 from protdp.inference.writers import round_plddt, write_json, write_summary
 from protdp.model.attention import backend_report
@@ -315,7 +315,8 @@ class Predictor:
         c = self.config
         preds, timings = {}, {}
         budget = None if c.max_memory_gib is None else int(c.max_memory_gib * 1024 ** 3)
-        for mem in members(len(self.models), c.seed, c.num_seeds):
+        numbers = model_numbers([m.path for m in self.models])
+        for mem in members(len(self.models), c.seed, c.num_seeds, numbers):
             loaded = self.models[mem.model_index]
             t0 = time.perf_counter()
             feats = self.features(seq, msa, family_id, seed=mem.seed, loaded=loaded)
@@ -329,7 +330,8 @@ class Predictor:
                               max_memory_bytes=budget, tolerance=c.recycle_early_stop_tolerance,
                               stop_at_score=c.stop_at_score, keep_distogram=c.save_distogram,
                               forward=forward)
-            pred.update(model_index=mem.model_index, seed=mem.seed,
+            pred.update(model_index=mem.model_index, model_number=numbers[mem.model_index],
+                        seed=mem.seed,
                         msa_rows_used=size.S, checkpoint_sha256=loaded.sha256)
             timings[f"predict_and_compile_{mem.name}"] = pred["seconds"]
             preds[mem.name] = pred
@@ -481,7 +483,9 @@ class Predictor:
                                                   "seed": top["seed"],
                                                   "num_recycles": top["num_recycles"]})
         mean = decision.mean_plddt
-        ensemble = [{"name": n, "model": preds[n]["model_index"] + 1, "seed": preds[n]["seed"],
+        ensemble = [{"name": n, "seed": preds[n]["seed"],
+                     # complexes' members carry no model_number: their position
+                     "model": preds[n].get("model_number", preds[n]["model_index"] + 1),
                      "rank": k + 1, "mean_plddt": round(float(np.mean(preds[n]["plddt"])), 2),
                      "ptm": preds[n].get("ptm"), "iptm": preds[n].get("iptm"),
                      "max_pae": None if preds[n].get("pae") is None

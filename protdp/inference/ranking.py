@@ -13,6 +13,9 @@ superposition) is gate evidence: models that disagree send the target to review.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 
 from protdp.inference.recycling import CA_INDEX
@@ -22,6 +25,22 @@ from protdp.metrics import rmsd_ca
 def prediction_name(model_index: int, seed: int) -> str:
     """`model_<i>_seed_<sss>` (i 1-based, ColabFold's naming of (model, seed) pairs)."""
     return f"model_{model_index + 1}_seed_{seed:03d}"
+
+
+def model_numbers(paths: list) -> list[int]:
+    """1-based model number of each checkpoint in the names: AlphaFold's own number for
+    imported `model_N[_ptm]` folders / files (a folder holding only `model_3` gives
+    `model_3_seed_*`, as AlphaFold names it), else the position in `--checkpoint` order (also
+    whenever two checkpoints would share a number)."""
+    found = []
+    for p in paths:
+        p = Path(p)
+        m = next((re.fullmatch(r"model_(\d+)(_\w+)?", n) for n in (p.stem, p.parent.name)
+                  if re.fullmatch(r"model_(\d+)(_\w+)?", n)), None)
+        found.append(int(m.group(1)) if m and int(m.group(1)) > 0 else None)
+    if None in found or len(set(found)) != len(found):
+        return list(range(1, len(paths) + 1))
+    return found
 
 
 def ranking_confidence(pred: dict) -> float:
