@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from protdp.inference.predictor import RunResult, predict_batch
+from protdp.inference.batch import predict_batch
+from protdp.inference.predictor import RunResult
 from protdp.inference.writers import printable
 
 

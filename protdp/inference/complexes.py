@@ -191,9 +191,11 @@ def run_complex_ensemble(models: list, features: dict, device: torch.device, con
     """Every (multimer model, seed) prediction of one complex (`ensemble.members`: AlphaFold's
     model_1..5 x seeds) -> ({name: prediction}, timings.json)."""
     from protdp.inference.ensemble import members
+    from protdp.inference.ranking import model_numbers
 
     preds, timings = {}, {}
-    for mem in members(len(models), config.seed, config.num_seeds):
+    numbers = model_numbers([m.path for m in models])        # imported model_N keeps its N
+    for mem in members(len(models), config.seed, config.num_seeds, numbers):
         loaded = models[mem.model_index]
         pred = run_complex_member(loaded.model, features, device, seed=mem.seed,
                                   num_recycles=config.num_recycles)
