@@ -13,8 +13,9 @@ empty).
 Spatial (`spatial_crop`): an interface residue (resolved Cα within `INTERFACE_CA_DISTANCE` of a
 resolved Cα of another chain) is drawn uniformly; the crop is the `crop_size` residues whose Cα
 is nearest to it (unresolved residues last, ties broken towards the lower index). A complex
-without an interface falls back to the contiguous crop. (OpenFold's port measures any-atom
-distances with a 10 Å threshold instead; protdp follows the paper's Cα definition.)
+without an interface falls back to the contiguous crop. (OpenFold's port, the only published
+training code, takes the least distance between same-named atoms with a 10 Å threshold,
+`interface_threshold`; protdp measures Cα only, and `threshold` is a parameter.)
 
 `choose_crop` draws the mode as AlphaFold-Multimer trains: spatial with probability
 `SPATIAL_CROP_PROB`, else contiguous, complexes no longer than the crop kept whole; every
