@@ -17,6 +17,7 @@ from einops import rearrange
 
 from protdp.model.axial import run_blocks_axial
 from protdp.model.config import ModelConfig
+from protdp.model.evoformer_inference import inference_block
 from protdp.model.primitives import (Attention, LayerNorm, Linear, MASK_NEG, SharedDropout,
                                      Transition, chunk_rows)
 
@@ -95,22 +96,27 @@ class OuterProductMean(nn.Module):
         self.linear_b = Linear(c_m, c_hidden)
         self.linear_out = Linear(c_hidden * c_hidden, c_z, init="final")
 
-    def forward(self, m, msa_mask, chunk_size=None):
+    def operands(self, m, msa_mask):
+        """a^T [*, L, S, c], b [*, S, L, c] (masked projections of LayerNorm(m)) and the shared
+        row count [*, L, L]."""
         mask = msa_mask[..., None].to(m.dtype)                        # [*, S, L, 1]
         m = self.norm(m)
         a = self.linear_a(m) * mask                                   # [*, S, L, c]
         b = self.linear_b(m) * mask
         count = torch.einsum("...si,...sj->...ij", msa_mask, msa_mask)       # [*, L, L] shared rows
+        return a.transpose(-2, -3), b, count
 
-        def rows(a_t, count_rows):
-            # a_t [*, I, S, c] (a chunk of residues i), count_rows [*, I, L] -> [*, I, L, C_z]
-            outer = torch.einsum("...isc,...sjd->...ijcd", a_t, b)
-            # AF2: (outer . W + b) / (1e-3 + shared rows); pairs without a shared row (padding,
-            # an all-padding extra MSA) get b / 1e-3, exactly as AlphaFold computes them
-            out = self.linear_out(rearrange(outer, "... c d -> ... (c d)"))
-            return out / (count_rows[..., None] + 1e-3)
+    def rows(self, a_t, b, count_rows):
+        """a_t [*, I, S, c] (a chunk of residues i), count_rows [*, I, L] -> [*, I, L, C_z]."""
+        outer = torch.einsum("...isc,...sjd->...ijcd", a_t, b)
+        # AF2: (outer . W + b) / (1e-3 + shared rows); pairs without a shared row (padding,
+        # an all-padding extra MSA) get b / 1e-3, exactly as AlphaFold computes them
+        out = self.linear_out(rearrange(outer, "... c d -> ... (c d)"))
+        return out / (count_rows[..., None] + 1e-3)
 
-        return chunk_rows(rows, a.transpose(-2, -3), count, chunk_size)
+    def forward(self, m, msa_mask, chunk_size=None):
+        a_t, b, count = self.operands(m, msa_mask)
+        return chunk_rows(lambda a_rows, c_rows: self.rows(a_rows, b, c_rows), a_t, count, chunk_size)
 
 
 class TriangleMultiplication(nn.Module):
@@ -221,6 +227,9 @@ class EvoformerBlock(nn.Module):
 
     def forward(self, m, z, msa_mask, pair_mask):
         # m [*, S, L, C_m], z [*, L, L, C_z]
+        if not torch.is_grad_enabled() and not self.training:
+            # same values, in place on copies, chunk_size rows at a time (evoformer_inference)
+            return inference_block(self, m, z, msa_mask, pair_mask)
         cs = self.chunk_size
         if self.outer_product_first:
             z = z + self.opm(m, msa_mask, cs)
