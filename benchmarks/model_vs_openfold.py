@@ -49,8 +49,9 @@ backward_ = forward_
 '''
 
 
-# (row name, protdp attention backend): OpenFold; protdp's default; its "recompute" backend
-TRAIN_IMPLS = (("openfold", "auto"), ("protdp", "auto"), ("protdp_recompute", "recompute"))
+# (row name, protdp attention backend): OpenFold; protdp's default ("auto": on CPU "recompute"
+# for attention with a bias that needs a gradient); the materialising "explicit" backend
+TRAIN_IMPLS = (("openfold", "auto"), ("protdp", "auto"), ("protdp_explicit", "explicit"))
 
 
 def _rss_mib() -> float:
@@ -160,8 +161,15 @@ def check_same_outputs(width: str = "small", L: int = 40, N: int = 8) -> dict:
     return res
 
 
-def _subprocess(case: dict, openfold: str) -> dict:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), openfold, case["stub_dir"]]))
+# glibc's malloc raises its mmap threshold as large blocks are freed (up to 32 MiB) and then
+# keeps freed blocks in its heap, so peak RSS also measures what the allocator retains; a fixed
+# threshold makes peak RSS follow the live tensors (both peers run under the same setting)
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536"}
+
+
+def _subprocess(case: dict, openfold: str, allocator_env: dict) -> dict:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), openfold, case["stub_dir"]]),
+               **allocator_env)
     proc = subprocess.run([sys.executable, __file__, "--case", json.dumps(case)], env=env,
                           capture_output=True, text=True, cwd=ROOT)
     if proc.returncode != 0:
@@ -180,6 +188,8 @@ def main(argv=None) -> int:
                     help="rounds of inference rows at L > 1024 (default: --rounds)")
     ap.add_argument("--rounds", type=int, default=3, help="alternated rounds per case (medians)")
     ap.add_argument("--only", choices=("train", "infer"), help="run one part only")
+    ap.add_argument("--default-malloc", action="store_true",
+                    help="glibc's default (dynamic) mmap threshold instead of MALLOC_ENV")
     ap.add_argument("--case", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.case:
@@ -193,7 +203,9 @@ def main(argv=None) -> int:
         sys.path[:0] = [args.openfold, stub_dir]
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True, cwd=ROOT).stdout.strip()
+        allocator_env = {} if args.default_malloc else MALLOC_ENV
         result = {"openfold": args.openfold, "protdp_commit": commit, "threads": 1, "n_seq": 32,
+                  "allocator_env": allocator_env,
                   "same_outputs_max_rel": check_same_outputs(), "train": [], "infer": []}
         repeats = 1 if args.quick else 2
         train_L = (64, 128) if args.quick else (128, 256)
@@ -206,7 +218,7 @@ def main(argv=None) -> int:
                         _keep_best(row, impl, _subprocess(
                             {"impl": impl.split("_")[0], "mode": "train", "width": width,
                              "blocks": blocks, "L": L, "N": 32, "repeats": 1 if big else repeats,
-                             "backend": backend, "stub_dir": stub_dir}, args.openfold))
+                             "backend": backend, "stub_dir": stub_dir}, args.openfold, allocator_env))
                 _ratios(row)
                 result["train"].append(row)
                 print(json.dumps(row), flush=True)
@@ -223,7 +235,7 @@ def main(argv=None) -> int:
                     _keep_best(row, impl, _subprocess(
                         {"impl": impl.split("_")[0], "mode": "infer", "width": "small", "blocks": 1,
                          "L": L, "N": 32, "repeats": 1, "chunk": 4, "backend": backend,
-                         "stub_dir": stub_dir}, args.openfold))
+                         "stub_dir": stub_dir}, args.openfold, allocator_env))
             _ratios(row)
             result["infer"].append(row)
             print(json.dumps(row), flush=True)

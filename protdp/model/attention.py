@@ -25,7 +25,8 @@ rows). Backends:
   [*, H, q_block, k_block] instead of [*, H, Q, K].
 
 "auto" resolves to "sdpa" on CUDA, and on CPU to the fused kernel except for a bias that
-needs a gradient (PyTorch's CPU flash kernel has none; there "explicit"). The kernel actually
+needs a gradient (PyTorch's CPU flash kernel has none; there "recompute", which stores no
+[*, R, H, Q, K] weights: benchmarks/results/model_vs_openfold.json). The kernel actually
 used is reported by `resolved_backend` / `backend_report`; metrics and provenance record it.
 
 Fully masked query rows (padding): every backend gives uniform weights (the mean of v), as the
@@ -52,8 +53,8 @@ MASK_NEG = -1e9
 # multiple of 8, which the CUDA memory-efficient kernel wants for aligned loads
 MASK_CHANNELS = 8
 
-# logits computed at a time by the "recompute" backend (fp32 elements: 64 MiB)
-RECOMPUTE_ELEMENTS = 1 << 24
+# logits computed at a time by the "recompute" backend (fp32 elements: 16 MiB)
+RECOMPUTE_ELEMENTS = 1 << 22
 
 # default block sizes of the low-memory backend (queries x keys per step)
 LOWMEM_Q_BLOCK = 256
@@ -64,7 +65,7 @@ def resolved_backend(name: str, device: torch.device | str, bias_grad: bool = Fa
     """The concrete kernel a backend name runs on `device`: "explicit", "sdpa_efficient"
     (CUDA), "sdpa_flash_cpu" (CPU), "sdpa_math" or "lowmem". `bias_grad`: the bias needs a
     gradient. PyTorch's CPU flash kernel has no bias gradient (it refuses a bias that requires
-    grad), so there "auto" is "explicit" and "sdpa" is the (materialising) math kernel."""
+    grad), so there "auto" is "recompute" and "sdpa" is the (materialising) math kernel."""
     if name not in BACKENDS:
         raise ValueError(f"attention_backend must be one of {BACKENDS}, got {name!r}")
     device_type = torch.device(device).type
@@ -75,7 +76,7 @@ def resolved_backend(name: str, device: torch.device | str, bias_grad: bool = Fa
     if device_type == "cpu":
         if not bias_grad:
             return "sdpa_flash_cpu"
-        return "explicit" if name == "auto" else "sdpa_math"
+        return "recompute" if name == "auto" else "sdpa_math"
     return "sdpa_math"
 
 
