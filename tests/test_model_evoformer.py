@@ -198,3 +198,32 @@ def test_inplace_inference_block_equals_graph_path():
             got_m, got_z = block(m.float(), z.float(), msa_mask.float(), pair_mask.float())
         assert torch.allclose(got_m, ref_m, atol=1e-5, rtol=1e-5)
         assert torch.allclose(got_z, ref_z, atol=1e-5, rtol=1e-5)
+
+
+def test_fused_training_path_gives_the_module_path_gradients(monkeypatch):
+    """Training stores less (LayerNorm outputs, gated triangle operands and outer products are
+    recomputed in backward): outputs and every gradient equal the plain module path (fp64)."""
+    from protdp.model import evoformer, primitives
+    torch.manual_seed(0)
+    cfg = tiny_config()
+    block = EvoformerBlock(cfg, cfg.c_m, cfg.c_hidden_msa_att)
+    _randomize(block, scale=0.2, seed=4)
+    block = block.double().eval()                 # no dropout; autograd on: the graph path
+    m, z = torch.randn(2, 5, 9, cfg.c_m).double(), torch.randn(2, 9, 9, cfg.c_z).double()
+    msa_mask, pair_mask = (torch.rand(2, 5, 9) > 0.2).double(), (torch.rand(2, 9, 9) > 0.2).double()
+    monkeypatch.setattr(evoformer, "OUTER_CHUNK_ELEMENTS", 50)     # several recomputed chunks
+
+    def run():
+        block.zero_grad()
+        mi, zi = m.clone().requires_grad_(), z.clone().requires_grad_()
+        mo, zo = block(mi, zi, msa_mask, pair_mask)
+        (mo.sin().sum() + zo.cos().sum()).backward()
+        return [mo, zo, mi.grad, zi.grad] + [p.grad.clone() for p in block.parameters()]
+
+    fused = run()
+    for module in (evoformer, primitives):
+        monkeypatch.setattr(module, "fused_projection_enabled", lambda: False)
+    plain = run()
+    names = ["m", "z", "d_m", "d_z"] + [n for n, _ in block.named_parameters()]
+    for name, a, b in zip(names, fused, plain):
+        assert torch.allclose(a, b, atol=1e-12, rtol=1e-10), (name, (a - b).abs().max())
