@@ -187,6 +187,12 @@ def main(argv=None) -> int:
     ap.add_argument("--infer-rounds", type=int, default=None,
                     help="rounds of inference rows at L > 1024 (default: --rounds)")
     ap.add_argument("--rounds", type=int, default=3, help="alternated rounds per case (medians)")
+    ap.add_argument("--train-rows", nargs="*", default=None,
+                    help="training rows WIDTH:L to run (default: all four)")
+    ap.add_argument("--no-explicit", action="store_true",
+                    help="training rows without the protdp 'explicit' backend peer")
+    ap.add_argument("--infer-impls", nargs="*", default=None,
+                    help="inference peers to run (default: openfold protdp [protdp_lowmem])")
     ap.add_argument("--only", choices=("train", "infer"), help="run one part only")
     ap.add_argument("--default-malloc", action="store_true",
                     help="glibc's default (dynamic) mmap threshold instead of MALLOC_ENV")
@@ -211,10 +217,12 @@ def main(argv=None) -> int:
         train_L = (64, 128) if args.quick else (128, 256)
         for width, blocks in (("small", 2), ("full", 1)) if args.only != "infer" else ():
             for L in train_L:
+                if args.train_rows is not None and f"{width}:{L}" not in args.train_rows:
+                    continue
                 row = {"width": width, "blocks": blocks, "L": L}
                 big = (width, L) == ("full", 256)
                 for _ in range(1 if big else args.rounds):  # peers alternated: shared-CPU noise hits all
-                    for impl, backend in TRAIN_IMPLS:
+                    for impl, backend in TRAIN_IMPLS[:2] if args.no_explicit else TRAIN_IMPLS:
                         _keep_best(row, impl, _subprocess(
                             {"impl": impl.split("_")[0], "mode": "train", "width": width,
                              "blocks": blocks, "L": L, "N": 32, "repeats": 1 if big else repeats,
@@ -229,6 +237,8 @@ def main(argv=None) -> int:
             row = {"width": "small", "blocks": 1, "L": L, "chunk": 4}
             impls = (("openfold", "auto"), ("protdp", "auto"))
             impls += (("protdp_lowmem", "lowmem"),) if L <= 512 else ()
+            if args.infer_impls is not None:
+                impls = tuple(i for i in impls if i[0] in args.infer_impls)
             rounds = args.rounds if L <= 1024 or args.infer_rounds is None else args.infer_rounds
             for _ in range(rounds):
                 for impl, backend in impls:
@@ -265,7 +275,7 @@ def _keep_best(row: dict, impl: str, got: dict) -> None:
 
 
 def _ratios(row: dict) -> None:
-    ref = row["openfold"]
+    ref = row.get("openfold", {"error": "not run"})
     for impl in [k for k in row if k.startswith("protdp") and "_over_" not in k]:
         got = row[impl]
         if "error" in got or "error" in ref:
