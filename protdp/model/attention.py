@@ -25,8 +25,9 @@ rows). Backends:
   [*, H, q_block, k_block] instead of [*, H, Q, K].
 
 "auto" resolves to "sdpa" on CUDA, and on CPU to the fused kernel except for a bias that
-needs a gradient (PyTorch's CPU flash kernel has none; there "recompute", which stores no
-[*, R, H, Q, K] weights: benchmarks/results/model_vs_openfold.json). The kernel actually
+needs a gradient (PyTorch's CPU flash kernel has none; there "explicit"; "recompute" stores no
+[*, R, H, Q, K] weights, 0.28-0.61x OpenFold's training peak in
+benchmarks/results/model_vs_openfold.json, but hangs under DAP: not the default yet). The kernel actually
 used is reported by `resolved_backend` / `backend_report`; metrics and provenance record it.
 
 Fully masked query rows (padding): every backend gives uniform weights (the mean of v), as the
@@ -65,7 +66,7 @@ def resolved_backend(name: str, device: torch.device | str, bias_grad: bool = Fa
     """The concrete kernel a backend name runs on `device`: "explicit", "sdpa_efficient"
     (CUDA), "sdpa_flash_cpu" (CPU), "sdpa_math" or "lowmem". `bias_grad`: the bias needs a
     gradient. PyTorch's CPU flash kernel has no bias gradient (it refuses a bias that requires
-    grad), so there "auto" is "recompute" and "sdpa" is the (materialising) math kernel."""
+    grad), so there "auto" is "explicit" and "sdpa" is the (materialising) math kernel."""
     if name not in BACKENDS:
         raise ValueError(f"attention_backend must be one of {BACKENDS}, got {name!r}")
     device_type = torch.device(device).type
@@ -76,7 +77,7 @@ def resolved_backend(name: str, device: torch.device | str, bias_grad: bool = Fa
     if device_type == "cpu":
         if not bias_grad:
             return "sdpa_flash_cpu"
-        return "recompute" if name == "auto" else "sdpa_math"
+        return "explicit" if name == "auto" else "sdpa_math"
     return "sdpa_math"
 
 
