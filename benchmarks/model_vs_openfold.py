@@ -13,11 +13,17 @@ alternated in the same run:
   with its default attention and with the "recompute" attention backend), the
   "small" widths (configs/model/small.yaml) and AF2's full widths, N_seq 32, 1 block for full
   width, 2 for small;
-- infer: inference forward with chunk size 4 (OpenFold: its chunk_size; protdp: chunk_size plus
-  its attention backend) at L = 512 and 1024 (2048 with --long), small widths, 1 block.
+- infer: inference forward with chunk size 4 (OpenFold: its chunk_size with inplace_safe; protdp:
+  chunk_size plus its attention backend; its eval-mode no-grad block runs in place on its own
+  copies of m and z, so the caller's inputs stay intact, which OpenFold's inplace_safe does not
+  promise) at L = 512, 1024, 2048 (`--infer-L`), small widths, N_seq 32, 1 block; the
+  "lowmem" attention backend at L = 512 only.
+
+Each implementation runs `--rounds` times, peers alternated (A B A B: shared-CPU noise hits
+all); the medians of time and peak are reported, with every run kept.
 
     PYTHONPATH=. python3 benchmarks/model_vs_openfold.py --openfold /tmp/of_snap \
-        [--out benchmarks/results/model_vs_openfold.json] [--quick] [--long]
+        [--out benchmarks/results/model_vs_openfold.json] [--quick] [--only train|infer]
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,8 +49,9 @@ backward_ = forward_
 '''
 
 
-# (row name, protdp attention backend): OpenFold; protdp's default; its "recompute" backend
-TRAIN_IMPLS = (("openfold", "auto"), ("protdp", "auto"), ("protdp_recompute", "recompute"))
+# (row name, protdp attention backend): OpenFold; protdp's default ("auto": on CPU "recompute"
+# for attention with a bias that needs a gradient); the materialising "explicit" backend
+TRAIN_IMPLS = (("openfold", "auto"), ("protdp", "auto"), ("protdp_explicit", "explicit"))
 
 
 def _rss_mib() -> float:
@@ -153,8 +161,15 @@ def check_same_outputs(width: str = "small", L: int = 40, N: int = 8) -> dict:
     return res
 
 
-def _subprocess(case: dict, openfold: str) -> dict:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), openfold, case["stub_dir"]]))
+# glibc's malloc raises its mmap threshold as large blocks are freed (up to 32 MiB) and then
+# keeps freed blocks in its heap, so peak RSS also measures what the allocator retains; a fixed
+# threshold makes peak RSS follow the live tensors (both peers run under the same setting)
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536"}
+
+
+def _subprocess(case: dict, openfold: str, allocator_env: dict) -> dict:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), openfold, case["stub_dir"]]),
+               **allocator_env)
     proc = subprocess.run([sys.executable, __file__, "--case", json.dumps(case)], env=env,
                           capture_output=True, text=True, cwd=ROOT)
     if proc.returncode != 0:
@@ -167,9 +182,20 @@ def main(argv=None) -> int:
     ap.add_argument("--openfold", help="folder holding the fetched openfold/ package")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "model_vs_openfold.json"))
     ap.add_argument("--quick", action="store_true", help="L = 64 / 128 only, 1 repeat")
-    ap.add_argument("--long", action="store_true", help="also inference at L = 2048")
-    ap.add_argument("--rounds", type=int, default=2, help="alternated rounds per case (best kept)")
+    ap.add_argument("--infer-L", type=int, nargs="*", default=[512, 1024, 2048],
+                    help="inference lengths (default 512 1024 2048)")
+    ap.add_argument("--infer-rounds", type=int, default=None,
+                    help="rounds of inference rows at L > 1024 (default: --rounds)")
+    ap.add_argument("--rounds", type=int, default=3, help="alternated rounds per case (medians)")
+    ap.add_argument("--train-rows", nargs="*", default=None,
+                    help="training rows WIDTH:L to run (default: all four)")
+    ap.add_argument("--no-explicit", action="store_true",
+                    help="training rows without the protdp 'explicit' backend peer")
+    ap.add_argument("--infer-impls", nargs="*", default=None,
+                    help="inference peers to run (default: openfold protdp [protdp_lowmem])")
     ap.add_argument("--only", choices=("train", "infer"), help="run one part only")
+    ap.add_argument("--default-malloc", action="store_true",
+                    help="glibc's default (dynamic) mmap threshold instead of MALLOC_ENV")
     ap.add_argument("--case", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.case:
@@ -181,56 +207,76 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as stub_dir:
         Path(stub_dir, "attn_core_inplace_cuda.py").write_text(STUB)
         sys.path[:0] = [args.openfold, stub_dir]
-        result = {"openfold": args.openfold, "threads": 1, "n_seq": 32,
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, cwd=ROOT).stdout.strip()
+        allocator_env = {} if args.default_malloc else MALLOC_ENV
+        result = {"openfold": args.openfold, "protdp_commit": commit, "threads": 1, "n_seq": 32,
+                  "allocator_env": allocator_env,
                   "same_outputs_max_rel": check_same_outputs(), "train": [], "infer": []}
         repeats = 1 if args.quick else 2
         train_L = (64, 128) if args.quick else (128, 256)
         for width, blocks in (("small", 2), ("full", 1)) if args.only != "infer" else ():
             for L in train_L:
+                if args.train_rows is not None and f"{width}:{L}" not in args.train_rows:
+                    continue
                 row = {"width": width, "blocks": blocks, "L": L}
                 big = (width, L) == ("full", 256)
                 for _ in range(1 if big else args.rounds):  # peers alternated: shared-CPU noise hits all
-                    for impl, backend in TRAIN_IMPLS:
+                    for impl, backend in TRAIN_IMPLS[:2] if args.no_explicit else TRAIN_IMPLS:
                         _keep_best(row, impl, _subprocess(
                             {"impl": impl.split("_")[0], "mode": "train", "width": width,
                              "blocks": blocks, "L": L, "N": 32, "repeats": 1 if big else repeats,
-                             "backend": backend, "stub_dir": stub_dir}, args.openfold))
+                             "backend": backend, "stub_dir": stub_dir}, args.openfold, allocator_env))
                 _ratios(row)
                 result["train"].append(row)
                 print(json.dumps(row), flush=True)
-        infer_L = (256,) if args.quick else (512,) + ((1024, 2048) if args.long else ())
+                _write(args.out, result)
+        infer_L = (256,) if args.quick else tuple(args.infer_L)
         infer_L = () if args.only == "train" else infer_L
         for L in infer_L:
             row = {"width": "small", "blocks": 1, "L": L, "chunk": 4}
-            for _ in range(args.rounds):
-                for impl, backend in (("openfold", "auto"), ("protdp", "auto"), ("protdp_lowmem", "lowmem")):
+            impls = (("openfold", "auto"), ("protdp", "auto"))
+            impls += (("protdp_lowmem", "lowmem"),) if L <= 512 else ()
+            if args.infer_impls is not None:
+                impls = tuple(i for i in impls if i[0] in args.infer_impls)
+            rounds = args.rounds if L <= 1024 or args.infer_rounds is None else args.infer_rounds
+            for _ in range(rounds):
+                for impl, backend in impls:
                     _keep_best(row, impl, _subprocess(
                         {"impl": impl.split("_")[0], "mode": "infer", "width": "small", "blocks": 1,
                          "L": L, "N": 32, "repeats": 1, "chunk": 4, "backend": backend,
-                         "stub_dir": stub_dir}, args.openfold))
+                         "stub_dir": stub_dir}, args.openfold, allocator_env))
             _ratios(row)
             result["infer"].append(row)
             print(json.dumps(row), flush=True)
-    out = Path(args.out)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=1) + "\n")
-    os.replace(tmp, out)
+            _write(args.out, result)
+    _write(args.out, result)
     return 0
 
 
+def _write(path: str, result: dict) -> None:
+    """Results so far (after every row: a long run that is cut short keeps its rows)."""
+    out = Path(path)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(result, indent=1) + "\n")
+    os.replace(tmp, out)
+
+
 def _keep_best(row: dict, impl: str, got: dict) -> None:
-    """Across rounds: the fastest time and the smallest peak of each implementation."""
-    old = row.get(impl)
-    if old is None or "error" in old:
+    """Across rounds: every run kept, the medians of time and peak reported."""
+    runs = row.setdefault("runs", {}).setdefault(impl, [])
+    runs.append(got)
+    ok = [r for r in runs if "error" not in r]
+    if not ok:
         row[impl] = got
-    elif "error" not in got:
-        row[impl] = {"time_s": min(old["time_s"], got["time_s"]),
-                     "peak_mib": min(old["peak_mib"], got["peak_mib"])}
+        return
+    row[impl] = {"time_s": round(statistics.median(r["time_s"] for r in ok), 3),
+                 "peak_mib": round(statistics.median(r["peak_mib"] for r in ok), 1), "n": len(ok)}
 
 
 def _ratios(row: dict) -> None:
-    ref = row["openfold"]
-    for impl in [k for k in row if k.startswith("protdp")]:
+    ref = row.get("openfold", {"error": "not run"})
+    for impl in [k for k in row if k.startswith("protdp") and "_over_" not in k]:
         got = row[impl]
         if "error" in got or "error" in ref:
             continue

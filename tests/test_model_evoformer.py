@@ -163,3 +163,67 @@ def test_msa_row_attention_pair_bias_orientation():
         for i in range(L):   # Alg. 7: query (s, i), key (s, j), bias b_ij
             ref = _gated_attention_reference(row.attention, mn[s, i], mn[s], lambda h, j: b[i, j, h], mask[s])
             assert torch.allclose(out[s, i], ref, atol=1e-5)
+
+
+def test_inplace_inference_block_equals_graph_path():
+    """The eval-mode no-grad block (evoformer_inference: in place, row-streamed triangle
+    multiplication, chunked biases) equals the autograd path for every chunk size, both block
+    orders and the extra-MSA (global column) block, with masks; the caller's m, z are untouched."""
+    torch.manual_seed(0)
+    S, L = 7, 11
+    msa_mask = (torch.rand(2, S, L) > 0.2).double()
+    pair_mask = (torch.rand(2, L, L) > 0.2).double()
+    for global_column, opm_first in ((False, False), (False, True), (True, False)):
+        cfg = tiny_config()
+        block = EvoformerBlock(cfg, cfg.c_m, cfg.c_hidden_msa_att, global_column=global_column)
+        block.outer_product_first = opm_first
+        _randomize(block, scale=0.2, seed=2)
+        block = block.double().eval()
+        m, z = torch.randn(2, S, L, cfg.c_m).double(), torch.randn(2, L, L, cfg.c_z).double()
+        m0, z0 = m.clone(), z.clone()
+        with torch.enable_grad():
+            ref_m, ref_z = block(m, z, msa_mask, pair_mask)
+        for chunk in (None, 1, 3, 16):
+            block.chunk_size = chunk
+            with torch.no_grad():
+                got_m, got_z = block(m, z, msa_mask, pair_mask)
+            assert torch.equal(m, m0) and torch.equal(z, z0)
+            assert torch.allclose(got_m, ref_m, atol=1e-12, rtol=1e-10), (global_column, opm_first, chunk)
+            assert torch.allclose(got_z, ref_z, atol=1e-12, rtol=1e-10), (global_column, opm_first, chunk)
+        block = block.float()
+        with torch.enable_grad():
+            ref_m, ref_z = block(m.float(), z.float(), msa_mask.float(), pair_mask.float())
+        block.chunk_size = 3
+        with torch.no_grad():
+            got_m, got_z = block(m.float(), z.float(), msa_mask.float(), pair_mask.float())
+        assert torch.allclose(got_m, ref_m, atol=1e-5, rtol=1e-5)
+        assert torch.allclose(got_z, ref_z, atol=1e-5, rtol=1e-5)
+
+
+def test_fused_training_path_gives_the_module_path_gradients(monkeypatch):
+    """Training stores less (LayerNorm outputs, gated triangle operands and outer products are
+    recomputed in backward): outputs and every gradient equal the plain module path (fp64)."""
+    from protdp.model import evoformer, primitives
+    torch.manual_seed(0)
+    cfg = tiny_config()
+    block = EvoformerBlock(cfg, cfg.c_m, cfg.c_hidden_msa_att)
+    _randomize(block, scale=0.2, seed=4)
+    block = block.double().eval()                 # no dropout; autograd on: the graph path
+    m, z = torch.randn(2, 5, 9, cfg.c_m).double(), torch.randn(2, 9, 9, cfg.c_z).double()
+    msa_mask, pair_mask = (torch.rand(2, 5, 9) > 0.2).double(), (torch.rand(2, 9, 9) > 0.2).double()
+    monkeypatch.setattr(evoformer, "OUTER_CHUNK_ELEMENTS", 50)     # several recomputed chunks
+
+    def run():
+        block.zero_grad()
+        mi, zi = m.clone().requires_grad_(), z.clone().requires_grad_()
+        mo, zo = block(mi, zi, msa_mask, pair_mask)
+        (mo.sin().sum() + zo.cos().sum()).backward()
+        return [mo, zo, mi.grad, zi.grad] + [p.grad.clone() for p in block.parameters()]
+
+    fused = run()
+    for module in (evoformer, primitives):
+        monkeypatch.setattr(module, "fused_projection_enabled", lambda: False)
+    plain = run()
+    names = ["m", "z", "d_m", "d_z"] + [n for n, _ in block.named_parameters()]
+    for name, a, b in zip(names, fused, plain):
+        assert torch.allclose(a, b, atol=1e-12, rtol=1e-10), (name, (a - b).abs().max())

@@ -25,7 +25,9 @@ rows). Backends:
   [*, H, q_block, k_block] instead of [*, H, Q, K].
 
 "auto" resolves to "sdpa" on CUDA, and on CPU to the fused kernel except for a bias that
-needs a gradient (PyTorch's CPU flash kernel has none; there "explicit"). The kernel actually
+needs a gradient (PyTorch's CPU flash kernel has none; there "explicit"; "recompute" stores no
+[*, R, H, Q, K] weights, 0.28-0.61x OpenFold's training peak in
+benchmarks/results/model_vs_openfold.json, but hangs under DAP: not the default yet). The kernel actually
 used is reported by `resolved_backend` / `backend_report`; metrics and provenance record it.
 
 Fully masked query rows (padding): every backend gives uniform weights (the mean of v), as the
@@ -52,8 +54,8 @@ MASK_NEG = -1e9
 # multiple of 8, which the CUDA memory-efficient kernel wants for aligned loads
 MASK_CHANNELS = 8
 
-# logits computed at a time by the "recompute" backend (fp32 elements: 64 MiB)
-RECOMPUTE_ELEMENTS = 1 << 24
+# logits computed at a time by the "recompute" backend (fp32 elements: 16 MiB)
+RECOMPUTE_ELEMENTS = 1 << 22
 
 # default block sizes of the low-memory backend (queries x keys per step)
 LOWMEM_Q_BLOCK = 256

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 import torch.utils.checkpoint
 from einops import rearrange
 
 from protdp.model.axial import run_blocks_axial
 from protdp.model.config import ModelConfig
+from protdp.model.evoformer_inference import inference_block
 from protdp.model.primitives import (Attention, LayerNorm, Linear, MASK_NEG, SharedDropout,
-                                     Transition, chunk_rows)
+                                     Transition, chunk_rows, fused_projection_enabled,
+                                     norm_project)
 
 
 class MSARowAttentionWithPairBias(nn.Module):
@@ -33,7 +36,11 @@ class MSARowAttentionWithPairBias(nn.Module):
 
     def forward(self, m, z, msa_mask, chunk_size=None):
         # m [*, S, L, C_m], z [*, L, L, C_z], msa_mask [*, S, L]
-        bias = rearrange(self.linear_b(self.norm_z(z)), "... i j h -> ... h i j")  # [*, H, L, L]
+        bias, = norm_project(self.norm_z, [self.linear_b], z)
+        bias = rearrange(bias, "... i j h -> ... h i j")                         # [*, H, L, L]
+        if fused_projection_enabled() and chunk_size is None:   # training: one fused projection
+            q, k, v, g = norm_project(self.norm_m, self.attention.projections, m)
+            return self.attention.core(q, k, v, g, msa_mask, bias)
         return self.attention(self.norm_m(m), msa_mask, bias, chunk_size)
 
 
@@ -47,6 +54,9 @@ class MSAColumnAttention(nn.Module):
 
     def forward(self, m, msa_mask, chunk_size=None):
         m_t = m.transpose(-2, -3)                                    # [*, L, S, C_m]
+        if fused_projection_enabled() and chunk_size is None:   # training: one fused projection
+            q, k, v, g = norm_project(self.norm, self.attention.projections, m_t)
+            return self.attention.core(q, k, v, g, msa_mask.transpose(-1, -2), None).transpose(-2, -3)
         out = self.attention(self.norm(m_t), msa_mask.transpose(-1, -2), None, chunk_size)
         return out.transpose(-2, -3)
 
@@ -85,6 +95,41 @@ class MSAColumnGlobalAttention(nn.Module):
         return out.transpose(-2, -3)
 
 
+# outer-product elements recomputed at a time in _OuterLinear's backward (fp32: 16 MiB)
+OUTER_CHUNK_ELEMENTS = 1 << 22
+
+
+class _OuterLinear(torch.autograd.Function):
+    """y_ij = vec(sum_s a_si (x) b_sj) W^T + bias without storing the [*, I, J, c*d] outer
+    products for backward: they are recomputed there a few rows i at a time."""
+
+    @staticmethod
+    def forward(ctx, a_t, b, weight, bias):
+        # a_t [*, I, S, c], b [*, S, J, d], weight [C_z, c*d] -> [*, I, J, C_z]
+        outer = torch.einsum("...isc,...sjd->...ijcd", a_t, b)
+        ctx.save_for_backward(a_t, b, weight)
+        return F.linear(outer.flatten(-2), weight, bias)
+
+    @staticmethod
+    def backward(ctx, d_y):
+        a_t, b, weight = ctx.saved_tensors
+        n_i, n_j, c, d = a_t.shape[-3], b.shape[-2], a_t.shape[-1], b.shape[-1]
+        rows = max(1, OUTER_CHUNK_ELEMENTS // (n_j * c * d))
+        d_a, d_b = torch.empty_like(a_t), torch.zeros_like(b)
+        d_w = torch.zeros_like(weight)
+        for start in range(0, n_i, rows):
+            a_rows = a_t.narrow(-3, start, min(rows, n_i - start))
+            d_rows = d_y.narrow(-3, start, a_rows.shape[-3])                  # [*, i, J, C_z]
+            outer = torch.einsum("...isc,...sjd->...ijcd", a_rows, b).flatten(-2)
+            d_w += d_rows.reshape(-1, d_rows.shape[-1]).t().mm(outer.reshape(-1, c * d))
+            d_outer = d_rows.matmul(weight).unflatten(-1, (c, d))             # [*, i, J, c, d]
+            d_a.narrow(-3, start, a_rows.shape[-3]).copy_(
+                torch.einsum("...ijcd,...sjd->...isc", d_outer, b))
+            d_b += torch.einsum("...ijcd,...isc->...sjd", d_outer, a_rows)
+        d_bias = d_y.reshape(-1, d_y.shape[-1]).sum(0)
+        return d_a, d_b, d_w, d_bias
+
+
 class OuterProductMean(nn.Module):
     """Algorithm 10: MSA -> pair update by the mean outer product over sequences."""
 
@@ -95,22 +140,71 @@ class OuterProductMean(nn.Module):
         self.linear_b = Linear(c_m, c_hidden)
         self.linear_out = Linear(c_hidden * c_hidden, c_z, init="final")
 
-    def forward(self, m, msa_mask, chunk_size=None):
+    def operands(self, m, msa_mask):
+        """a^T [*, L, S, c], b [*, S, L, c] (masked projections of LayerNorm(m)) and the shared
+        row count [*, L, L]."""
         mask = msa_mask[..., None].to(m.dtype)                        # [*, S, L, 1]
-        m = self.norm(m)
-        a = self.linear_a(m) * mask                                   # [*, S, L, c]
-        b = self.linear_b(m) * mask
+        a, b = norm_project(self.norm, [self.linear_a, self.linear_b], m)
+        a, b = a * mask, b * mask                                     # [*, S, L, c]
         count = torch.einsum("...si,...sj->...ij", msa_mask, msa_mask)       # [*, L, L] shared rows
+        return a.transpose(-2, -3), b, count
 
-        def rows(a_t, count_rows):
-            # a_t [*, I, S, c] (a chunk of residues i), count_rows [*, I, L] -> [*, I, L, C_z]
+    def rows(self, a_t, b, count_rows):
+        """a_t [*, I, S, c] (a chunk of residues i), count_rows [*, I, L] -> [*, I, L, C_z]."""
+        # AF2: (outer . W + b) / (1e-3 + shared rows); pairs without a shared row (padding,
+        # an all-padding extra MSA) get b / 1e-3, exactly as AlphaFold computes them
+        if fused_projection_enabled():   # training: the outer products are not stored
+            out = _OuterLinear.apply(a_t, b, self.linear_out.weight, self.linear_out.bias)
+        else:
             outer = torch.einsum("...isc,...sjd->...ijcd", a_t, b)
-            # AF2: (outer . W + b) / (1e-3 + shared rows); pairs without a shared row (padding,
-            # an all-padding extra MSA) get b / 1e-3, exactly as AlphaFold computes them
             out = self.linear_out(rearrange(outer, "... c d -> ... (c d)"))
-            return out / (count_rows[..., None] + 1e-3)
+        return out / (count_rows[..., None] + 1e-3)
 
-        return chunk_rows(rows, a.transpose(-2, -3), count, chunk_size)
+    def forward(self, m, msa_mask, chunk_size=None):
+        a_t, b, count = self.operands(m, msa_mask)
+        return chunk_rows(lambda a_rows, c_rows: self.rows(a_rows, b, c_rows), a_t, count, chunk_size)
+
+
+def _channels_first(x: torch.Tensor, outgoing: bool) -> torch.Tensor:
+    """x [*, L, L, c] -> [*, c, I, K] with x_ik (outgoing) or x_ki (incoming) at [c, i, k]."""
+    x = x.movedim(-1, -3)
+    return (x if outgoing else x.transpose(-1, -2)).contiguous()
+
+
+class _GatedTriangleProduct(torch.autograd.Function):
+    """x_ij = sum_k a_ik b_jk (outgoing) or sum_k a_ki b_kj (incoming), a = sigmoid(a_g) * a_p
+    * mask (b alike), storing only the projections for backward: the gated operands, and
+    their channels-first copies, are recomputed there."""
+
+    @staticmethod
+    def forward(ctx, a_p, a_g, b_p, b_g, mask, outgoing):
+        # a_p, a_g, b_p, b_g [*, L, L, c], mask [*, L, L, 1] -> x [*, L, L, c]
+        a = _channels_first(torch.sigmoid(a_g).mul_(a_p).mul_(mask), outgoing)  # [*, c, I, K]
+        b = _channels_first(torch.sigmoid(b_g).mul_(b_p).mul_(mask), outgoing)  # [*, c, J, K]
+        ctx.save_for_backward(a_p, a_g, b_p, b_g, mask)
+        ctx.outgoing = outgoing
+        return torch.matmul(a, b.transpose(-1, -2)).movedim(-3, -1)
+
+    @staticmethod
+    def backward(ctx, d_x):
+        a_p, a_g, b_p, b_g, mask = ctx.saved_tensors
+        outgoing = ctx.outgoing
+        d_x = d_x.movedim(-1, -3)                                                # [*, c, I, J]
+
+        def back(p, g, d_cf):
+            # d_cf [*, c, I, K] (channels first) -> d_p, d_g [*, L, L, c]
+            d = (d_cf if outgoing else d_cf.transpose(-1, -2)).movedim(-3, -1) * mask
+            s = torch.sigmoid(g)
+            d_p = d * s
+            d_g = d.mul_(p).mul_(s).mul_(1 - s)
+            return d_p, d_g
+
+        b = _channels_first(torch.sigmoid(b_g).mul_(b_p).mul_(mask), outgoing)
+        d_a_p, d_a_g = back(a_p, a_g, torch.matmul(d_x, b))
+        del b
+        a = _channels_first(torch.sigmoid(a_g).mul_(a_p).mul_(mask), outgoing)
+        d_b_p, d_b_g = back(b_p, b_g, torch.matmul(d_x.transpose(-1, -2), a))
+        return d_a_p, d_a_g, d_b_p, d_b_g, None, None
 
 
 class TriangleMultiplication(nn.Module):
@@ -135,16 +229,20 @@ class TriangleMultiplication(nn.Module):
     def forward(self, z, pair_mask):
         # z [*, L, L, C_z], pair_mask [*, L, L]
         mask = pair_mask[..., None].to(z.dtype)
-        z = self.norm_in(z)
         if not torch.is_grad_enabled():
-            return self._inference(z, mask)
-        a = torch.sigmoid(self.linear_a_g(z)) * self.linear_a_p(z) * mask  # [*, L, L, c]
-        b = torch.sigmoid(self.linear_b_g(z)) * self.linear_b_p(z) * mask
-        if self.outgoing:
-            x = torch.einsum("...ikc,...jkc->...ijc", a, b)
+            return self._inference(self.norm_in(z), mask)
+        a_p, a_g, b_p, b_g, g = norm_project(self.norm_in, [
+            self.linear_a_p, self.linear_a_g, self.linear_b_p, self.linear_b_g, self.linear_g], z)
+        if fused_projection_enabled():   # the gated operands are recomputed in backward
+            x = _GatedTriangleProduct.apply(a_p, a_g, b_p, b_g, mask, self.outgoing)
         else:
-            x = torch.einsum("...kic,...kjc->...ijc", a, b)
-        return torch.sigmoid(self.linear_g(z)) * self.linear_z(self.norm_out(x))
+            a = torch.sigmoid(a_g) * a_p * mask                            # [*, L, L, c]
+            b = torch.sigmoid(b_g) * b_p * mask
+            if self.outgoing:
+                x = torch.einsum("...ikc,...jkc->...ijc", a, b)
+            else:
+                x = torch.einsum("...kic,...kjc->...ijc", a, b)
+        return torch.sigmoid(g) * norm_project(self.norm_out, [self.linear_z], x)[0]
 
     def _inference(self, z, mask):
         """Same values without a graph: gates applied in place, and the product, output norm,
@@ -187,9 +285,14 @@ class TriangleAttention(nn.Module):
     def forward(self, z, pair_mask, chunk_size=None):
         if not self.starting:  # ending node = starting node on the transposed pair rep
             z, pair_mask = z.transpose(-2, -3), pair_mask.transpose(-1, -2)
-        z = self.norm(z)
-        bias = rearrange(self.linear_b(z), "... j k h -> ... h j k")   # [*, H, L, L]
-        out = self.attention(z, pair_mask, bias, chunk_size)         # [*, L, L, C_z]
+        if fused_projection_enabled() and chunk_size is None:   # training: one fused projection
+            *qkvg, bias = norm_project(self.norm, self.attention.projections + [self.linear_b], z)
+            bias = rearrange(bias, "... j k h -> ... h j k")           # [*, H, L, L]
+            out = self.attention.core(*qkvg, pair_mask, bias)
+        else:
+            z = self.norm(z)
+            bias = rearrange(self.linear_b(z), "... j k h -> ... h j k")   # [*, H, L, L]
+            out = self.attention(z, pair_mask, bias, chunk_size)         # [*, L, L, C_z]
         return out if self.starting else out.transpose(-2, -3)
 
 
@@ -221,6 +324,9 @@ class EvoformerBlock(nn.Module):
 
     def forward(self, m, z, msa_mask, pair_mask):
         # m [*, S, L, C_m], z [*, L, L, C_z]
+        if not torch.is_grad_enabled() and not self.training:
+            # same values, in place on copies, chunk_size rows at a time (evoformer_inference)
+            return inference_block(self, m, z, msa_mask, pair_mask)
         cs = self.chunk_size
         if self.outer_product_first:
             z = z + self.opm(m, msa_mask, cs)

@@ -59,6 +59,62 @@ class Linear(nn.Linear):
 LayerNorm = nn.LayerNorm
 
 
+class _LayerNormLinear(torch.autograd.Function):
+    """[LayerNorm(x) W_i^T + b_i for each i] keeping x (and no LayerNorm(x)) for backward, where
+    the normalised input is recomputed: one [*, C] activation less per LayerNorm -> Linear site.
+    Every output has its own storage (a saved slice of a concatenated output would keep all of
+    it alive)."""
+
+    @staticmethod
+    def forward(ctx, x, gamma, beta, eps, *weights_and_biases):
+        shape = (x.shape[-1],)
+        x_n, mean, rstd = torch.native_layer_norm(x, shape, gamma, beta, eps)
+        n = len(weights_and_biases) // 2
+        weights, biases = weights_and_biases[:n], weights_and_biases[n:]
+        ctx.save_for_backward(x, gamma, beta, mean, rstd, *weights)
+        ctx.eps = eps
+        return tuple(F.linear(x_n, w, b) for w, b in zip(weights, biases))
+
+    @staticmethod
+    def backward(ctx, *d_ys):
+        x, gamma, beta, mean, rstd, *weights = ctx.saved_tensors
+        shape = (x.shape[-1],)
+        x_n = torch.native_layer_norm(x, shape, gamma, beta, ctx.eps)[0]      # same values
+        x_n2 = x_n.reshape(-1, shape[0])
+        d_weights, d_biases, d_x_n = [], [], None
+        for w, d_y in zip(weights, d_ys):
+            if d_y is None:
+                d_y = torch.zeros(x.shape[:-1] + (w.shape[0],), dtype=x.dtype, device=x.device)
+            d_y2 = d_y.reshape(-1, d_y.shape[-1])
+            d_weights.append(d_y2.t().mm(x_n2))
+            d_biases.append(d_y2.sum(0))
+            d_x_n = d_y.matmul(w) if d_x_n is None else d_x_n.add_(d_y.matmul(w))
+        del x_n, x_n2
+        d_x, d_gamma, d_beta = torch.ops.aten.native_layer_norm_backward(
+            d_x_n, x, shape, mean, rstd, gamma, beta, list(ctx.needs_input_grad[:3]))
+        return (d_x, d_gamma, d_beta, None, *d_weights, *d_biases)
+
+
+def fused_projection_enabled() -> bool:
+    """Training without autocast: LayerNorm -> projections run as one `_LayerNormLinear`
+    (under autocast, and without autograd, the modules run one by one)."""
+    return torch.is_grad_enabled() and not any(
+        torch.is_autocast_enabled(d) for d in ("cpu", "cuda"))
+
+
+def norm_project(norm: nn.LayerNorm, linears, x: torch.Tensor) -> list[torch.Tensor]:
+    """[linear(norm(x)) for linear in linears], with one LayerNorm whose output is recomputed in
+    backward instead of stored (`_LayerNormLinear`) in training; the module calls otherwise.
+    Same values."""
+    if not fused_projection_enabled():
+        x_n = norm(x)
+        return [lin(x_n) for lin in linears]
+    biases = [lin.bias if lin.bias is not None else lin.weight.new_zeros(lin.out_features)
+              for lin in linears]
+    return list(_LayerNormLinear.apply(x, norm.weight, norm.bias, norm.eps,
+                                       *(lin.weight for lin in linears), *biases))
+
+
 def chunk_rows(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], x: torch.Tensor,
                mask: torch.Tensor, chunk_size: int | None) -> torch.Tensor:
     """Evaluate fn(x_rows, mask_rows) on slices of `chunk_size` rows (dim -3 of x, dim -2 of
@@ -94,15 +150,23 @@ class Attention(nn.Module):
         self.linear_g = Linear(c_in, hc, init="gating")
         self.linear_o = Linear(hc, c_in, init="final")
 
+    @property
+    def projections(self) -> list[nn.Linear]:
+        return [self.linear_q, self.linear_k, self.linear_v, self.linear_g]
+
     def _attend(self, x: torch.Tensor, mask: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        return self.core(*(lin(x) for lin in self.projections), mask, bias)
+
+    def core(self, q, k, v, g, mask, bias):
+        """q, k, v, g [*, R, Q, H*c] (projections), mask [*, R, Q], bias [*, H, Q, Q] -> [*, R, Q, C]."""
         h = self.n_heads
-        q = rearrange(self.linear_q(x), "... q (h c) -> ... h q c", h=h)  # [*, R, H, Q, c]
-        k = rearrange(self.linear_k(x), "... k (h c) -> ... h k c", h=h)
-        v = rearrange(self.linear_v(x), "... k (h c) -> ... h k c", h=h)
+        q = rearrange(q, "... q (h c) -> ... h q c", h=h)                          # [*, R, H, Q, c]
+        k = rearrange(k, "... k (h c) -> ... h k c", h=h)
+        v = rearrange(v, "... k (h c) -> ... h k c", h=h)
         bias = None if bias is None else bias.unsqueeze(-4)                      # [*, 1, H, Q, K]
         o = biased_attention(q, k, v, mask, bias, self.backend)                  # [*, R, H, Q, c]
         o = rearrange(o, "... h q c -> ... q (h c)")                              # [*, R, Q, H*c]
-        return self.linear_o(o * torch.sigmoid(self.linear_g(x)))
+        return self.linear_o(o * torch.sigmoid(g))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, bias: torch.Tensor | None = None,
                 chunk_size: int | None = None) -> torch.Tensor:
@@ -137,7 +201,7 @@ class Transition(nn.Module):
 
     def _transition(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         # no masking, as in AF2's Transition: a padded row's value is never read by a real one
-        hidden = self.linear_1(self.norm(x))                                    # [*, R, Q, n*C]
+        hidden, = norm_project(self.norm, [self.linear_1], x)                  # [*, R, Q, n*C]
         hidden = hidden.relu_() if not torch.is_grad_enabled() else F.relu(hidden)
         return self.linear_2(hidden)
 
