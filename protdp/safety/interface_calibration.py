@@ -17,11 +17,10 @@ its own: the reviewers' approval rate of the complexes at / beyond its proposed 
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from protdp.gating import GatePolicy
+from protdp.safety.review_calibration import decided_table
 
 INPUTS = ("iptm", "interface_pae")
 IPTM_STEP = 0.01                 # min_iptm grid
@@ -32,24 +31,14 @@ MIN_PAE = 1.0                    # tightest interface-PAE threshold considered (
 def complex_table(records: list[dict]) -> dict:
     """(ipTM, interface PAE) X [N, 2], approved y [N] of the decided complexes; monomers are
     not counted, escalations and complexes without both scores are counted as skipped."""
-    rows, y, skipped = [], [], {"escalated": 0, "incomplete": 0}
-    for rec in records:
+    def values_of(rec):
         scores = rec.get("scores") or {}
         chains = scores.get("chains")
         if not isinstance(chains, list) or len(chains) < 2:
-            continue
-        if rec["decision"] not in ("approved", "rejected"):
-            skipped["escalated"] += 1
-            continue
-        values = [scores.get(k) for k in INPUTS]
-        if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
-               for v in values):
-            skipped["incomplete"] += 1
-            continue
-        rows.append([float(v) for v in values])
-        y.append(rec["decision"] == "approved")
-    return {"X": np.array(rows, float).reshape(-1, len(INPUTS)), "y": np.array(y, bool),
-            "skipped": skipped}
+            return None
+        return [scores.get(k) for k in INPUTS]
+
+    return decided_table(records, values_of, len(INPUTS))
 
 
 def make_model():

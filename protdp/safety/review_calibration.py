@@ -46,23 +46,32 @@ RELIABILITY_BINS = 10
 
 # ------------------------------------------------------------------------------ data
 
-def review_table(records: list[dict]) -> dict:
-    """Features X [N, 4] (FEATURES order), approved y [N] and what was left out, from the
-    queue's decided items (`ReviewStore.export_records`)."""
+def decided_table(records: list[dict], values_of, n_inputs: int) -> dict:
+    """X [N, n_inputs] from `values_of(record)`, approved y [N], and what was left out:
+    escalations, and records with a missing or non-finite value. Records for which
+    `values_of` returns None are not this table's (not counted)."""
     rows, y, skipped = [], [], {"escalated": 0, "incomplete": 0}
     for rec in records:
+        values = values_of(rec)
+        if values is None:
+            continue
         if rec["decision"] not in ("approved", "rejected"):
             skipped["escalated"] += 1
             continue
-        values = [rec.get(f) for f in FEATURES]
         if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
                for v in values):
             skipped["incomplete"] += 1
             continue
         rows.append([float(v) for v in values])
         y.append(rec["decision"] == "approved")
-    return {"X": np.array(rows, float).reshape(-1, len(FEATURES)), "y": np.array(y, bool),
+    return {"X": np.array(rows, float).reshape(-1, n_inputs), "y": np.array(y, bool),
             "skipped": skipped}
+
+
+def review_table(records: list[dict]) -> dict:
+    """Features X [N, 4] (FEATURES order), approved y [N] and what was left out, from the
+    queue's decided items (`ReviewStore.export_records`)."""
+    return decided_table(records, lambda rec: [rec.get(f) for f in FEATURES], len(FEATURES))
 
 
 def design(X: np.ndarray) -> np.ndarray:
