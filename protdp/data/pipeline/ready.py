@@ -34,8 +34,10 @@ def touch_pages(batch: Any) -> Any:
     for v in values:
         if isinstance(v, (dict, list)):
             touch_pages(v)
-        elif isinstance(v, torch.Tensor) and v.device.type == "cpu" and v.numel() and v.is_contiguous():
-            v.view(-1).view(torch.uint8)[::PAGE_BYTES].sum()
+        elif (isinstance(v, torch.Tensor) and v.device.type == "cpu" and v.numel()
+              and v.is_contiguous() and not v.requires_grad):
+            # numpy, not a torch op: no intra-op thread pool is used from this thread
+            v.view(-1).view(torch.uint8).numpy()[::PAGE_BYTES].sum()
         elif isinstance(v, np.ndarray) and v.size and v.flags.c_contiguous:
             v.reshape(-1).view(np.uint8)[::PAGE_BYTES].sum()
     return batch
