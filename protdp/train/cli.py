@@ -8,6 +8,7 @@ itself as `torchrun --standalone --nproc_per_node N pipelines/pretrain.py <same 
 from __future__ import annotations
 
 import argparse
+import gc
 import subprocess
 from pathlib import Path
 
@@ -34,6 +35,11 @@ def main(argv: list[str]) -> int:
     try:
         pretrain(args)
     finally:
+        # free the engine's tensors and work handles held in reference cycles now, while the
+        # interpreter and the process group are alive: a gloo worker thread releasing them
+        # during interpreter shutdown aborts the rank (seen once: "terminate called without
+        # an active exception" after a finished 2-rank run; pytorch/pytorch#179291)
+        gc.collect()
         if dist.is_initialized():
             dist.destroy_process_group()
     return 0
