@@ -26,6 +26,11 @@ STEPS, LR = 3, 1e-3
 OUT_JOBS = ("training", "reload", "inference")   # jobs that get the spawn's folder as `out`
 
 
+def _key(job: str, kw: dict) -> str:
+    """Result name of a job: job_dap, plus _backend when the job names an attention backend."""
+    return f"{job}_{kw.get('dap', '')}" + (f"_{kw['backend']}" if "backend" in kw else "")
+
+
 def _entry(rank, world, port, jobs, outdir, timeout_s):
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                       LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -41,7 +46,7 @@ def _entry(rank, world, port, jobs, outdir, timeout_s):
                                                           if job in OUT_JOBS else {})})
         except BaseException as exc:
             result["error"] = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
-        torch.save(result, Path(outdir) / f"{job}_{kw.get('dap', '')}_rank{rank}.pt")
+        torch.save(result, Path(outdir) / f"{_key(job, kw)}_rank{rank}.pt")
     sys.stdout.flush()
     os._exit(0)
 
@@ -62,9 +67,8 @@ def spawn(jobs: list[tuple[str, dict]], world: int, outdir: Path, deadline_s: fl
     for p in procs:
         if p.is_alive():
             p.kill()
-    return {f"{job}_{kw.get('dap', '')}": [
-        torch.load(Path(outdir) / f"{job}_{kw.get('dap', '')}_rank{r}.pt", weights_only=False)
-        for r in range(world)] for job, kw in jobs}
+    return {_key(job, kw): [torch.load(Path(outdir) / f"{_key(job, kw)}_rank{r}.pt", weights_only=False)
+                            for r in range(world)] for job, kw in jobs}
 
 
 # ---------------------------------------------------------------------------- collectives
@@ -152,15 +156,16 @@ def _rel(a: dict, b: dict, floor: float = 1e-3, only: str | None = None) -> floa
                for n in ([only] if only else b))
 
 
-def numerics(rank, world, res, dap):
+def numerics(rank, world, res, dap, backend="auto"):
     """fp64 DAP vs one process: every output, every parameter gradient; the split-only gather
-    backward for the negative check. Training mode: dropout, recycling, chunking, recompute."""
+    backward for the negative check. Training mode: dropout, recycling, chunking, recompute;
+    `backend`: the attention backend of both runs."""
     from protdp.model.axial import dap_sharded_parameters
     from protdp.parallel.dap import reduce_dap_grads
     from protdp.parallel.groups import build_groups
 
     groups = build_groups(dap)
-    model, batch = _setup()
+    model, batch = _setup(attention_backend=backend)
     model = model.double().train()
     batch = {k: v.double() if torch.is_floating_point(v) else v for k, v in batch.items()
              if not isinstance(v, (str, list))}

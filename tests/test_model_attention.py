@@ -69,6 +69,20 @@ def test_sdpa_equals_explicit_outputs_and_grads(dtype, shape):
         assert _max_rel(a, b) < TOL[dtype], ("recompute", name, _max_rel(a, b))
 
 
+def test_recompute_bias_gradient_without_batch_axis():
+    """q [R, H, Q, c] with a bias [1, H, Q, K] (m under DAP has no batch axis, so the rows sit in
+    the leading axis the bias is broadcast over): the bias gradient sums over every broadcast
+    axis, as explicit's does (it raised a shape error on one rank, and its DAP peer hung)."""
+    q, k, v, bias, mask, up = (t[0] for t in _inputs(torch.float64, 6, 2, 9, 4))
+    bias = bias.detach().requires_grad_()                           # [1, H, Q, K]
+    ref = _out_and_grads(explicit_attention, q, k, v, bias, mask, up)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("protdp.model.attention.RECOMPUTE_ELEMENTS", 2 * 9 * 9)   # 1 row per chunk
+        got = _out_and_grads(recompute_attention, q, k, v, bias, mask, up)
+    for name, a, b in zip(("out", "dq", "dk", "dv", "dbias"), got, ref):
+        assert a.shape == b.shape and _max_rel(a, b) < 1e-12, (name, _max_rel(a, b))
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("shape", SHAPES)
 def test_fused_cpu_and_lowmem_inference_equal_explicit(dtype, shape):

@@ -27,7 +27,7 @@ rows). Backends:
 "auto" resolves to "sdpa" on CUDA, and on CPU to the fused kernel except for a bias that
 needs a gradient (PyTorch's CPU flash kernel has none; there "explicit"; "recompute" stores no
 [*, R, H, Q, K] weights, 0.28-0.61x OpenFold's training peak in
-benchmarks/results/model_vs_openfold.json, but hangs under DAP: not the default yet). The kernel actually
+benchmarks/results/model_vs_openfold.json, at more time). The kernel actually
 used is reported by `resolved_backend` / `backend_report`; metrics and provenance record it.
 
 Fully masked query rows (padding): every backend gives uniform weights (the mean of v), as the
@@ -205,7 +205,7 @@ class _RecomputedAttention(torch.autograd.Function):
             ds = torch.ops.aten._softmax_backward_data(dp, p, -1, acc)    # softmax backward
             ds.masked_fill_(drop[sl], 0.0)                                 # masked_fill backward
             if d_bias is not None:
-                d_bias += ds.sum(-4, keepdim=True)
+                d_bias += ds.sum_to_size(d_bias.shape)   # every axis the bias is broadcast over
             dq[sl] = torch.matmul(ds, k[sl].to(acc)).mul_(scale).to(dq.dtype)
             dk[sl] = torch.matmul(ds.transpose(-1, -2), q[sl].to(acc)).mul_(scale).to(dk.dtype)
         return dq, dk, dv, (None if d_bias is None else d_bias.to(bias.dtype)), None, None

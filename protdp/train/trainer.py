@@ -152,10 +152,6 @@ class Trainer:
         if args.compile:
             compile_evoformer_blocks(model)
         self.model_config = model.config
-        if (self.dap_size > 1 and getattr(model.config, "trunk", model.config).attention_backend
-                == "recompute"):      # its DAP backward hangs (not yet understood): refuse it
-            raise ConfigError("attention_backend: recompute does not run with --dap-size > 1 yet; "
-                              "use auto or explicit")
         self._setup_featurizer(model)
         self.pcfg = args.parallel_config()
         self._engine_save, self._engine_load = engine_save, engine_load
