@@ -85,8 +85,19 @@ def test_ensemble_outputs_read_back(tmp_path, ckpts):
     # AFDB PAE JSON and ColabFold scores of the top model
     pae = json.loads((pdir / "long_predicted_aligned_error_v1.json").read_text())
     assert isinstance(pae, list) and pae[0]["max_predicted_aligned_error"] == pytest.approx(31.75)
-    np.testing.assert_allclose(pae[0]["predicted_aligned_error"], top["predicted_aligned_error"], atol=0.006)
+    # PAE as AlphaFold's confidence.pae_json writes it: float64 rounded to 1 decimal, so no
+    # float32 noise (3.1400001049041748) in the JSON text; scores.json's `pae` the same values;
+    # the ColabFold scores keep 2 decimals, also without the noise
+    raw = top["predicted_aligned_error"]                                   # float32 [L, L]
+    assert raw.dtype == np.float32 and (raw.astype(np.float64) != raw.round(1)).any()
+    np.testing.assert_array_equal(pae[0]["predicted_aligned_error"],
+                                  np.round(raw.astype(np.float64), 1))
+    assert all(len(repr(v).split(".")[1]) == 1 for row in pae[0]["predicted_aligned_error"]
+               for v in row)
+    assert json.loads((pdir / "scores.json").read_text())["pae"] == pae[0]["predicted_aligned_error"]
     cf = json.loads((pdir / f"long_scores_rank_001_{debug['order'][0]}.json").read_text())
+    assert all(len(repr(v).split(".")[1]) <= 2 for row in cf["pae"] for v in row)
+    np.testing.assert_allclose(cf["pae"], raw, atol=0.005 + 1e-6)
     assert cf["ptm"] == pytest.approx(float(top["ptm"]), abs=1e-4) and cf["max_pae"] == 31.75
     # ModelCIF: per-residue pLDDT in _ma_qa_metric_local, global pLDDT/pTM (gemmi)
     block = gemmi.cif.read(str(pdir / "long.cif")).sole_block()

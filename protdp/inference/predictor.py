@@ -45,6 +45,7 @@ from protdp.inference.targets import (Target, clean_sequence, find_msa_files, lo
                                       sha256_text)
 from protdp.inference.complexes import (COMPLEX_HINT, COMPLEX_SCORE_KEYS, build_features,
                                        complex_scores, is_complex_record, run_complex_ensemble)
+from protdp.inference.af_outputs import pae_json_values
 from protdp.inference.ensemble import members, run_member, ensemble_stops
 from protdp.inference.layout import (current_prediction, prediction_id, publish_build,
                                      set_aside_damaged, start_build, write_current)
@@ -496,7 +497,7 @@ class Predictor:
             "target": t.target_id, "file_name": t.file_name, "sequence": seq, "length": len(seq),
             "plddt": plddt, "mean_plddt": mean, "band": None if mean is None else band_of(mean),
             "afdb_bands": decision.afdb_bands, "very_low_fraction": decision.very_low_fraction,
-            "ptm": top.get("ptm"), "pae": None if "pae" not in top else np.round(top["pae"], 2),
+            "ptm": top.get("ptm"), "pae": None if "pae" not in top else pae_json_values(top["pae"]),
             "msa_depth": msa_depth, "msa_rows_used": top["msa_rows_used"],
             "msa_coverage": coverage, "num_recycles": top["num_recycles"],
             "nonfinite_residues": int((~finite_xyz).sum() + (~np.isfinite(top["plddt"])).sum()),
