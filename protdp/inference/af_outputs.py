@@ -7,7 +7,8 @@ In each prediction folder (see `layout`), for every (model, seed) name N, best r
   `distogram_logits` / `distogram_bin_edges` only with --save-distogram) in a numpy file that
   loads without pickle (AlphaFold's full `result_model_*.pkl` reaches 1.5 GB per model);
 - `ranking_debug.json` ({"plddts": {...}, "order": [...]}), `timings.json` (AlphaFold:
-  {"features": s, "process_features_N": s, "predict_and_compile_N": s, ...});
+  {"features": s, "process_features_N": s, "predict_and_compile_N": s, ...; with --relax
+  "relax_N": s of the relaxed top-ranked model, as `run_alphafold.py`'s relax_<model name>});
 - `<name>_predicted_aligned_error_v1.json`: the AFDB PAE file
   `[{"predicted_aligned_error": [[...]], "max_predicted_aligned_error": 31.75}]`, values to 1
   decimal as AlphaFold's `confidence.pae_json` (scores.json's `pae` alike);
