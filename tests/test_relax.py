@@ -143,3 +143,50 @@ def test_relax_a_predicted_chain(tmp_path, data_dir):
     failed = relax_pdb(bad, tmp_path / "bad_relaxed.pdb")
     assert not failed.relaxed and failed.reason.startswith("minimisation failed:")
     assert not (tmp_path / "bad_relaxed.pdb").exists()
+
+
+def test_a_complex_is_checked_on_every_chain(tmp_path, data_dir):
+    """A complex (`protdp predict` with a multimer checkpoint writes every chain into one PDB):
+    violations, the heavy-atom RMSD and the kept pLDDT B-factors cover every chain, residues
+    numbered over the chains in file order as OpenMM's residue.index, and no peptide bond is
+    looked for between two chains."""
+    import gemmi
+    from protdp.relax.amber import _copy_bfactors
+    clash, moved = _clashing_chain(data_dir, tmp_path)
+    single = structure_violations(clash)
+    assert single["clashes"] > 0
+    clean = gemmi.read_structure(str(data_dir / "structures" / "2p90_A02.pdb"))
+    clean.remove_hydrogens()
+    bad = gemmi.read_structure(str(clash))
+    st = gemmi.Structure()
+    st.add_model(gemmi.Model("1"))
+    st[0].add_chain(clean[0][0])
+    st[0].add_chain(bad[0][0])
+    st[0][1].name = "B"
+    for r in st[0][1]:                      # chain B 60 Å away: no contact between the chains
+        for a in r:
+            a.pos = gemmi.Position(a.pos.x + 60.0, a.pos.y, a.pos.z)
+    complex_pdb = tmp_path / "complex.pdb"
+    st.write_pdb(str(complex_pdb))
+    n_a = len(clean[0][0])
+    both = structure_violations(complex_pdb)
+    assert both["clashes"] == single["clashes"]           # chain B's clashes are seen
+    assert both["bond_violations"] == single["bond_violations"]      # none across the break
+    assert both["violating_residues"] == [n_a + r for r in single["violating_residues"]]
+    assert moved + n_a in both["violating_residues"]
+    # chain B's atoms count in the RMSD; its B-factors are copied onto a relaxed file
+    shifted = gemmi.read_structure(str(complex_pdb))
+    for r in shifted[0][1]:
+        for a in r:
+            a.pos = gemmi.Position(a.pos.x + 1.0, a.pos.y, a.pos.z)
+            a.b_iso = 0.0
+    other = tmp_path / "complex_moved.pdb"
+    shifted.write_pdb(str(other))
+    n_b_atoms = sum(len(r) for r in shifted[0][1])
+    n_atoms = n_b_atoms + sum(len(r) for r in shifted[0][0])
+    assert heavy_atom_rmsd(complex_pdb, other) == pytest.approx((n_b_atoms / n_atoms) ** 0.5,
+                                                               abs=1e-3)
+    _copy_bfactors(complex_pdb, other)
+    b_src = [r[0].b_iso for ch in gemmi.read_structure(str(complex_pdb))[0] for r in ch]
+    b_dst = [r[0].b_iso for ch in gemmi.read_structure(str(other))[0] for r in ch]
+    assert b_dst == pytest.approx(b_src) and len(b_dst) == len(b_src)
