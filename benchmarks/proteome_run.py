@@ -17,7 +17,7 @@ experimental chain say whether the predictions are protein-like.
 The checkpoint of the recorded run: `make demo`'s training recipe (configs/train/demo.yaml,
 one rank, iter_0000240). With --work, a rerun skips the finished predictions (their recorded
 seconds stay in summary.csv / relax.json) and redoes missing ones. The protein-like prediction
-of tests/test_relax.py (the tiny model overfitted on 5awl_A) is relaxed as well, for the
+of tests/test_relax.py (the small model overfitted on 2p90_A02) is relaxed as well, for the
 numbers of a relaxation that is kept.
 """
 
@@ -269,18 +269,25 @@ def checkpoint_record(ckpt: Path) -> dict:
 
 
 def relax_overfit_prediction(work: Path) -> dict:
-    """The protein-like predicted chain of tests/test_relax.py (the tiny model overfitted from a
-    seeded init on 5awl_A) relaxed: the same numbers as for the runs above."""
+    """The protein-like predicted chain of tests/test_relax.py (the small model overfitted from
+    a seeded init on 2p90_A02, `model_fixtures.overfitted_2p90`) relaxed: the same numbers as
+    for the runs above."""
     sys.path.insert(0, str(ROOT / "tests"))
-    from test_relax import _predicted_chignolin   # noqa: E402
+    from model_fixtures import overfitted_2p90   # noqa: E402
+    from protdp.inference.writers import write_structures
     from protdp.relax import relax_pdb
     folder = work / "overfit"
     folder.mkdir(exist_ok=True)
     t0 = time.perf_counter()
-    pred = _predicted_chignolin(data_root(), folder)
+    run = overfitted_2p90(data_root() / "structures")
     train_s = time.perf_counter() - t0
+    pred = write_structures(folder, "pred_2p90_A02", run["sequence"],
+                            *(run["out"][k].numpy() for k in ("final_atom_positions", "plddt",
+                                                              "final_atom_mask")),
+                            kinds=("pdb",))["pdb"]
     res = relax_pdb(pred, folder / "relaxed.pdb")
-    out = {"chain": "5awl_A", "overfit_seconds": round(train_s, 1),
+    out = {"chain": "2p90_A02", "overfit_lddt_ca": run["history"][-1][1],
+           "overfit_seconds": round(train_s, 1),
            **{k: getattr(res, k) for k in ("relaxed", "reason", "heavy_atom_rmsd",
                                            "outer_iterations", "energy_kcal", "seconds")},
            "before": {k: res.before[k] for k in ("clashes", "bond_violations")},

@@ -1,8 +1,10 @@
 """Helpers shared by the model tests: random batches in the docs/batch_format.md layout,
-padding, the tiny config and a single-thread fixture."""
+padding, the tiny config, a single-thread fixture, and the overfit of a small model on one
+real chain (`overfitted_2p90`, shared by the overfit and the relaxation tests)."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -105,3 +107,102 @@ def af2_reference():
     assert (root / "params" / "params_model_3_ptm_small.npz").is_file(), (
         f"AlphaFold reference fixture not found at {root}; set PROTDP_AF2_REFERENCE")
     return root
+
+
+def real_chain_batch(path: Path, chain_id: str = "A") -> dict:
+    """One real chain as the model sees it at evaluation: single-sequence MSA, no crop, no
+    BERT masking (`featurize(training=False)`), coordinates centred on the Cα centroid."""
+    import numpy as np
+
+    from protdp.data.features import featurize
+    from protdp.data.parse import parse_structure
+    from protdp.data.residues import sequence_to_ids
+
+    chain = parse_structure(path, chain_id)
+    L = len(chain.sequence)
+    family = {"family_id": f"{Path(path).stem}_{chain_id}",
+              "msa": sequence_to_ids(chain.sequence)[None],
+              "deletion_matrix": np.zeros((1, L), np.int32), "backbone_positions": chain.positions,
+              "backbone_mask": chain.mask, "residue_index": chain.residue_index,
+              "resolution": chain.resolution}
+    batch = featurize(family, crop_size=None, max_msa_rows=1, seed=0, training=False)
+    ca_mask = batch["backbone_mask"][:, 1].bool()
+    centre = batch["backbone_positions"][ca_mask, 1].mean(0)
+    batch["backbone_positions"] = (batch["backbone_positions"] - centre) * batch["backbone_mask"][..., None]
+    return batch
+
+
+def overfit_config(name: str) -> ModelConfig:
+    """configs/model/<name>.yaml with the usual overfit overrides: dropout off and unclamped
+    FAPE (AF2 trains 10 % of batches unclamped; clamped FAPE alone needs far more steps to
+    escape a mirrored-topology minimum on a small chain); the full AF2 loss otherwise."""
+    data = read_yaml(CONFIG_DIR / f"{name}.yaml")
+    data.update(msa_dropout=0.0, pair_dropout=0.0, sm_dropout=0.0, loss={"fape_clamp": None})
+    return load_config(ModelConfig, data)
+
+
+def overfit(cfg: ModelConfig, batch: dict, *, lr: float, max_steps: int, target_lddt: float,
+            check_every: int = 50, seed: int = 0):
+    """Train `cfg` from a seeded init on one example (`real_chain_batch`, no recycling) with
+    Adam, gradient clipping at 1.0 and a 20-step warm-up then cosine decay over `max_steps`,
+    until its eval-mode Cα lDDT against the experimental chain reaches `target_lddt`
+    (checked every `check_every` steps). Returns (model in eval mode, its eval outputs at the
+    last check, history [(step, lDDT-Cα, RMSD-Cα, seconds)]); the caller asserts the target."""
+    import math
+    import time
+
+    from protdp.metrics import lddt_ca, rmsd_ca
+    from protdp.model import build_model
+    from protdp.model.losses import compute_loss
+
+    torch.manual_seed(seed)
+    model = build_model(cfg, verbose=False)
+    opt = torch.optim.Adam(model.parameters(), lr=lr, fused=True)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * s / max_steps)))
+    true_ca, ca_mask = batch["backbone_positions"][:, 1], batch["backbone_mask"][:, 1]
+    start, history, out = time.time(), [], None
+    for step in range(1, max_steps + 1):
+        model.train()
+        loss, _ = compute_loss(model(batch, num_recycles=0), batch, cfg)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if step % check_every == 0:
+            model.eval()
+            with torch.no_grad():
+                out = model(batch, num_recycles=0)
+            pred_ca = out["final_atom_positions"][:, 1]
+            history.append((step, round(lddt_ca(pred_ca, true_ca, ca_mask), 3),
+                            round(rmsd_ca(pred_ca, true_ca, ca_mask), 2), round(time.time() - start)))
+            if history[-1][1] >= target_lddt:
+                break
+    return model.eval(), out, history
+
+
+OVERFIT_LR = 2e-3
+OVERFIT_MAX_STEPS = 600
+OVERFIT_TARGET_LDDT = 0.85
+
+
+@functools.cache
+def overfitted_2p90(structures_dir: Path) -> dict:
+    """configs/model/small.yaml overfitted on the real chain 2p90_A02 (45 residues) until its
+    Cα lDDT reaches OVERFIT_TARGET_LDDT (`overfit`, single-threaded), computed once per test
+    session: test_model_overfit checks the training, test_relax relaxes the prediction.
+    {"cfg", "batch", "sequence", "model", "out" (eval outputs), "history"}."""
+    from protdp.data.residues import RESTYPES
+
+    batch = real_chain_batch(Path(structures_dir) / "2p90_A02.pdb")
+    cfg = overfit_config("small")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model, out, history = overfit(cfg, batch, lr=OVERFIT_LR, max_steps=OVERFIT_MAX_STEPS,
+                                      target_lddt=OVERFIT_TARGET_LDDT)
+    finally:
+        torch.set_num_threads(threads)
+    return {"cfg": cfg, "batch": batch, "model": model, "out": out, "history": history,
+            "sequence": "".join(RESTYPES[i] for i in batch["aatype"].tolist())}

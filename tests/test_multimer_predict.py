@@ -25,6 +25,7 @@ from protdp.inference.writers import read_summary
 from protdp.review.store import ReviewStore
 from protdp.weights import multimer_checkpoint
 from test_multimer_pairing import FIXTURE, RAW
+from test_predict_batch import RELAX_TIMEOUT_S, assert_relax_timing
 
 PARAMS = FIXTURE / "params" / "params_model_1_multimer_v3_small.npz"
 CONFIG = FIXTURE / "config_model_1_multimer_v3_small.json"
@@ -70,7 +71,8 @@ def test_complexes_through_protdp_predict(tmp_path, ckpt, capsys):
                                "badsp": ("hbA_1-36", "hbB_1-40", True)})
     out = tmp_path / "out"
     rc = protdp_main(["predict", "--checkpoint", str(ckpt), "--fasta", str(fasta),
-                      "--msa-dir", str(msas), "--out", str(out), *COMMON])
+                      "--msa-dir", str(msas), "--out", str(out), *COMMON,
+                      "--relax", "--relax-timeout", str(RELAX_TIMEOUT_S)])
     cap = capsys.readouterr()
     assert rc == 0, cap.err
     assert "6 targets: 0 accepted, 3 need review, 3 rejected" in cap.out, cap.out
@@ -100,6 +102,9 @@ def test_complexes_through_protdp_predict(tmp_path, ckpt, capsys):
     iptm_id = list(cif.find_values("_ma_qa_metric.id"))[names.index("ipTM")]
     assert float(values[iptm_id]) == pytest.approx(scores["iptm"], abs=1e-4)
     debug = json.loads((pdir / "ranking_debug.json").read_text())
+    # --relax: AlphaFold's relax_<model> entry in timings.json, as for a monomer
+    assert_relax_timing(pdir, json.loads((pdir / "timings.json").read_text()),
+                        [scores["top_model"]])
     conf = 0.8 * scores["iptm"] + 0.2 * scores["ptm"]
     assert abs(debug["iptm+ptm"]["model_1_seed_000"] - conf) < 0.006
     assert abs(scores["ranking_confidence"] - conf) < 1e-3
@@ -140,7 +145,8 @@ def test_complexes_through_protdp_predict(tmp_path, ckpt, capsys):
 
     # a rerun finds every prediction complete
     assert protdp_main(["predict", "--checkpoint", str(ckpt), "--fasta", str(fasta),
-                        "--msa-dir", str(msas), "--out", str(out), *COMMON]) == 0
+                        "--msa-dir", str(msas), "--out", str(out), *COMMON, "--relax",
+                        "--relax-timeout", str(RELAX_TIMEOUT_S)]) == 0
     assert "(3 already complete, skipped)" in capsys.readouterr().out
 
 

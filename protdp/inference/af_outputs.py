@@ -7,9 +7,11 @@ In each prediction folder (see `layout`), for every (model, seed) name N, best r
   `distogram_logits` / `distogram_bin_edges` only with --save-distogram) in a numpy file that
   loads without pickle (AlphaFold's full `result_model_*.pkl` reaches 1.5 GB per model);
 - `ranking_debug.json` ({"plddts": {...}, "order": [...]}), `timings.json` (AlphaFold:
-  {"features": s, "process_features_N": s, "predict_and_compile_N": s, ...});
+  {"features": s, "process_features_N": s, "predict_and_compile_N": s, ...; with --relax
+  "relax_N": s of the relaxed top-ranked model, as `run_alphafold.py`'s relax_<model name>});
 - `<name>_predicted_aligned_error_v1.json`: the AFDB PAE file
-  `[{"predicted_aligned_error": [[...]], "max_predicted_aligned_error": 31.75}]`;
+  `[{"predicted_aligned_error": [[...]], "max_predicted_aligned_error": 31.75}]`, values to 1
+  decimal as AlphaFold's `confidence.pae_json` (scores.json's `pae` alike);
 - `<name>_scores_rank_KKK_N.json`: ColabFold's scores (`plddt`, `max_pae`, `pae`, `ptm`).
 The batch `summary.csv` has one line per (target, model, seed) prediction; for a complex also
 its ipTM and (on the top-ranked line) the chain-pair ipTM, `A-B:0.8123 A-C:...`. A complex's
@@ -55,11 +57,23 @@ def write_result_npz(path: Path, pred: dict, conf: float, max_pae: float | None,
     return path
 
 
+PAE_JSON_DECIMALS = 1
+"""Decimals of the PAE in the JSON files (the AFDB PAE file, scores.json): AlphaFold's
+`confidence.pae_json` rounds `pae.astype(np.float64)` to 1 decimal ("floats to 1 decimal
+place, whereas AFDB returns integer values"); rounding in float64 leaves no float32 noise
+(3.1400001049041748) in the written decimals."""
+
+
+def pae_json_values(pae: np.ndarray) -> list[list[float]]:
+    """The PAE [L, L] (Å) as JSON lists, rounded as AlphaFold's `pae_json` does."""
+    return np.round(np.asarray(pae, np.float64), PAE_JSON_DECIMALS).tolist()
+
+
 def afdb_pae(pae: np.ndarray, max_pae: float, chains: list[tuple[str, str]] | None = None
              ) -> list:
-    """AFDB PAE JSON document (values to 2 decimals); a complex adds `chains`, each chain's
+    """AFDB PAE JSON document (`pae_json_values`); a complex adds `chains`, each chain's
     [start, end) residue range (0-based, `protdp.multimer.outputs.chain_ranges`)."""
-    doc = {"predicted_aligned_error": np.round(np.asarray(pae, np.float64), 2).tolist(),
+    doc = {"predicted_aligned_error": pae_json_values(pae),
            "max_predicted_aligned_error": float(max_pae)}
     if chains:
         from protdp.multimer.outputs import chain_ranges
@@ -70,7 +84,9 @@ def afdb_pae(pae: np.ndarray, max_pae: float, chains: list[tuple[str, str]] | No
 def colabfold_scores(pred: dict, max_pae: float | None) -> dict:
     doc = {"plddt": np.round(np.asarray(pred["plddt"], np.float64), 2).tolist()}
     if pred.get("pae") is not None:
-        doc.update(max_pae=float(max_pae), pae=np.round(pred["pae"], 2).tolist(),
+        # ColabFold's 2 decimals, rounded in float64 (float32 would print its noise)
+        doc.update(max_pae=float(max_pae),
+                   pae=np.round(np.asarray(pred["pae"], np.float64), 2).tolist(),
                    ptm=round(float(pred["ptm"]), 4))
     if pred.get("iptm") is not None:            # ColabFold's multimer scores
         doc["iptm"] = round(float(pred["iptm"]), 4)

@@ -93,6 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--msa-search-dir", default=None,
                    help="searched MSAs, kept between runs (default OUT/msa_search)")
     p.add_argument("--device", default=None, help="cpu / cuda (default: cuda if available)")
+    p.add_argument("--bf16", action="store_true",
+                   help="run the trunk (Evoformer, extra-MSA stack) under bf16 autocast; the "
+                        "structure module and heads stay fp32 (recorded in provenance.json "
+                        "and scores.json's trunk_dtype)")
     p.add_argument("--dap-size", type=int, default=1,
                    help="ranks that share each target, its Evoformer split over them (dynamic "
                         "axial parallelism) for targets too long for one device; world = "
@@ -262,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
                                recycle_early_stop_tolerance=args.recycle_early_stop_tolerance,
                                stop_at_score=args.stop_at_score, max_memory_gib=args.max_memory,
                                save_distogram=args.save_distogram, plots=not args.no_plots,
-                               relax=args.relax, relax_timeout_s=args.relax_timeout)
+                               relax=args.relax, relax_timeout_s=args.relax_timeout,
+                               bf16=args.bf16)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     from protdp.parallel.env import detect_launch_env
@@ -348,6 +353,7 @@ def _main_dap(args, config: PredictConfig, launch) -> int:
     device = args.device or (f"cuda:{launch.local_rank}" if torch.cuda.is_available() else "cpu")
     gating = _gate_policy(args)
     loaded = load_model_checkpoint(checkpoints[0], device=device)
+    loaded.trunk_config.bf16 |= config.bf16     # --bf16 on every rank of the DAP group alike
     loaded.model.set_axial_comm(groups.axial_comm())
     leader = dist.get_global_rank(groups.dap_group, 0)
     if groups.dap_rank != 0:

@@ -2,11 +2,13 @@
 top-ranked model as `<name>.pdb` (pLDDT B-factors) and `<name>.cif` (ModelCIF with QA
 metrics), AlphaFold's `unrelaxed_*` / `ranked_*` / `result_*` / `ranking_debug.json` /
 `timings.json`, the AFDB PAE JSON, ColabFold scores, PNGs, a copy of the MSA inputs, and with
---relax the Amber-relaxed top model (`relaxed_<model>.pdb`, `relax.json`)."""
+--relax the Amber-relaxed top model (`relaxed_<model>.pdb`, `relax.json`, its seconds in
+timings.json as `relax_<model>`)."""
 
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -49,24 +51,37 @@ def write_prediction_files(folder: Path, name: str, seq: str, preds: dict, order
     max_pae = float(pae_bin_centres(model_config)[-1]) if top.get("pae") is not None else None
     edges = np.linspace(model_config.distogram_min, model_config.distogram_max,
                         model_config.distogram_bins - 1)
+    timings = dict(timings)
+    if relax and "ranked_0" in outputs:
+        outputs.update(_relax_top(folder, order[0], folder / outputs["ranked_0"],
+                                  relax_timeout_s, timings))
     outputs.update(write_af_files(folder, name, preds, order, ranking_debug, timings, max_pae,
                                   save_distogram=save_distogram, distogram_edges=edges,
                                   chains=chains))
     if plots:
         outputs.update(write_plots(folder, name, preds, order, coverage))
-    if relax and "ranked_0" in outputs:
-        from protdp.relax import RelaxConfig, relax_pdb
-        dst = folder / f"relaxed_{order[0]}.pdb"
-        result = relax_pdb(folder / outputs["ranked_0"], dst, RelaxConfig(timeout_s=relax_timeout_s))
-        outputs["relax"] = write_json(folder / "relax.json", {"model": order[0],
-                                                             **result.to_dict()}).name
-        if result.relaxed:
-            outputs["relaxed"] = dst.name
     for i, src in enumerate(msa_paths):   # the prediction's own copy of its MSA inputs
         dst = folder / f"msa_{i}_{Path(src).name}"
         shutil.copyfile(src, dst)
         outputs[f"msa_{i}"] = dst.name
     return outputs
+
+
+def _relax_top(folder: Path, model: str, ranked_0: Path, timeout_s: float,
+               timings: dict) -> dict[str, str]:
+    """Amber-relax the top-ranked model (AlphaFold's --models_to_relax=best) into
+    `relaxed_<model>.pdb` with its report `relax.json`; the seconds it took (also when it
+    failed or timed out) go into `timings` as `relax_<model>`, AlphaFold's timings.json key."""
+    from protdp.relax import RelaxConfig, relax_pdb
+    dst = folder / f"relaxed_{model}.pdb"
+    t0 = time.perf_counter()
+    result = relax_pdb(ranked_0, dst, RelaxConfig(timeout_s=timeout_s))
+    timings[f"relax_{model}"] = round(time.perf_counter() - t0, 3)
+    files = {"relax": write_json(folder / "relax.json", {"model": model,
+                                                        **result.to_dict()}).name}
+    if result.relaxed:
+        files["relaxed"] = dst.name
+    return files
 
 
 def _structures(folder: Path, name: str, seq: str, pred: dict, plddt: np.ndarray,

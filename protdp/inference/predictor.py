@@ -45,6 +45,7 @@ from protdp.inference.targets import (Target, clean_sequence, find_msa_files, lo
                                       sha256_text)
 from protdp.inference.complexes import (COMPLEX_HINT, COMPLEX_SCORE_KEYS, build_features,
                                        complex_scores, is_complex_record, run_complex_ensemble)
+from protdp.inference.af_outputs import pae_json_values
 from protdp.inference.ensemble import members, run_member, ensemble_stops
 from protdp.inference.layout import (current_prediction, prediction_id, publish_build,
                                      set_aside_damaged, start_build, write_current)
@@ -102,6 +103,10 @@ class PredictConfig:
     """Time bound of one relaxation (--relax-timeout)."""
     plots: bool = True
     """Write the pLDDT / PAE / MSA-coverage PNGs (--no-plots: ~1 s less per target on CPU)."""
+    bf16: bool = False
+    """Run every model's trunk under bf16 autocast (--bf16; the model config's `bf16`, a
+    multimer's `trunk.bf16`): structure module, heads and confidences stay fp32
+    (`protdp.model.precision`). A checkpoint whose config already sets it runs bf16 anyway."""
 
     def __post_init__(self):
         if isinstance(self.num_seeds, bool) or not isinstance(self.num_seeds, int) \
@@ -205,6 +210,11 @@ class Predictor:
             m.model.eval()
         self.model = self.loaded.model
         self.config = config or PredictConfig()
+        # --bf16: the trunks the flag switches on, switched back by close()
+        self._bf16_switched = [m.trunk_config for m in self.models
+                               if self.config.bf16 and not m.trunk_config.bf16]
+        for trunk in self._bf16_switched:
+            trunk.bf16 = True
         self.policy = policy or load_gate_policy()
         self.screening = screening
         self.screening_sha = sha256_file(screening_path) if screening_path else None
@@ -271,6 +281,8 @@ class Predictor:
 
     def close(self) -> None:
         self.sink.close()
+        for trunk in self._bf16_switched:
+            trunk.bf16 = False
 
     # -- one target ------------------------------------------------------------------------
     def fingerprint(self, seq_sha: str, msa_files: list[dict]) -> str:
@@ -496,7 +508,8 @@ class Predictor:
             "target": t.target_id, "file_name": t.file_name, "sequence": seq, "length": len(seq),
             "plddt": plddt, "mean_plddt": mean, "band": None if mean is None else band_of(mean),
             "afdb_bands": decision.afdb_bands, "very_low_fraction": decision.very_low_fraction,
-            "ptm": top.get("ptm"), "pae": None if "pae" not in top else np.round(top["pae"], 2),
+            "ptm": top.get("ptm"), "pae": None if "pae" not in top else pae_json_values(top["pae"]),
+            "trunk_dtype": "bfloat16" if self.loaded.trunk_config.bf16 else "float32",
             "msa_depth": msa_depth, "msa_rows_used": top["msa_rows_used"],
             "msa_coverage": coverage, "num_recycles": top["num_recycles"],
             "nonfinite_residues": int((~finite_xyz).sum() + (~np.isfinite(top["plddt"])).sum()),

@@ -148,8 +148,9 @@ def run_protocol(src: Path, dst: Path, cfg: RelaxConfig) -> dict:
 
 
 def heavy_atom_rmsd(a: Path, b: Path, exclude: tuple[int, ...] = ()) -> float:
-    """Heavy-atom RMSD (Å) between two models of one chain, atoms matched by (residue, name),
-    residues `exclude` (0-based) left out."""
+    """Heavy-atom RMSD (Å) between two models of one chain or complex, atoms matched by
+    (residue, name) with residues numbered over every chain (`heavy_atoms`), residues
+    `exclude` (0-based) left out."""
     xa, _, ra, na = heavy_atoms(a)
     xb, _, rb, nb = heavy_atoms(b)
     ib = {(int(r), n): i for i, (r, n) in enumerate(zip(rb, nb))}
@@ -160,11 +161,13 @@ def heavy_atom_rmsd(a: Path, b: Path, exclude: tuple[int, ...] = ()) -> float:
 
 
 def _copy_bfactors(src: Path, dst: Path) -> None:
-    """The relaxed file keeps the prediction's per-residue pLDDT as B-factor (AlphaFold)."""
+    """The relaxed file keeps the prediction's per-residue pLDDT as B-factor (AlphaFold), on
+    every chain of a complex."""
     import gemmi
     a, b = gemmi.read_structure(str(src)), gemmi.read_structure(str(dst))
-    per_res = [r[0].b_iso for r in a[0][0]]
-    for i, r in enumerate(b[0][0]):
+    per_res = [r[0].b_iso for chain in a[0] for r in chain]        # every chain, file order
+    relaxed = [r for chain in b[0] for r in chain]
+    for i, r in enumerate(relaxed):
         for atom in r:
             atom.b_iso = per_res[i] if i < len(per_res) else 0.0
     tmp = dst.with_name(dst.name + ".tmp.pdb")

@@ -22,25 +22,37 @@ PEPTIDE_C_N_STDDEV = 0.014     # Å
 VIOLATION_SIGMAS = 12.0        # AF2 violation_tolerance_factor
 
 
-def heavy_atoms(path: str | Path):
-    """(coords [N, 3], element [N], residue index [N], atom name [N]) of chain 1, model 1."""
+def _model_heavy_atoms(path: str | Path):
+    """heavy_atoms plus the residue indices that start a chain (a set)."""
     import gemmi
     st = gemmi.read_structure(str(path))
     st.remove_hydrogens()
-    xyz, el, res, names = [], [], [], []
-    for i, r in enumerate(st[0][0]):
-        for a in r:
-            xyz.append(a.pos.tolist())
-            el.append(a.element.name.upper())
-            res.append(i)
-            names.append(a.name)
-    return np.asarray(xyz), np.asarray(el), np.asarray(res), np.asarray(names)
+    xyz, el, res, names, chain_starts = [], [], [], [], set()
+    i = 0
+    for chain in st[0]:
+        chain_starts.add(i)
+        for r in chain:
+            for a in r:
+                xyz.append(a.pos.tolist())
+                el.append(a.element.name.upper())
+                res.append(i)
+                names.append(a.name)
+            i += 1
+    return (np.asarray(xyz).reshape(-1, 3), np.asarray(el), np.asarray(res, int),
+            np.asarray(names), chain_starts)
+
+
+def heavy_atoms(path: str | Path):
+    """(coords [N, 3], element [N], residue index [N], atom name [N]) of every chain of model 1;
+    residues are numbered 0.. over the chains in file order (OpenMM's `residue.index`, which
+    the relaxation's violation loop excludes), so a complex is checked whole."""
+    return _model_heavy_atoms(path)[:4]
 
 
 def structure_violations(path: str | Path) -> dict:
     """{'clashes': n, 'bond_violations': n, 'violating_residues': [0-based residue indices]}."""
     from scipy.spatial import cKDTree
-    xyz, el, res, names = heavy_atoms(path)
+    xyz, el, res, names, chain_starts = _model_heavy_atoms(path)
     radius = np.array([VDW_RADIUS.get(e, 1.7) for e in el])
     pairs = cKDTree(xyz).query_pairs(2 * max(VDW_RADIUS.values()) - CLASH_TOLERANCE, output_type="ndarray")
     bad = set()
@@ -48,7 +60,9 @@ def structure_violations(path: str | Path) -> dict:
     for i, j in pairs:
         if res[i] == res[j] or names[i] == names[j] == "SG":   # same residue / disulfide
             continue
-        peptide = abs(int(res[i]) - int(res[j])) == 1 and {names[i], names[j]} <= {"C", "N", "CA", "O"}
+        peptide = (abs(int(res[i]) - int(res[j])) == 1
+                   and max(int(res[i]), int(res[j])) not in chain_starts
+                   and {names[i], names[j]} <= {"C", "N", "CA", "O"})
         if peptide:
             continue   # bonded neighbours' backbone: covered by the bond check
         if np.linalg.norm(xyz[i] - xyz[j]) < radius[i] + radius[j] - CLASH_TOLERANCE:
@@ -57,6 +71,8 @@ def structure_violations(path: str | Path) -> dict:
     bonds = 0
     n_res = int(res.max()) + 1 if len(res) else 0
     for r in range(n_res - 1):
+        if r + 1 in chain_starts:          # no peptide bond between two chains
+            continue
         c = np.nonzero((res == r) & (names == "C"))[0]
         n = np.nonzero((res == r + 1) & (names == "N"))[0]
         if len(c) and len(n):

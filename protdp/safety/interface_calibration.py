@@ -88,23 +88,20 @@ def _rate(mask: np.ndarray, y: np.ndarray) -> float | None:
 def fit_complex_report(records: list[dict], floor: GatePolicy, *, target: float) -> dict:
     """The complex part of the reviewed calibration (status "ok", "no_complexes" or
     "insufficient_reviews")."""
-    from protdp.safety.review_calibration import MIN_PER_CLASS, MIN_REVIEWS, reliability
+    from protdp.safety.review_calibration import decision_counts, reliability, too_few_reviews
 
     table = complex_table(records)
     X, y = table["X"], table["y"]
-    counts = {"decisions": int(len(y)), "approved": int(y.sum()), "rejected": int((~y).sum()),
-              "skipped": table["skipped"]}
+    counts = decision_counts(table)
     doc = {"inputs": list(INPUTS), "counts": counts, "target_reject_rate": target,
            "floor": {"min_iptm": floor.min_iptm, "max_interface_pae": floor.max_interface_pae}}
     if not len(y) and not sum(table["skipped"].values()):
         doc.update(status="no_complexes", message="no reviewed complexes in the queue; the "
                    "complex checks are left as configured")
         return doc
-    if len(y) < MIN_REVIEWS or min(counts["approved"], counts["rejected"]) < MIN_PER_CLASS:
-        doc.update(status="insufficient_reviews", message=(
-            f"{len(y)} reviewed complexes ({counts['approved']} approved, {counts['rejected']} "
-            f"rejected): need >= {MIN_REVIEWS} with >= {MIN_PER_CLASS} of each; the complex "
-            "checks are left as configured"))
+    shortfall = too_few_reviews(counts, "complexes", "the complex checks are")
+    if shortfall:
+        doc.update(status="insufficient_reviews", message=shortfall)
         return doc
     model = make_model().fit(X, y)
     proposal = propose(model, X, floor, target)

@@ -68,6 +68,25 @@ def decided_table(records: list[dict], values_of, n_inputs: int) -> dict:
             "skipped": skipped}
 
 
+def decision_counts(table: dict) -> dict:
+    """Decisions, approved, rejected and what was left out, of a `decided_table`."""
+    y = table["y"]
+    return {"decisions": int(len(y)), "approved": int(y.sum()), "rejected": int((~y).sum()),
+            "skipped": table["skipped"]}
+
+
+def too_few_reviews(counts: dict, noun: str, left_alone: str) -> str | None:
+    """The report's message when `counts` (`decision_counts`) are too few to fit a model:
+    fewer than MIN_REVIEWS decisions or fewer than MIN_PER_CLASS of either verdict; None when
+    there are enough. `noun` names what was reviewed, `left_alone` what stays as configured."""
+    if counts["decisions"] >= MIN_REVIEWS and min(counts["approved"],
+                                                   counts["rejected"]) >= MIN_PER_CLASS:
+        return None
+    return (f"{counts['decisions']} reviewed {noun} ({counts['approved']} approved, "
+            f"{counts['rejected']} rejected): need >= {MIN_REVIEWS} with >= {MIN_PER_CLASS} of "
+            f"each; {left_alone} left as configured")
+
+
 def review_table(records: list[dict]) -> dict:
     """Features X [N, 4] (FEATURES order), approved y [N] and what was left out, from the
     queue's decided items (`ReviewStore.export_records`)."""
@@ -190,18 +209,15 @@ def fit_report(records: list[dict], floor: GatePolicy, *, target: float = DEFAUL
     complexes = fit_complex_report(records, floor, target=target)   # ipTM / interface PAE
     table = review_table(records)
     X, y = table["X"], table["y"]
-    counts = {"decisions": int(len(y)), "approved": int(y.sum()), "rejected": int((~y).sum()),
-              "skipped": table["skipped"]}
+    counts = decision_counts(table)
     doc = {"format": REVIEWED_CALIBRATION_FORMAT, "method": method, "target_reject_rate": target,
            "features": list(FEATURES), "counts": counts,
            "floor": {k: getattr(floor, k) for k in ("accept_mean_plddt", "max_very_low_fraction",
                                                      "min_msa_depth")},
            "complexes": complexes}
-    if len(y) < MIN_REVIEWS or min(counts["approved"], counts["rejected"]) < MIN_PER_CLASS:
-        doc.update(status="insufficient_reviews", message=(
-            f"{len(y)} reviewed decisions ({counts['approved']} approved, {counts['rejected']} "
-            f"rejected): need >= {MIN_REVIEWS} with >= {MIN_PER_CLASS} of each; the gate is "
-            "left as configured"))
+    shortfall = too_few_reviews(counts, "decisions", "the gate is")
+    if shortfall:
+        doc.update(status="insufficient_reviews", message=shortfall)
         return doc
     model = make_model(method).fit(X, y)
     proposal = propose_thresholds(model, X, floor, target)
