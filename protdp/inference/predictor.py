@@ -260,9 +260,7 @@ class Predictor:
         record = {"gate": gate, **status.to_dict()}
         if status.released:
             return record, {}
-        reason = status.reason if not loaded.is_multimer else (
-            "imported multimer weights have no release record (`protdp release` evaluates "
-            "monomer checkpoints)")
+        reason = status.reason          # monomer and multimer checkpoints alike
         if gate == "enforce":
             raise ConfigError(f"checkpoint {loaded.path} is not released: {reason}; "
                               "pass --allow-unreleased to run it anyway (every prediction then "
