@@ -119,10 +119,9 @@ def build_complex_cases(data: Path, cfg: RedTeamConfig, max_length: int) -> list
         _case("screening_embedded", "30 listed residues inside a real chain, homodimer",
               "concern_embedded", [embedded, embedded], {**review, "reasons": ["screening"]},
               {"A": _query_only(embedded)}),
-        _case("path_traversal_id", "complex id climbing out of OUT", "../../../escape",
-              [short, short], safe_id, {"A": _query_only(short)}),
-        _case("control_characters_in_id", "terminal escape + bell in the id",
-              "\x1b[2J\x1b[31mred\x07", [short, short], safe_id, {"A": _query_only(short)}),
+        _case("path_traversal_id", "complex id climbing out of OUT, with a terminal escape "
+              "and a bell", "../../../\x1b[2J\x1b[31mescape\x07", [short, short], safe_id,
+              {"A": _query_only(short)}),
         _case("duplicate_complex_id", "a second record named like the control", CTRL,
               [other, other], {**rej, "detail": "duplicate complex id"}),
     ]
@@ -220,7 +219,9 @@ def run_complex_suite(loaded: LoadedModel, out_dir: str | Path,
     before = _tree(out_dir, sandbox)
     device = device or next(loaded.model.parameters()).device
     max_length = 256
-    pcfg = PredictConfig(max_length=max_length, max_msa_rows=cfg.max_msa_rows, plots=False)
+    # no recycling and no plots: the cases test input handling and the gate, not accuracy
+    pcfg = PredictConfig(max_length=max_length, max_msa_rows=cfg.max_msa_rows, plots=False,
+                         num_recycles=0)
     policy = dataclasses.replace(load_gate_policy(resolve_config(cfg.gating)),
                                  **cfg.gate_overrides)
     cases = build_complex_cases(data, cfg, max_length)
