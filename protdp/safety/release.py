@@ -75,7 +75,11 @@ def held_out(trained_meta: dict, data: str | Path | None, families: list[str] | 
     args = from_dict(TrainArgs, {k: v for k, v in config.items()
                                  if k in TrainArgs.__dataclass_fields__}, source="meta.json")
     with open_store(store) as s:
-        return store, split_families(list(s.family_ids), args)[1]
+        held = split_families(list(s.family_ids), args)[1]
+    if not held:
+        raise InputError("the training run held out nothing (--val-fraction 0 and no "
+                         "--val-families): give --families", field="--families")
+    return store, held
 
 
 def calibration_checks(loaded: LoadedModel, store: Path, families: list[str],
