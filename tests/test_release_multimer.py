@@ -22,7 +22,6 @@ from protdp.errors import InputError
 from protdp.gating.release import ReleasePolicy, weaker_thresholds
 from protdp.inference.checkpoint import MULTIMER_KIND, MULTIMER_MODEL_FILE
 from protdp.inference.layout import current_prediction
-from protdp.inference.writers import read_summary
 from protdp.multimer.store import ComplexStore, build_complex_store
 from protdp.multimer.training import CA, complex_example
 from protdp.safety.complex_release import interface_lddt_ca, score_complex
@@ -241,3 +240,10 @@ def test_screening_of_a_complex_store_and_the_site_floor_of_complex_thresholds(r
         "max_iptm_error", "min_interface_lddt"]
     assert weaker_thresholds({**site, "max_iptm_error": 0.9})[0].startswith("max_iptm_error")
     assert MULTIMER_RECORD_KIND == MULTIMER_KIND
+
+
+def test_an_iteration_of_a_complex_run_is_one_line_naming_the_run_folder(run, capsys):
+    _, _, save = run
+    assert protdp_main(["release", str(save / "iter_0000001")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "release the run folder" in err

@@ -34,7 +34,6 @@ import torch
 
 from protdp.errors import InputError
 from protdp.inference.checkpoint import LoadedModel
-from protdp.inference.multimer_loading import load_multimer_checkpoint  # noqa: F401
 from protdp.metrics import LDDT_CUTOFF, LDDT_THRESHOLDS, lddt_ca, per_residue_lddt_ca
 from protdp.multimer.training import CA, complex_example
 from protdp.train.checkpointing import META, resolve_iteration_dir

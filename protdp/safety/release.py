@@ -32,8 +32,8 @@ from protdp.errors import InputError
 from protdp.fileio import sha256_file
 from protdp.gating.bands import AFDB_BAND_FLOORS, AFDB_BANDS
 from protdp.gating.release import ReleasePolicy
-from protdp.inference.checkpoint import (LoadedModel, checkpoint_home, is_multimer_checkpoint,
-                                        load_model_checkpoint)
+from protdp.inference.checkpoint import (MULTIMER_MODEL_FILE, LoadedModel, checkpoint_home,
+                                        is_multimer_checkpoint, load_model_checkpoint)
 from protdp.multimer.store import ComplexStore, is_complex_store
 from protdp.resources import resolve_config
 from protdp.safety.calibration import evaluate_families, summarize
@@ -187,6 +187,11 @@ def evaluate_release(checkpoint: str | Path, *, data: str | Path | None = None,
     """Run every release check on `checkpoint` (a monomer one, or a multimer one on held-out
     complexes: `protdp.safety.complex_release`); write release.json (atomically); return it."""
     policy = policy or ReleasePolicy()
+    if not is_multimer_checkpoint(checkpoint) and \
+            (Path(checkpoint).resolve().parent / MULTIMER_MODEL_FILE).is_file():
+        raise InputError("a checkpoint of a run fine-tuned on complexes: release the run folder "
+                         f"(its {MULTIMER_MODEL_FILE} holds the EMA weights of the newest save, "
+                         "the weights `protdp predict` serves)", path=checkpoint)
     home = Path(out_dir) if out_dir else checkpoint_home(checkpoint)
     extra = {}
     if is_multimer_checkpoint(checkpoint):
@@ -223,10 +228,11 @@ def _multimer_checks(checkpoint, data, families, policy: ReleasePolicy, home: Pa
     """The held-out complexes' checks and the complex red-team suite of a multimer checkpoint
     (`protdp.safety.complex_release`, `protdp.safety.complex_redteam`)."""
     from protdp.gating import load_gate_policy
+    from protdp.inference.multimer_loading import load_multimer_checkpoint
     from protdp.safety import complex_release as cr
     from protdp.safety.complex_redteam import run_complex_suite
 
-    loaded = cr.load_multimer_checkpoint(checkpoint, device=device)
+    loaded = load_multimer_checkpoint(checkpoint, device=device)
     meta = cr.training_meta(loaded.path)
     store, ids = held_out(meta, data, families, open_store=ComplexStore)
     with ComplexStore(store) as s:
