@@ -159,9 +159,24 @@ def test_release_of_a_complex_fine_tuned_checkpoint_and_predict_honours_it(run, 
         c["name"] for c in red["cases"]}
     sha = doc["checkpoint"]["sha256"]
 
-    # released under thresholds laxer than the site's (min_interface_lddt 0 < 0.5): no release
+    # a site as lax except for the complex thresholds: the record's min_interface_lddt 0 and
+    # max_iptm_error 1 are weaker than the site's, so no release
+    site = ReleasePolicy()
+    monkeypatch.setenv("PROTDP_RELEASE_POLICY", _policy(
+        tmp_path / "site.yaml", min_interface_lddt=site.min_interface_lddt,
+        max_iptm_error=site.max_iptm_error))
     status = read_release(save, sha, floor=weaker_thresholds)
-    assert not status.released and "min_interface_lddt" in status.reason
+    assert not status.released and status.failed == ["release_policy"]
+    assert "min_interface_lddt" in status.reason and "max_iptm_error" in status.reason
+    record = (save / "release.json").read_text()          # a record relabelled as a monomer's:
+    relabelled = json.loads(record)                        # the served kind decides, not it
+    relabelled["checkpoint"]["kind"] = "model-file"
+    (save / "release.json").write_text(json.dumps(relabelled))
+    assert read_release(save, sha, floor=weaker_thresholds).released
+    assert "min_interface_lddt" in read_release(save, sha, floor=weaker_thresholds,
+                                                multimer=True).reason
+    (save / "release.json").write_text(record)
+    capsys.readouterr()
     rc, _ = _predict(save, tmp_path / "site", d)
     assert rc == 2 and "min_interface_lddt" in capsys.readouterr().err
     # the site adopts that policy: the complex is routed by the gate alone, not forced to review

@@ -118,9 +118,10 @@ def expand_checkpoints(paths: list[str]) -> list[str]:
 
 
 def load_checkpoints(paths: list[str], device: str | None) -> list:
-    """Multimer checkpoints (`protdp weights import` of params_model_N_multimer_v3.npz) loaded
-    here, where the weights package may be imported; anything else as given (the predictor
-    loads it). A multimer model makes `protdp predict` read the input as complexes."""
+    """Multimer checkpoints (`protdp weights import` of params_model_N_multimer_v3.npz, or a
+    run fine-tuned on complexes) loaded here (`protdp.inference.multimer_loading`, as
+    `protdp release` loads them); anything else as given (the predictor loads it). A multimer
+    model makes `protdp predict` read the input as complexes."""
     from protdp.inference.checkpoint import is_multimer_checkpoint
 
     out = []

@@ -256,7 +256,8 @@ class Predictor:
         if gate == "off":
             return {"gate": "off", "released": None}, {}
         status = read_release(checkpoint_home(loaded.path), loaded.sha256,
-                              floor=weaker_thresholds)     # the site's policy is a floor
+                              floor=weaker_thresholds,     # the site's policy is a floor
+                              multimer=loaded.is_multimer)
         record = {"gate": gate, **status.to_dict()}
         if status.released:
             return record, {}

@@ -38,9 +38,12 @@ class ReleaseStatus:
 
 
 def read_release(home: str | Path, checkpoint_sha256: str,
-                 floor: Callable[..., list[str]] | None = None) -> ReleaseStatus:
+                 floor: Callable[..., list[str]] | None = None,
+                 multimer: bool | None = None) -> ReleaseStatus:
     """The release status of the checkpoint whose reports live in `home` (never raises for a
-    missing or broken record: that is an unreleased checkpoint, with the reason)."""
+    missing or broken record: that is an unreleased checkpoint, with the reason). `multimer`:
+    whether the served checkpoint is a multimer one (its complex thresholds then count in the
+    floor); None: as the record says."""
     path = Path(home) / RELEASE_FILE
     if not path.is_file():
         return ReleaseStatus(False, path, ["release_record"],
@@ -60,7 +63,8 @@ def read_release(home: str | Path, checkpoint_sha256: str,
     if not checks or failed or doc.get("verdict") != "released":
         return ReleaseStatus(False, path, failed or ["verdict"],
                              "failed release checks: " + ", ".join(failed or ["verdict"]))
-    multimer = (doc.get("checkpoint") or {}).get("kind") == MULTIMER_RECORD_KIND
+    if multimer is None:
+        multimer = (doc.get("checkpoint") or {}).get("kind") == MULTIMER_RECORD_KIND
     weaker = floor(doc.get("policy"), complexes=multimer) if floor is not None else []
     if weaker:
         return ReleaseStatus(False, path, ["release_policy"],
