@@ -144,6 +144,8 @@ def test_release_of_a_complex_fine_tuned_checkpoint_and_predict_honours_it(run, 
     assert doc["held_out"] == {"store": str(store), "families": ["2q2k"]}
     per = doc["complexes"]["per_complex"]
     assert [c["complex_id"] for c in per] == ["2q2k"] and per[0]["chains"] == 2
+    assert doc["complexes"]["spearman_with_interface_lddt"] == {"iptm": None,    # 1 complex
+                                                                "interface_pae": None}
     checks = {c["name"]: c for c in doc["checks"]}
     assert 0 <= per[0]["interface_lddt"] <= 1 and 0 <= per[0]["lddt_ca"] <= 1
     assert checks["interface_accuracy"]["value"] == pytest.approx(per[0]["interface_lddt"])

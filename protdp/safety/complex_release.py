@@ -185,8 +185,19 @@ def interface_checks(per_complex: list[dict], policy, gate, check, enough: bool,
                                           else gate_text))]
 
 
-def complex_summary(per_complex: list[dict]) -> list[dict]:
-    """The record's per-complex figures (no per-residue vectors)."""
+def complex_summary(per_complex: list[dict]) -> dict:
+    """The record's per-complex figures (no per-residue vectors) and, reported but not judged
+    (a rank correlation needs more complexes than a release usually holds out), Spearman of
+    the gate's complex inputs with the interface lDDT-Cα (None below 3 complexes)."""
+    from protdp.safety.calibration import spearman
+
     keys = ("complex_id", "length", "chains", "observed", "mean_plddt", "lddt_ca",
             "interface_lddt", "copies_remapped", "iptm", "ptm", "interface_pae")
-    return [{k: c[k] for k in keys} for c in per_complex]
+    judged = [c for c in per_complex if c["interface_lddt"] is not None
+              and c["interface_pae"] is not None]
+    target = np.array([c["interface_lddt"] for c in judged])
+    return {"per_complex": [{k: c[k] for k in keys} for c in per_complex],
+            "spearman_with_interface_lddt": {
+                "iptm": spearman(np.array([c["iptm"] for c in judged]), target),
+                "interface_pae": spearman(np.array([c["interface_pae"] for c in judged]),
+                                          target)}}

@@ -249,5 +249,5 @@ def _multimer_checks(checkpoint, data, families, policy: ReleasePolicy, home: Pa
     red = run_complex_suite(loaded, home / "release_redteam", device=device)
     extra = {"complexes": {"gate": {"min_iptm": gate.min_iptm,
                                     "max_interface_pae": gate.max_interface_pae},
-                           "per_complex": cr.complex_summary(per_complex)}}
+                           **cr.complex_summary(per_complex)}}
     return loaded, meta, store, ids, checks, report, red, extra
