@@ -11,6 +11,10 @@ administrator names in `PROTDP_RELEASE_POLICY`; `weaker_thresholds(record["polic
 threshold a release record was judged by that is weaker than the site's, and `protdp predict`
 treats such a record as no release at all (so `protdp release --config lax.yaml` cannot release
 a model that the site's policy would refuse).
+
+Multimer checkpoints are judged by the same pLDDT thresholds on their held-out complexes' residues
+plus `min_interface_lddt` and `max_iptm_error` (`protdp.safety.complex_release`); those two bind
+only the records of multimer checkpoints (`weaker_thresholds(..., complexes=...)`).
 """
 
 from __future__ import annotations
