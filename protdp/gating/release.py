@@ -11,6 +11,10 @@ administrator names in `PROTDP_RELEASE_POLICY`; `weaker_thresholds(record["polic
 threshold a release record was judged by that is weaker than the site's, and `protdp predict`
 treats such a record as no release at all (so `protdp release --config lax.yaml` cannot release
 a model that the site's policy would refuse).
+
+Multimer checkpoints are judged by the same pLDDT thresholds on their held-out complexes' residues
+plus `min_interface_lddt` and `max_iptm_error` (`protdp.safety.complex_release`); those two bind
+only the records of multimer checkpoints (`weaker_thresholds(..., complexes=...)`).
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ _DEFAULTS = read_yaml(DEFAULT_RELEASE)
 _INT_MINIMA = {"min_band_residues": 1, "min_targets": 0, "max_redteam_failures": 0,
                "max_msa_rows": 1}
 _RANGES = {"min_spearman_residue": (-1.0, 1.0), "min_mean_lddt_ca": (0.0, 1.0),
-           "max_ece": (0.0, 1.0), "band_tolerance": (0.0, float("inf"))}
+           "max_ece": (0.0, 1.0), "band_tolerance": (0.0, float("inf")),
+           "min_interface_lddt": (0.0, 1.0), "max_iptm_error": (0.0, 1.0)}
 
 
 @dataclass
@@ -56,7 +61,12 @@ class ReleasePolicy:
     screening_list: str = _DEFAULTS["screening_list"]
     """FASTA of sequences of concern the training data must not match."""
     max_msa_rows: int = _DEFAULTS["max_msa_rows"]
-    """MSA depth of the held-out predictions."""
+    """MSA depth of the held-out predictions (per chain for complexes)."""
+    min_interface_lddt: float = _DEFAULTS["min_interface_lddt"]
+    """Complexes: mean interface lDDT-Cα (inter-chain pairs, 0-1) of the held-out complexes,
+    at least; and every held-out complex the gate's complex checks accept must reach it."""
+    max_iptm_error: float = _DEFAULTS["max_iptm_error"]
+    """Complexes: mean |ipTM - interface lDDT-Cα| of the held-out complexes, at most."""
 
     def __post_init__(self):
         for name, low in _INT_MINIMA.items():
@@ -80,6 +90,8 @@ class ReleasePolicy:
 # value than the site's was judged more leniently
 _AT_LEAST = ("min_spearman_residue", "min_mean_lddt_ca", "min_targets")
 _AT_MOST = ("max_ece", "band_tolerance", "min_band_residues", "max_redteam_failures")
+COMPLEX_AT_LEAST = ("min_interface_lddt",)     # judged for multimer checkpoints only
+COMPLEX_AT_MOST = ("max_iptm_error",)
 
 
 def site_policy_path() -> str:
@@ -92,17 +104,21 @@ def site_policy() -> ReleasePolicy:
     return load_config(ReleasePolicy, site_policy_path())
 
 
-def weaker_thresholds(recorded) -> list[str]:
+def weaker_thresholds(recorded, complexes: bool = True) -> list[str]:
     """Every threshold of a release record's policy weaker than the site's ("name recorded vs
-    site"); a missing or malformed policy counts as weaker in every threshold."""
+    site"); a missing or malformed policy counts as weaker in every threshold. The complex
+    thresholds count only for a record of a multimer checkpoint (`complexes`), so a monomer
+    record written before they existed keeps serving."""
     site = site_policy()
     recorded = recorded if isinstance(recorded, dict) else {}
     weaker = []
-    for name in _AT_LEAST + _AT_MOST:
+    at_least = _AT_LEAST + (COMPLEX_AT_LEAST if complexes else ())
+    at_most = _AT_MOST + (COMPLEX_AT_MOST if complexes else ())
+    for name in at_least + at_most:
         want, got = getattr(site, name), recorded.get(name)
         number = isinstance(got, (int, float)) and not isinstance(got, bool)
-        if not number or (got < want if name in _AT_LEAST else got > want):
-            op = ">=" if name in _AT_LEAST else "<="
+        if not number or (got < want if name in at_least else got > want):
+            op = ">=" if name in at_least else "<="
             weaker.append(f"{name} {got!r} (site requires {op} {want!r})")
     if recorded.get("screening_list") != site.screening_list:
         weaker.append(f"screening_list {recorded.get('screening_list')!r} (site uses "

@@ -122,11 +122,11 @@ def expand_checkpoints(paths: list[str]) -> list[str]:
 
 
 def load_checkpoints(paths: list[str], device: str | None) -> list:
-    """Multimer checkpoints (`protdp weights import` of params_model_N_multimer_v3.npz) loaded
-    here, where the weights package may be imported; anything else as given (the predictor
-    loads it). A multimer model makes `protdp predict` read the input as complexes."""
-    from protdp.inference.checkpoint import (MULTIMER_KIND, MULTIMER_MODEL_FILE, LoadedModel,
-                                            is_multimer_checkpoint, sha256_file)
+    """Multimer checkpoints (`protdp weights import` of params_model_N_multimer_v3.npz, or a
+    run fine-tuned on complexes) loaded here (`protdp.inference.multimer_loading`, as
+    `protdp release` loads them); anything else as given (the predictor loads it). A multimer
+    model makes `protdp predict` read the input as complexes."""
+    from protdp.inference.checkpoint import is_multimer_checkpoint
 
     out = []
     for p in paths:
@@ -135,14 +135,10 @@ def load_checkpoints(paths: list[str], device: str | None) -> list:
             continue
         import torch
 
-        from protdp.weights.multimer_checkpoint import load_multimer
+        from protdp.inference.multimer_loading import load_multimer_checkpoint
 
         dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        folder = Path(p) if Path(p).is_dir() else Path(p).parent
-        model = load_multimer(folder).to(dev)
-        out.append(LoadedModel(model, model.config, folder.resolve(),
-                               sha256_file(folder / MULTIMER_MODEL_FILE), MULTIMER_KIND,
-                               "imported", None, None))
+        out.append(load_multimer_checkpoint(p, dev))    # as `protdp release` loads it
     return out
 
 

@@ -266,13 +266,12 @@ class Predictor:
         if gate == "off":
             return {"gate": "off", "released": None}, {}
         status = read_release(checkpoint_home(loaded.path), loaded.sha256,
-                              floor=weaker_thresholds)     # the site's policy is a floor
+                              floor=weaker_thresholds,     # the site's policy is a floor
+                              multimer=loaded.is_multimer)
         record = {"gate": gate, **status.to_dict()}
         if status.released:
             return record, {}
-        reason = status.reason if not loaded.is_multimer else (
-            "imported multimer weights have no release record (`protdp release` evaluates "
-            "monomer checkpoints)")
+        reason = status.reason          # monomer and multimer checkpoints alike
         if gate == "enforce":
             raise ConfigError(f"checkpoint {loaded.path} is not released: {reason}; "
                               "pass --allow-unreleased to run it anyway (every prediction then "

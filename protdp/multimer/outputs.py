@@ -102,26 +102,34 @@ def _plain(x):
     return x
 
 
+def _round(v, digits: int):
+    """round() that keeps null (a non-finite value, `_plain`) null."""
+    return None if v is None else round(v, digits)
+
+
 def confidence_json(chains: list[tuple[str, str]], plddt, confidence: dict) -> dict:
     """The scores of a complex (`complex_confidence` output + pLDDT) with chain ranges; the
-    chain-pair matrices are keyed by chain id."""
+    chain-pair matrices are keyed by chain id. Non-finite values (a diverged model's NaN
+    outputs, which the gate routes as invalid_plddt) are null, never a crash."""
     ids = [c for c, _ in chains]
 
     def by_chain(m):
         m = _plain(m)
-        return {a: {b: round(m[i][j], 4) for j, b in enumerate(ids)} for i, a in enumerate(ids)}
+        return {a: {b: _round(m[i][j], 4) for j, b in enumerate(ids)} for i, a in enumerate(ids)}
 
+    per_residue = _plain(plddt)
+    finite = [v for v in per_residue if v is not None]
     return {"chains": chain_ranges(chains),
-            "plddt": [round(v, 2) for v in _plain(plddt)],
-            "mean_plddt": round(float(np.mean(_plain(plddt))), 2),
-            "ptm": round(_plain(confidence["ptm"]), 4),
-            "iptm": round(_plain(confidence["iptm"]), 4),
-            "ranking_confidence": round(_plain(confidence["ranking_confidence"]), 4),
+            "plddt": [_round(v, 2) for v in per_residue],
+            "mean_plddt": round(float(np.mean(finite)), 2)
+            if finite and len(finite) == len(per_residue) else None,
+            "ptm": _round(_plain(confidence["ptm"]), 4),
+            "iptm": _round(_plain(confidence["iptm"]), 4),
+            "ranking_confidence": _round(_plain(confidence["ranking_confidence"]), 4),
             "chain_pair_iptm": by_chain(confidence["chain_pair_iptm"]),
-            "interface_pae": round(_plain(confidence["interface_pae"]), 2)
-            if _plain(confidence["interface_pae"]) is not None else None,
+            "interface_pae": _round(_plain(confidence["interface_pae"]), 2),
             "chain_pair_pae": by_chain(confidence["chain_pair_pae"]),
-            "pae": [[round(v, 2) for v in row] for row in _plain(confidence["pae"])]}
+            "pae": [[_round(v, 2) for v in row] for row in _plain(confidence["pae"])]}
 
 
 def write_confidence_json(path: str | Path, chains, plddt, confidence: dict) -> Path:

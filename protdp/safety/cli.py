@@ -163,14 +163,18 @@ def release(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="protdp release",
         description="release gate of a checkpoint: held-out accuracy and calibration, red-team "
-                    "suite and training-data screening; writes release.json beside it")
+                    "suite and training-data screening; writes release.json beside it. A "
+                    "multimer checkpoint (a folder with multimer_model.pt) is judged on "
+                    "held-out complexes of a complex store (interface lDDT, ipTM calibration)")
     ap.add_argument("checkpoint", help="training run / iter_N folder or model file (imported "
-                                       "AlphaFold/OpenFold weights included)")
+                                       "AlphaFold/OpenFold weights included), or a multimer "
+                                       "checkpoint folder (imported or fine-tuned on complexes)")
     ap.add_argument("--data", default=None,
-                    help="HDF5 store of held-out families (default: the training run's store)")
+                    help="HDF5 store of held-out families, or complex store for a multimer "
+                         "checkpoint (default: the training run's store)")
     ap.add_argument("--families", default=None,
-                    help="held-out ids, comma-separated or @file (default: the run's validation "
-                         "split)")
+                    help="held-out family / complex ids, comma-separated or @file (default: "
+                         "the run's validation split)")
     ap.add_argument("--config", default=site_policy_path(),
                     help="thresholds (%(default)s: $PROTDP_RELEASE_POLICY or the packaged one); "
                          "a record judged by weaker ones than the site's never serves")
@@ -185,7 +189,7 @@ def release(argv: list[str] | None = None) -> int:
     doc = json.loads(path.read_text())
     for c in doc["checks"]:
         print(check_line(c))
-    weaker = weaker_thresholds(doc["policy"])
+    weaker = weaker_thresholds(doc["policy"], complexes="complexes" in doc)
     if weaker:
         print("note: judged by thresholds weaker than the site's policy, so `protdp predict` "
               "treats this checkpoint as unreleased: " + "; ".join(weaker))

@@ -9,6 +9,14 @@ The training data manifest is the run's HDF5 store(s) (every family's sequence i
 found by the content digest its checkpoint recorded (also under `--data`); a recorded store that
 cannot be found fails the check. An imported or shipped model file records none, which the
 record states (the check is then "not applicable", not a pass by silence).
+
+Multimer checkpoints (a folder with `multimer_model.pt`: imported AlphaFold-Multimer weights,
+or a run fine-tuned on complexes) are judged on held-out complexes of a complex store: the
+fine-tuning run's validation split, else `--data STORE --families ...`
+(`protdp.safety.complex_release`: lDDT-Cα over all chains, interface lDDT-Cα, pLDDT and ipTM
+calibration, the gate's complex thresholds), the complex red-team suite
+(`protdp.safety.complex_redteam`) and the screening of every chain of the training store; the
+record names these checks and carries each complex's figures under "complexes".
 """
 
 from __future__ import annotations
@@ -24,7 +32,9 @@ from protdp.errors import InputError
 from protdp.fileio import sha256_file
 from protdp.gating.bands import AFDB_BAND_FLOORS, AFDB_BANDS
 from protdp.gating.release import ReleasePolicy
-from protdp.inference.checkpoint import LoadedModel, checkpoint_home, load_model_checkpoint
+from protdp.inference.checkpoint import (MULTIMER_MODEL_FILE, LoadedModel, checkpoint_home,
+                                        is_multimer_checkpoint, load_model_checkpoint)
+from protdp.multimer.store import ComplexStore, is_complex_store
 from protdp.resources import resolve_config
 from protdp.safety.calibration import evaluate_families, summarize
 from protdp.safety.redteam import run_suite
@@ -48,9 +58,10 @@ def check_line(check: dict) -> str:
             f"({check['op']} {check['threshold']}) {check['detail']}").rstrip()
 
 
-def held_out(trained_meta: dict, data: str | Path | None, families: list[str] | None
-             ) -> tuple[Path, list[str]]:
-    """(store, held-out family ids): explicit ones, or the training run's validation split."""
+def held_out(trained_meta: dict, data: str | Path | None, families: list[str] | None,
+             open_store=FamilyStore) -> tuple[Path, list[str]]:
+    """(store, held-out ids): explicit ones, or the training run's validation split
+    (`open_store`: FamilyStore, or ComplexStore for a multimer checkpoint)."""
     config = trained_meta.get("config") or {}
     store = Path(data) if data else (Path(config["data"]) if config.get("data") else None)
     if store is None:
@@ -63,22 +74,31 @@ def held_out(trained_meta: dict, data: str | Path | None, families: list[str] | 
                          field="--families")
     args = from_dict(TrainArgs, {k: v for k, v in config.items()
                                  if k in TrainArgs.__dataclass_fields__}, source="meta.json")
-    with FamilyStore(store) as s:
-        return store, split_families(list(s.family_ids), args)[1]
+    with open_store(store) as s:
+        held = split_families(list(s.family_ids), args)[1]
+    if not held:
+        raise InputError("the training run held out nothing (--val-fraction 0 and no "
+                         "--val-families): give --families", field="--families")
+    return store, held
 
 
 def calibration_checks(loaded: LoadedModel, store: Path, families: list[str],
                        policy: ReleasePolicy) -> tuple[list[dict], dict]:
-    """Accuracy (mean lDDT-Cα), and Spearman, ECE and per-band accuracy of pLDDT, on the
-    held-out families."""
+    """Accuracy and pLDDT calibration (`judge_calibration`) on the held-out families."""
     with FamilyStore(store) as s:
         missing = [f for f in families if f not in s]
         if missing:
             raise InputError(f"held-out families not in the store: {missing[:5]}", path=store)
         per_target = evaluate_families(loaded, s, families, policy.max_msa_rows)
+    return judge_calibration(per_target, policy)
+
+
+def judge_calibration(per_target: list[dict], policy: ReleasePolicy) -> tuple[list[dict], dict]:
+    """Accuracy (mean lDDT-Cα), and Spearman, ECE and per-band accuracy of pLDDT, of held-out
+    predictions (families, or complexes scored over all their chains)."""
     report = summarize(per_target, 0.7)
     enough = len(per_target) >= policy.min_targets
-    why = "" if enough else f"only {len(per_target)} held-out families (< {policy.min_targets})"
+    why = "" if enough else f"only {len(per_target)} held-out targets (< {policy.min_targets})"
     rho, ece = report["spearman"]["residue"], report["ece"]
     mean_lddt = (sum(r["lddt_ca"] for r in per_target) / len(per_target)) if per_target else None
     checks = [
@@ -141,29 +161,52 @@ def screening_check(trained_meta: dict, policy: ReleasePolicy,
                       "training data not found, so it cannot be screened: " + "; ".join(missing)
                       + " (give --data pointing at that store)")
     screen = ScreeningList.from_fasta(resolve_config(policy.screening_list))
-    hits = []
-    for path in stores:
-        with FamilyStore(path) as store:
-            hits += [f for f in store.family_ids if screen.hits(store.read(f)["sequence"])]
+    hits = [name for path in stores for name, seq in store_sequences(path) if screen.hits(seq)]
     return _check("training_data_screening", len(hits), 0, "hits ==", not hits,
-                  f"families matching {policy.screening_list}: {hits[:10]}" if hits else "")
+                  f"training sequences matching {policy.screening_list}: {hits[:10]}"
+                  if hits else "")
+
+
+def store_sequences(path: Path):
+    """(name, sequence) of every training example of a store: each family of a family store,
+    each chain of a complex store ("complex/chain")."""
+    if is_complex_store(path):
+        with ComplexStore(path) as store:
+            for cid in store.complex_ids:
+                for chain in store.read(cid)["chains"]:
+                    yield f"{cid}/{chain['chain_id']}", str(chain["sequence"])
+        return
+    with FamilyStore(path) as store:
+        for fid in store.family_ids:
+            yield fid, store.read(fid)["sequence"]
 
 
 def evaluate_release(checkpoint: str | Path, *, data: str | Path | None = None,
                      families: list[str] | None = None, policy: ReleasePolicy | None = None,
                      out_dir: str | Path | None = None, device: str = "cpu") -> Path:
-    """Run every release check on `checkpoint`; write release.json (atomically); return it."""
+    """Run every release check on `checkpoint` (a monomer one, or a multimer one on held-out
+    complexes: `protdp.safety.complex_release`); write release.json (atomically); return it."""
     policy = policy or ReleasePolicy()
-    trained = read_any_weights(checkpoint)
-    loaded = load_model_checkpoint(checkpoint, device=device)
+    if not is_multimer_checkpoint(checkpoint) and \
+            (Path(checkpoint).resolve().parent / MULTIMER_MODEL_FILE).is_file():
+        raise InputError("a checkpoint of a run fine-tuned on complexes: release the run folder "
+                         f"(its {MULTIMER_MODEL_FILE} holds the EMA weights of the newest save, "
+                         "the weights `protdp predict` serves)", path=checkpoint)
     home = Path(out_dir) if out_dir else checkpoint_home(checkpoint)
-    store, fams = held_out(trained.meta, data, families)
-    checks, report = calibration_checks(loaded, store, fams, policy)
-    red = run_suite(checkpoint, home / "release_redteam", device=device)
+    extra = {}
+    if is_multimer_checkpoint(checkpoint):
+        loaded, meta, store, fams, checks, report, red, extra = _multimer_checks(
+            checkpoint, data, families, policy, home, device)
+    else:
+        meta = read_any_weights(checkpoint).meta
+        loaded = load_model_checkpoint(checkpoint, device=device)
+        store, fams = held_out(meta, data, families)
+        checks, report = calibration_checks(loaded, store, fams, policy)
+        red = run_suite(checkpoint, home / "release_redteam", device=device)
     misses = [c["name"] for c in red["cases"] + red["global_checks"] if not c["passed"]]
     checks.append(_check("redteam", len(misses), policy.max_redteam_failures, "<=",
                          len(misses) <= policy.max_redteam_failures, ", ".join(misses[:10])))
-    checks.append(screening_check(trained.meta, policy, [Path(data)] if data else []))
+    checks.append(screening_check(meta, policy, [Path(data)] if data else []))
     doc = {"format": RELEASE_FORMAT,
            "checkpoint": {"path": str(loaded.path), "sha256": loaded.sha256, "kind": loaded.kind,
                           "weights": loaded.weights, "iteration": loaded.iteration},
@@ -172,10 +215,39 @@ def evaluate_release(checkpoint: str | Path, *, data: str | Path | None = None,
            "checks": checks,
            "verdict": "released" if all(c["passed"] for c in checks) else "refused",
            "calibration": {k: report[k] for k in ("n_targets", "n_residues", "spearman", "ece",
-                                                  "bands", "reliability")}}
+                                                  "bands", "reliability")}, **extra}
     home.mkdir(parents=True, exist_ok=True)
     path = home / RELEASE_FILE
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(doc, indent=1, default=str) + "\n")
     tmp.replace(path)
     return path
+
+
+def _multimer_checks(checkpoint, data, families, policy: ReleasePolicy, home: Path, device):
+    """The held-out complexes' checks and the complex red-team suite of a multimer checkpoint
+    (`protdp.safety.complex_release`, `protdp.safety.complex_redteam`)."""
+    from protdp.gating import load_gate_policy
+    from protdp.inference.multimer_loading import load_multimer_checkpoint
+    from protdp.safety import complex_release as cr
+    from protdp.safety.complex_redteam import run_complex_suite
+
+    loaded = load_multimer_checkpoint(checkpoint, device=device)
+    meta = cr.training_meta(loaded.path)
+    store, ids = held_out(meta, data, families, open_store=ComplexStore)
+    with ComplexStore(store) as s:
+        missing = [c for c in ids if c not in s.complex_ids]
+        if missing:
+            raise InputError(f"held-out complexes not in the complex store: {missing[:5]}",
+                             path=store)
+        per_complex = cr.evaluate_complexes(loaded, s, ids, policy.max_msa_rows, device)
+    checks, report = judge_calibration(per_complex, policy)
+    enough = len(per_complex) >= policy.min_targets
+    why = "" if enough else f"only {len(per_complex)} held-out complexes (< {policy.min_targets})"
+    gate = load_gate_policy()
+    checks += cr.interface_checks(per_complex, policy, gate, _check, enough, why)
+    red = run_complex_suite(loaded, home / "release_redteam", device=device)
+    extra = {"complexes": {"gate": {"min_iptm": gate.min_iptm,
+                                    "max_interface_pae": gate.max_interface_pae},
+                           **cr.complex_summary(per_complex)}}
+    return loaded, meta, store, ids, checks, report, red, extra

@@ -6,7 +6,8 @@ verdict: `protdp predict`, before it serves predictions, and the trainer, which 
 verdict of its last checkpoint's background release job. Both read it here. A record counts
 only for the exact weights it was made for: its checkpoint sha256 must equal the digest of the
 checkpoint being served (`checkpointing.read_weights(...).sha256` or `checkpoint_digest`),
-and (given `floor`, e.g. `protdp.gating.release.weaker_thresholds`) only when the policy it was
+and (given `floor`, e.g. `protdp.gating.release.weaker_thresholds`, called with the record's
+policy and `complexes=True` for a multimer checkpoint's record) only when the policy it was
 judged by is not weaker than the site's.
 """
 
@@ -19,6 +20,7 @@ from typing import Callable
 
 RELEASE_FILE = "release.json"          # the record, in the checkpoint's folder
 RELEASE_FORMAT = "protdp-release-v1"   # its "format" field
+MULTIMER_RECORD_KIND = "alphafold-multimer"   # checkpoint.kind of a multimer checkpoint's record
 
 
 @dataclass
@@ -36,9 +38,12 @@ class ReleaseStatus:
 
 
 def read_release(home: str | Path, checkpoint_sha256: str,
-                 floor: Callable[[dict], list[str]] | None = None) -> ReleaseStatus:
+                 floor: Callable[..., list[str]] | None = None,
+                 multimer: bool | None = None) -> ReleaseStatus:
     """The release status of the checkpoint whose reports live in `home` (never raises for a
-    missing or broken record: that is an unreleased checkpoint, with the reason)."""
+    missing or broken record: that is an unreleased checkpoint, with the reason). `multimer`:
+    whether the served checkpoint is a multimer one (its complex thresholds then count in the
+    floor); None: as the record says."""
     path = Path(home) / RELEASE_FILE
     if not path.is_file():
         return ReleaseStatus(False, path, ["release_record"],
@@ -58,7 +63,9 @@ def read_release(home: str | Path, checkpoint_sha256: str,
     if not checks or failed or doc.get("verdict") != "released":
         return ReleaseStatus(False, path, failed or ["verdict"],
                              "failed release checks: " + ", ".join(failed or ["verdict"]))
-    weaker = floor(doc.get("policy")) if floor is not None else []
+    if multimer is None:
+        multimer = (doc.get("checkpoint") or {}).get("kind") == MULTIMER_RECORD_KIND
+    weaker = floor(doc.get("policy"), complexes=multimer) if floor is not None else []
     if weaker:
         return ReleaseStatus(False, path, ["release_policy"],
                              "released under a policy weaker than this site's: "
