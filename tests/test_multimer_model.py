@@ -173,6 +173,14 @@ def test_complex_predict_writes_every_complex_and_reports_a_bad_one(model, tmp_p
     gate = scores["gate"]
     assert gate["route"] == "needs_review" and "low_iptm" in gate["reasons"]   # random weights
 
+    # a checkpoint with a NaN weight is refused in one line (as predict and release refuse it)
+    blob = torch.load(ckpt / "multimer_model.pt", weights_only=True)
+    first = next(k for k, v in blob["state_dict"].items() if v.is_floating_point())
+    blob["state_dict"][first] = blob["state_dict"][first].clone().fill_(float("nan"))
+    torch.save(blob, ckpt / "multimer_model.pt")
+    with pytest.raises(InputError, match=f"NaN/Inf, first {first}"):
+        load_multimer(ckpt)
+
 
 def test_gate_sends_a_confident_monomer_with_an_unconfident_interface_to_review():
     from protdp.gating.policy import GatePolicy

@@ -134,6 +134,10 @@ def load_multimer(path: str | Path) -> MultimerModel:
     blob = torch.load(file, map_location="cpu", weights_only=True)
     if not isinstance(blob, dict) or blob.get("kind") != KIND:
         raise InputError("not an AlphaFold-Multimer checkpoint", path=file)
+    bad = [k for k, v in blob["state_dict"].items()
+           if torch.is_tensor(v) and v.is_floating_point() and not torch.isfinite(v).all()]
+    if bad:   # as `protdp predict` / `release` refuse them (inference.multimer_loading)
+        raise InputError(f"{len(bad)} weight tensor(s) hold NaN/Inf, first {bad[0]}", path=file)
     model = MultimerModel(config_from_dict(blob["multimer_config"]))
     try:
         model.load_state_dict(blob["state_dict"])
