@@ -546,12 +546,18 @@ class Predictor:
 
     @staticmethod
     def _intact_pending(pdir: Path, fp: str) -> bool:
-        """Published, not yet complete, every file present (no provenance.json)."""
+        """Published, not yet complete, every file present: no provenance.json, or one that is
+        not a whole JSON object (torn: provenance is not among the bytes the review item
+        binds, so finishing keeps the item's binding; redoing would break it)."""
         try:
             data = json.loads((pdir / PENDING_FILE).read_text())
         except (OSError, json.JSONDecodeError):
             return False
-        return (not (pdir / "provenance.json").exists() and data.get("fingerprint") == fp
+        try:
+            whole = isinstance(json.loads((pdir / "provenance.json").read_text()), dict)
+        except (OSError, ValueError):
+            whole = False
+        return (not whole and data.get("fingerprint") == fp
                 and all((pdir / n).is_file() for n in data.get("outputs", {}).values()))
 
     def _finish_pending(self, t, tdir, pdir, fp) -> dict:
