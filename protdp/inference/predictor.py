@@ -211,6 +211,9 @@ class Predictor:
         self.screening_path = str(screening_path) if screening_path else None
         self.out_dir = Path(out_dir).resolve()
         self.targets_dir = self.out_dir / TARGETS_DIR
+        if self.targets_dir.is_symlink():
+            raise ConfigError(f"{self.targets_dir} is a symbolic link; protdp never writes "
+                              "through a link in its output folder: remove it")
         self.targets_dir.mkdir(parents=True, exist_ok=True)
         self.sink = sink if sink is not None else NoReviewSink()
         self.forced_reasons, releases = {}, []
@@ -289,7 +292,7 @@ class Predictor:
             return None
         if data.get("fingerprint") != fingerprint:
             return None
-        if not all((pdir / name).is_file() for name in data.get("outputs", {}).values()):
+        if not all(_regular(pdir / name) for name in data.get("outputs", {}).values()):
             return None
         return data
 
@@ -365,6 +368,10 @@ class Predictor:
             tdir = self.targets_dir / t.file_name
             pid = prediction_id(fp)
             pdir = tdir / pid
+            for own in (tdir, pdir):    # planted links: never written through nor trusted
+                if own.is_symlink():
+                    raise InputError("is a symbolic link; protdp never writes through (or "
+                                     "trusts) a link in its output folder: remove it", path=own)
             done = self._complete(pdir, fp)
             if done is None and pdir.exists():
                 if self._intact_pending(pdir, fp):
@@ -558,7 +565,7 @@ class Predictor:
         except (OSError, ValueError):
             whole = False
         return (not whole and data.get("fingerprint") == fp
-                and all((pdir / n).is_file() for n in data.get("outputs", {}).values()))
+                and all(_regular(pdir / n) for n in data.get("outputs", {}).values()))
 
     def _finish_pending(self, t, tdir, pdir, fp) -> dict:
         """A published folder whose run stopped before the queue / completion mark."""
@@ -577,6 +584,11 @@ class Predictor:
         write_current(tdir, pdir.name)
         row["paths"]["provenance"] = str(pdir / "provenance.json")
         return row
+
+
+def _regular(path: Path) -> bool:
+    """A regular file itself (a link planted in a prediction folder is not one of ours)."""
+    return path.is_file() and not path.is_symlink()
 
 
 def _item_paths(paths: dict, pdir: Path) -> dict:
