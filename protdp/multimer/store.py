@@ -21,8 +21,10 @@ by name.
 The manifest is a TSV with the header `complex_id  structure_file  chain  msa_file`, one row per
 chain (`msa_file` "-" = the chain's sequence alone; several files comma-separated are merged);
 relative paths are read from the manifest's folder. A complex whose file or chain cannot be
-read, whose MSA does not fit its chain, with fewer than 2 or more than MAX_CHAINS chains, is one
-line naming it and the build goes on.
+read, whose MSA does not fit its chain, with fewer than 2 or more than MAX_CHAINS chains, or
+whose manifest rows are bad (a short row, a line that is not UTF-8, a second structure file
+for one complex id) is one line naming it, the file and line, and the build goes on; a bad row
+without a readable complex id is its own line.
 
 Crash safety (as `protdp data build`): under an exclusive lock `.<name>.lock` (a second build
 of the same store is one line), the store is written as `.<name>.building` beside the target,
@@ -66,6 +68,7 @@ class ComplexSpec:
     structure_file: Path
     chains: list[tuple[str, list[Path]]] = field(default_factory=list)   # (chain, MSA files)
     line: int = 0
+    error: str | None = None           # a manifest problem of this complex (it is rejected)
 
 
 @dataclass
@@ -79,31 +82,64 @@ class ComplexBuildReport:
                 f"rejected")
 
 
-def read_manifest(path: str | Path) -> list[ComplexSpec]:
-    """The TSV manifest -> complexes in first-appearance order. A malformed header or row is
-    an InputError naming the line."""
+def _manifest_lines(path: Path) -> list[tuple[int, str, str | None]]:
+    """(line number, text, why it is not UTF-8 or None) of every line; an unreadable file is
+    one InputError (a stray non-UTF-8 byte spoils only its own line)."""
+    from protdp.data.safeio import read_bytes
+
+    data = read_bytes(path)
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    out = []
+    for n, raw in enumerate(data.replace(b"\r\n", b"\n").split(b"\n"), 1):
+        try:
+            out.append((n, raw.decode("utf-8"), None))
+        except UnicodeDecodeError as exc:
+            out.append((n, raw.decode("utf-8", errors="replace"),
+                        f"not UTF-8: byte 0x{raw[exc.start]:02X} at column {exc.start + 1}"))
+    return out
+
+
+def read_manifest(path: str | Path) -> tuple[list[ComplexSpec], list[str]]:
+    """The TSV manifest -> (complexes in first-appearance order, lines naming rows that belong
+    to no complex). A bad row (wrong field count, empty field, not UTF-8, a second structure
+    file for one complex id) rejects its complex with the line number; the rest is read. An
+    unreadable file or a wrong header is an InputError."""
     path = Path(path)
     try:
-        rows = list(csv.reader(path.read_text().splitlines(), delimiter="\t"))
-    except (OSError, UnicodeDecodeError) as exc:
+        lines = _manifest_lines(path)
+    except OSError as exc:
         raise InputError(f"cannot read the manifest ({type(exc).__name__})", path=path) from None
-    if not rows or tuple(c.strip() for c in rows[0]) != MANIFEST_COLUMNS:
+    header = next(csv.reader([lines[0][1]], delimiter="\t"), []) if lines else []
+    if not lines or lines[0][2] or tuple(c.strip() for c in header) != MANIFEST_COLUMNS:
         raise InputError(f"line 1: the header must be {' '.join(MANIFEST_COLUMNS)} "
                          "(tab-separated)", path=path)
-    root, specs = path.parent, {}
-    for n, row in enumerate(rows[1:], 2):
+    root, specs, orphans = path.parent, {}, []
+    for n, text, undecodable in lines[1:]:
+        row = text.split("\t")
         if not any(c.strip() for c in row):
             continue
-        if len(row) != len(MANIFEST_COLUMNS) or not all(c.strip() for c in row):
-            raise InputError(f"line {n}: expected {len(MANIFEST_COLUMNS)} non-empty "
-                             f"tab-separated fields, got {row!r}", path=path)
-        cid, struct, chain, msas = (c.strip() for c in row)
+        cid = row[0].strip()
+        problem = undecodable
+        if problem is None and (len(row) != len(MANIFEST_COLUMNS)
+                                or not all(c.strip() for c in row)):
+            problem = (f"expected {len(MANIFEST_COLUMNS)} non-empty tab-separated fields, "
+                       f"got {row!r:.200}")
+        if problem is not None and (not cid or undecodable and "\ufffd" in cid):
+            orphans.append(f"rejected row (manifest line {n}): {path}:{n}: {problem}")
+            continue
+        struct = row[1].strip() if len(row) > 1 else ""
         spec = specs.setdefault(cid, ComplexSpec(cid, root / struct, line=n))
-        if spec.structure_file != root / struct:
-            raise InputError(f"line {n}: complex {cid} names two structure files", path=path)
+        if problem is None and spec.structure_file != root / struct:
+            problem = (f"complex {cid} names a second structure file {struct!r} (first: "
+                       f"{spec.structure_file}, line {spec.line}); two complexes with one id?")
+        if problem is not None:
+            spec.error = spec.error or f"{path}:{n}: {problem}"
+            continue
+        chain, msas = row[2].strip(), row[3].strip()
         files = [] if msas == NO_MSA else [root / m.strip() for m in msas.split(",")]
         spec.chains.append((chain, files))
-    return list(specs.values())
+    return list(specs.values()), orphans
 
 
 def _chain_record(spec: ComplexSpec, chain_id: str, msa_files: list[Path], data) -> dict:
@@ -287,8 +323,11 @@ def build_complex_store(manifest: str | Path, out: str | Path, force: bool = Fal
 
     out = Path(out)
     _check_target(out, force)
-    specs = read_manifest(manifest)
+    specs, orphans = read_manifest(manifest)
     report = ComplexBuildReport(out)
+    for line in orphans:
+        report.rejected.append(line)
+        log(line)
     tmp = out.with_name(f".{out.name}{BUILDING_SUFFIX}")
     with _BuildLock(out):
         _check_target(out, force)              # again, under the lock
@@ -300,6 +339,8 @@ def build_complex_store(manifest: str | Path, out: str | Path, force: bool = Fal
                 h5.create_group("complexes")
                 for spec in specs:
                     try:
+                        if spec.error:
+                            raise InputError(spec.error)
                         _write_complex(h5, spec, complex_records(spec))
                         report.built.append(spec.complex_id)
                     except Exception as exc:   # noqa: BLE001  (per-complex isolation)
