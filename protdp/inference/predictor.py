@@ -292,7 +292,7 @@ class Predictor:
             return None
         if data.get("fingerprint") != fingerprint:
             return None
-        if not all(_regular(pdir / name) for name in data.get("outputs", {}).values()):
+        if not _outputs_intact(pdir, data):
             return None
         return data
 
@@ -547,6 +547,7 @@ class Predictor:
         }
         # the pending record (everything but the review item) travels inside the build, so a
         # crash after the rename is finished by the rerun without redoing the model
+        provenance["outputs_sha256"] = {n: sha256_file(build / n) for n in outputs.values()}
         write_json(build / PENDING_FILE, provenance)
         publish_build(build, pdir)
         return self._complete_published(t, tdir, pdir, fp, provenance, scores)
@@ -565,7 +566,7 @@ class Predictor:
         except (OSError, ValueError):
             whole = False
         return (not whole and data.get("fingerprint") == fp
-                and all(_regular(pdir / n) for n in data.get("outputs", {}).values()))
+                and _outputs_intact(pdir, data))
 
     def _finish_pending(self, t, tdir, pdir, fp) -> dict:
         """A published folder whose run stopped before the queue / completion mark."""
@@ -589,6 +590,18 @@ class Predictor:
 def _regular(path: Path) -> bool:
     """A regular file itself (a link planted in a prediction folder is not one of ours)."""
     return path.is_file() and not path.is_symlink()
+
+
+def _outputs_intact(pdir: Path, record: dict) -> bool:
+    """Every output the record lists is a regular file of ours with the bytes written (its
+    `outputs_sha256`; a prediction from before it was recorded: present is enough), so a
+    truncated or swapped ranked_*.pdb / PAE JSON / scores.json is never taken as done nor
+    handed to the review queue."""
+    names = list((record.get("outputs") or {}).values())
+    if not all(_regular(pdir / n) for n in names):
+        return False
+    want = record.get("outputs_sha256")
+    return want is None or all(sha256_file(pdir / n) == want.get(n) for n in names)
 
 
 def _item_paths(paths: dict, pdir: Path) -> dict:
