@@ -111,6 +111,24 @@ def test_kill_9_during_complex_store_leaves_old_store_or_none(tmp_path, store_in
     assert st.ComplexStore(out).complex_ids == ids
 
 
+def test_store_never_writes_through_links(tmp_path, store_inputs, capsys):
+    """--out, or the lock beside it, a link to a file outside: one line, the file untouched
+    (neither replaced nor created)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.h5").write_bytes(b"not ours")
+    (tmp_path / "link.h5").symlink_to(outside / "keep.h5")
+    args = ["complex", "store", "--manifest", str(store_inputs), "--force", "--out"]
+    assert protdp_main(args + [str(tmp_path / "link.h5")]) == 2
+    assert f"{tmp_path / 'link.h5'}: is a symbolic link" in capsys.readouterr().err
+    (tmp_path / ".c.h5.lock").symlink_to(outside / "created")
+    assert protdp_main(args + [str(tmp_path / "c.h5")]) == 2
+    assert "cannot open the build lock .c.h5.lock" in capsys.readouterr().err
+    assert (outside / "keep.h5").read_bytes() == b"not ours"
+    assert sorted(p.name for p in outside.iterdir()) == ["keep.h5"]
+    assert not (tmp_path / "c.h5").exists()
+
+
 def test_corrupt_store_is_named_not_read(tmp_path, store_inputs):
     """A store whose bytes changed after the build (a flipped array) fails verification naming
     the complex; a truncated one is one line naming the file."""

@@ -248,7 +248,13 @@ class _BuildLock:
         self.out, self.path = out, out.with_name(f".{out.name}.lock")
 
     def __enter__(self):
-        self.fh = open(self.path, "a")
+        try:                            # a link planted as the lock is never followed
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW,
+                         0o644)
+        except OSError as exc:
+            raise InputError(f"cannot open the build lock {self.path.name} ({exc.strerror}; "
+                             "a link or not a regular file?)", path=self.out) from None
+        self.fh = os.fdopen(fd, "a")
         try:
             fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
