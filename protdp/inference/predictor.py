@@ -46,8 +46,9 @@ from protdp.inference.targets import (Target, clean_sequence, find_msa_files, lo
 from protdp.inference.complexes import (COMPLEX_HINT, COMPLEX_SCORE_KEYS, build_features,
                                        complex_scores, is_complex_record, run_complex_ensemble)
 from protdp.inference.ensemble import members, run_member, ensemble_stops
-from protdp.inference.layout import (current_prediction, prediction_id, publish_build,
-                                     set_aside_damaged, start_build, write_current)
+from protdp.inference.layout import (current_prediction, outputs_intact, prediction_id,
+                                     publish_build, set_aside_damaged, start_build,
+                                     write_current)
 from protdp.inference.memory import TargetSize
 from protdp.inference.prediction_files import write_prediction_files
 from protdp.inference.ranking import ensemble_spread, model_numbers, rank
@@ -292,7 +293,7 @@ class Predictor:
             return None
         if data.get("fingerprint") != fingerprint:
             return None
-        if not _outputs_intact(pdir, data):
+        if not outputs_intact(pdir, data):
             return None
         return data
 
@@ -566,7 +567,7 @@ class Predictor:
         except (OSError, ValueError):
             whole = False
         return (not whole and data.get("fingerprint") == fp
-                and _outputs_intact(pdir, data))
+                and outputs_intact(pdir, data))
 
     def _finish_pending(self, t, tdir, pdir, fp) -> dict:
         """A published folder whose run stopped before the queue / completion mark."""
@@ -585,23 +586,6 @@ class Predictor:
         write_current(tdir, pdir.name)
         row["paths"]["provenance"] = str(pdir / "provenance.json")
         return row
-
-
-def _regular(path: Path) -> bool:
-    """A regular file itself (a link planted in a prediction folder is not one of ours)."""
-    return path.is_file() and not path.is_symlink()
-
-
-def _outputs_intact(pdir: Path, record: dict) -> bool:
-    """Every output the record lists is a regular file of ours with the bytes written (its
-    `outputs_sha256`; a prediction from before it was recorded: present is enough), so a
-    truncated or swapped ranked_*.pdb / PAE JSON / scores.json is never taken as done nor
-    handed to the review queue."""
-    names = list((record.get("outputs") or {}).values())
-    if not all(_regular(pdir / n) for n in names):
-        return False
-    want = record.get("outputs_sha256")
-    return want is None or all(sha256_file(pdir / n) == want.get(n) for n in names)
 
 
 def _item_paths(paths: dict, pdir: Path) -> dict:
