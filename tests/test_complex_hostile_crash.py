@@ -249,3 +249,23 @@ def test_kill_9_during_complex_predict_resumes(tmp_path, ckpt, complex_inputs, c
     rows, ref_rows = (list(csv.DictReader(open(d / "summary.csv"))) for d in (out, ref_out))
     assert [{k: v for k, v in r.items() if k != "seconds"} for r in rows] == \
         [{k: v for k, v in r.items() if k != "seconds"} for r in ref_rows]
+
+
+def test_kill_9_during_complex_predict_command_leaves_no_ungated_scores(tmp_path, ckpt):  # noqa: F811
+    """`protdp complex predict` killed while writing scores.json: never a scores.json without
+    the gate decision (it was written twice, the gate added by the second write)."""
+    import protdp.multimer.cli as mcli
+    from test_multimer_pairing import FIXTURE
+
+    feats = tmp_path / "features" / "hb"
+    feats.mkdir(parents=True)
+    (feats / "features.npz").write_bytes(
+        (FIXTURE / "features_4hhb_hbA1-36_hbB1-40.npz").read_bytes())
+    args = ["complex", "predict", "--features-dir", str(tmp_path / "features"), "--checkpoint",
+            str(ckpt), "--out", str(tmp_path / "pred"), "--num-recycles", "0"]
+    _run_killed(lambda: _kill_when(mcli, "atomic_write", lambda *a, **k: True, before=True),
+                lambda: protdp_main(args))
+    scores = tmp_path / "pred" / "hb" / "scores.json"
+    assert not scores.exists() or "gate" in json.loads(scores.read_text())
+    assert protdp_main(args) == 0
+    assert json.loads(scores.read_text())["gate"]["route"] in ("needs_review", "accepted")
