@@ -8,7 +8,9 @@
 - A complex's review item binds the bytes the gate sent: once ranked_0.pdb / the PAE JSON
   change on disk the workbench names them, does not serve them and refuses the approval;
   with the bytes restored the approval goes through, and a file changed after the approval
-  keeps it out of the trusted export.
+  keeps it out of the trusted export. The sequence panel numbers each residue as the structure
+  file does (chain, number within the chain; it numbered the whole complex, so a click on
+  chain B's first residue selected B37).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import re
 import shutil
 import warnings
 
+import gemmi
+
 from protdp.cli import main as protdp_main
 from protdp.data.parse import parse_msa
 from protdp.inference.writers import read_summary
@@ -26,6 +30,7 @@ from protdp.review.binding import mismatches
 from protdp.review.store import ReviewStore
 from protdp.review.trusted import trusted_records
 from protdp.review.web import create_app
+from protdp.review.web.render import complex_view
 from review_fixtures import queue_with
 from test_multimer_predict import COMMON, RAW, _msa_dir, ckpt  # noqa: F401  (fixture)
 from test_review_web import csrf_of, logged_in
@@ -135,6 +140,18 @@ def test_complex_review_item_binds_the_bytes_the_reviewer_saw(tmp_path, ckpt, ca
     assert page.status_code == 200 and 'id="files-changed"' not in page.text
     assert client.get(f"/items/{item['id']}/files/ranked_0").content == \
         (pdir / "ranked_0.pdb").read_bytes()
+    # the sequence panel names each residue as the structure does (chain, number within the
+    # chain: what a click selects in the 3D view), one chain label with its colour per chain
+    pdb = gemmi.read_pdb_string(client.get(f"/items/{item['id']}/files/pdb").text)
+    in_structure = {(ch.name, r.seqid.num): gemmi.find_tabulated_residue(r.name).one_letter_code
+                    .upper() for ch in pdb[0] for r in ch}
+    spans = re.findall(r'<span class="res[^"]*" data-chain="(\w)" data-resi="(\d+)" '
+                       r'title="[^"]*">(\w)</span>', page.text)
+    assert len(spans) == len(item["scores"]["sequence"]) == len(in_structure)
+    assert all(in_structure[(c, int(n))] == aa for c, n, aa in spans)
+    labels = re.findall(r'class="chain-label" data-chain="(\w)".*?fill="(#[0-9A-Fa-f]{6})"',
+                        page.text)
+    assert labels == [(c["chain_id"], c["color"]) for c in complex_view(item["scores"])["chains"]]
     assert client.get(f"/items/{item['id']}/pae.png").status_code == 200
 
     # the files change after enqueue (the PAE JSON edited, ranked_0 swapped for another model)

@@ -52,15 +52,17 @@ def item_context(request: Request, who: Viewer, item_id: int) -> dict:
                       if k in files and not too_big[k]), None)
     coverage = scores.get("msa_coverage")
     mine = item["state"] == "claimed" and item["claimed_by"] == who.name
+    cx = complex_view(scores)
     return dict(viewer=who, item=item, scores=scores, files=files, structure=structure,
-                plot=plddt_plot(plddt), residues=residue_html(scores.get("sequence"), plddt),
+                plot=plddt_plot(plddt),
+                residues=residue_html(scores.get("sequence"), plddt, cx and cx["chains"]),
                 coverage=coverage_plot(coverage, scores.get("msa_rows_used"))
                 if isinstance(coverage, list) and coverage else None,
                 has_pae="scores" in files and pae_png(resolve_item_file(item, "scores", roots))
                 is not None, events=view["events"], final=item["state"] in FINAL_STATES,
                 mine=mine, decidable=item["state"] == "pending" or mine, actions=list(ACTIONS),
                 prev_id=view["prev_id"], next_id=view["next_id"], draft="", error=None,
-                limits=view["limits"], band_scale=band_scale(), complex=complex_view(scores),
+                limits=view["limits"], band_scale=band_scale(), complex=cx,
                 structure_too_big=max((v for v in too_big.values() if v), default=None),
                 structure_limit=limit, changed=changed)
 
