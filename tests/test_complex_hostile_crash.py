@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import signal
 
 import pytest
@@ -251,9 +252,11 @@ def test_kill_9_during_complex_predict_resumes(tmp_path, ckpt, complex_inputs, c
         [{k: v for k, v in r.items() if k != "seconds"} for r in ref_rows]
 
 
-def test_kill_9_during_complex_predict_command_leaves_no_ungated_scores(tmp_path, ckpt):  # noqa: F811
+def test_kill_9_during_complex_predict_command_leaves_no_ungated_scores(tmp_path, ckpt,  # noqa: F811
+                                                                      capsys):
     """`protdp complex predict` killed while writing scores.json: never a scores.json without
-    the gate decision (it was written twice, the gate added by the second write)."""
+    the gate decision (it was written twice, the gate added by the second write); a link
+    planted as a complex's output folder is one failed line, never written through."""
     import protdp.multimer.cli as mcli
     from test_multimer_pairing import FIXTURE
 
@@ -267,5 +270,15 @@ def test_kill_9_during_complex_predict_command_leaves_no_ungated_scores(tmp_path
                 lambda: protdp_main(args))
     scores = tmp_path / "pred" / "hb" / "scores.json"
     assert not scores.exists() or "gate" in json.loads(scores.read_text())
+    # its output folder replaced by a link to a folder outside: one failed line, nothing
+    # written there; without the link the rerun predicts
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shutil.rmtree(tmp_path / "pred" / "hb")
+    (tmp_path / "pred" / "hb").symlink_to(outside, target_is_directory=True)
+    assert protdp_main(args) == 1
+    assert f"{tmp_path / 'pred' / 'hb'}: is a symbolic link" in capsys.readouterr().err
+    assert list(outside.iterdir()) == []
+    (tmp_path / "pred" / "hb").unlink()
     assert protdp_main(args) == 0
     assert json.loads(scores.read_text())["gate"]["route"] in ("needs_review", "accepted")

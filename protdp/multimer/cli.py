@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from protdp.data.residues import RESTYPES
-from protdp.errors import ProtdpError
+from protdp.errors import InputError, ProtdpError
 from protdp.inference.complexes import chain_inputs, malformed_species_note
 from protdp.inference.writers import printable, safe_name
 from protdp.msa.writers import atomic_write
@@ -165,6 +165,9 @@ def predict(features_dir: str, checkpoint: str, out: str, seed: int = 0,
             with torch.no_grad():
                 res = model(feats, num_recycles=num_recycles, generator=gen)
             folder = Path(out) / name
+            if folder.is_symlink():         # a planted link is never written through
+                raise InputError("is a symbolic link; protdp never writes through a link in "
+                                 "its output folder: remove it", path=folder)
             write_complex_structures(folder, name, chains, res["final_atom_positions"].numpy(),
                                      res["plddt"].numpy(), res["final_atom_mask"].numpy())
             ipae = res["interface_pae"]
