@@ -82,6 +82,12 @@ def _icodes_and_altlocs(tags, rows):
     return tags, out
 
 
+def write_rows(path, rows):
+    path.write_text("complex_id\tstructure_file\tchain\tmsa_file\n"
+                    + "".join(f"{c}\t{f}\t{ch}\t{m}\n" for c, f, ch, m in rows))
+    return path
+
+
 def test_real_world_mmcif_variants_and_bad_manifest_rows(tmp_path):
     src = data_root() / "structures" / "4hhb.cif"
     variants = {name: _variant(src, tmp_path / f"{name}.cif", edit) for name, edit in (
@@ -96,14 +102,15 @@ def test_real_world_mmcif_variants_and_bad_manifest_rows(tmp_path):
              f"short\t{src}\tB\t-\n"
              f"two\t{src}\tA\t-\n"
              f"two\t{data_root() / 'structures' / '2q2k.cif'}\tB\t-\n"      # line 15
-             f"\t{src}\tC\t-\n")                                     # line 16: no complex id
+             f"\t{src}\tC\t-\n"                                      # line 16: no complex id
+             f"ref\t{src}\tC\t-\n")                       # line 17: 'ref' again, after others
     data = text.encode() + f"lat\xe9\t{src}\tA\t-\n".encode("latin-1") + \
         f"utf\t{src}\tA\t-\n".encode() + f"utf\t{src}\tB\tm\xe9.a3m\n".encode("latin-1")
     manifest = tmp_path / "complexes.tsv"
     manifest.write_bytes(data)
     lines: list[str] = []
     report = build_complex_store(manifest, tmp_path / "c.h5", log=lines.append)
-    assert sorted(report.built) == sorted(["ref", *variants]), lines
+    assert sorted(report.built) == sorted(variants), lines
     assert sorted(lines) == sorted([
         f"rejected short (manifest line 12): {manifest}:12: expected 4 non-empty tab-separated "
         f"fields, got ['short', '{src}', 'A']",
@@ -112,11 +119,17 @@ def test_real_world_mmcif_variants_and_bad_manifest_rows(tmp_path):
         f"complexes with one id?",
         f"rejected row (manifest line 16): {manifest}:16: expected 4 non-empty tab-separated "
         f"fields, got ['', '{src}', 'C', '-']",
-        f"rejected row (manifest line 17): {manifest}:17: not UTF-8: byte 0xE9 at column 4",
-        f"rejected utf (manifest line 18): {manifest}:19: not UTF-8: byte 0xE9 at column "
+        f"rejected ref (manifest line 2): {manifest}:17: complex ref again after other "
+        "complexes (first at line 2); a complex's rows are consecutive: two complexes with one "
+        "id?",
+        f"rejected row (manifest line 18): {manifest}:18: not UTF-8: byte 0xE9 at column 4",
+        f"rejected utf (manifest line 19): {manifest}:20: not UTF-8: byte 0xE9 at column "
         f"{len(f'utf{chr(9)}{src}{chr(9)}B{chr(9)}m') + 1}"])
+    # reference: the untouched file, stored alone
+    build_complex_store(write_rows(tmp_path / "ref.tsv", rows[:2]), tmp_path / "ref.h5",
+                        log=lines.append)
+    ref = ComplexStore(tmp_path / "ref.h5").read("ref")
     store = ComplexStore(tmp_path / "c.h5")
-    ref = store.read("ref")
     for name in variants:
         got = store.read(name)
         for a, b in zip(ref["chains"], got["chains"]):

@@ -103,7 +103,8 @@ def _manifest_lines(path: Path) -> list[tuple[int, str, str | None]]:
 def read_manifest(path: str | Path) -> tuple[list[ComplexSpec], list[str]]:
     """The TSV manifest -> (complexes in first-appearance order, lines naming rows that belong
     to no complex). A bad row (wrong field count, empty field, not UTF-8, a second structure
-    file for one complex id) rejects its complex with the line number; the rest is read. An
+    file for one complex id, a complex id seen before other complexes' rows) rejects its
+    complex with the line number; the rest is read. An
     unreadable file or a wrong header is an InputError."""
     path = Path(path)
     try:
@@ -114,7 +115,7 @@ def read_manifest(path: str | Path) -> tuple[list[ComplexSpec], list[str]]:
     if not lines or lines[0][2] or tuple(c.strip() for c in header) != MANIFEST_COLUMNS:
         raise InputError(f"line 1: the header must be {' '.join(MANIFEST_COLUMNS)} "
                          "(tab-separated)", path=path)
-    root, specs, orphans = path.parent, {}, []
+    root, specs, orphans, previous = path.parent, {}, [], None
     for n, text, undecodable in lines[1:]:
         row = text.split("\t")
         if not any(c.strip() for c in row):
@@ -129,6 +130,11 @@ def read_manifest(path: str | Path) -> tuple[list[ComplexSpec], list[str]]:
             orphans.append(f"rejected row (manifest line {n}): {path}:{n}: {problem}")
             continue
         struct = row[1].strip() if len(row) > 1 else ""
+        if problem is None and cid in specs and cid != previous:
+            problem = (f"complex {cid} again after other complexes (first at line "
+                       f"{specs[cid].line}); a complex's rows are consecutive: two complexes "
+                       "with one id?")
+        previous = cid
         spec = specs.setdefault(cid, ComplexSpec(cid, root / struct, line=n))
         if problem is None and spec.structure_file != root / struct:
             problem = (f"complex {cid} names a second structure file {struct!r} (first: "
