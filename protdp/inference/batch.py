@@ -58,6 +58,10 @@ def predict_batch(checkpoint: str | Path | LoadedModel | list, fasta: str | Path
     # a multimer checkpoint reads the input as complexes (issue 32), a monomer one as chains
     targets, input_sha = (read_complex_targets if loaded[0].is_multimer else read_inputs)(fasta)
     screen = ScreeningList.from_fasta(screening) if screening else None
+    parts_link = Path(out_dir).resolve() / PARTS_DIR
+    if parts_link.is_symlink():              # never written through a planted link
+        raise ConfigError(f"{parts_link} is a symbolic link; protdp never writes through a "
+                          "link in its output folder: remove it")
     pred = Predictor(loaded, out_dir, config=config, policy=load_gate_policy(gating),
                      screening=screen, screening_path=screening, sink=sink,
                      device=device, rank=rank, world_size=world_size, msa_search=msa_search,

@@ -13,6 +13,9 @@
 - A published folder that lost a file (someone deleted it) is never written into: it is
   renamed aside to `.<id>.damaged-<time>` (kept for audit) and the prediction redone.
 - `OUT/targets/<target>/CURRENT` (one line: the prediction id) names the latest prediction.
+- The sha256 of every output is recorded at publish (`outputs_sha256`); a folder whose
+  outputs are not those bytes, or are links, is not done (`outputs_intact`): it is set aside
+  and redone, never handed to the review queue as it is.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+
+from protdp.fileio import sha256_file
 
 CURRENT_FILE = "CURRENT"
 PARTIAL_MARK = ".partial-"
@@ -88,6 +93,26 @@ def set_aside_damaged(pdir: Path) -> Path:
     """Rename a damaged published prediction folder out of the way (never delete or write
     into it); returns its new path."""
     import time
-    dest = pdir.with_name(f".{pdir.name}.damaged-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+    stem = f".{pdir.name}.damaged-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+    dest, n = pdir.with_name(stem), 1
+    while os.path.lexists(dest):       # set aside twice within one second by one process
+        dest, n = pdir.with_name(f"{stem}.{n}"), n + 1
     os.replace(pdir, dest)
     return dest
+
+
+def _regular(path: Path) -> bool:
+    """A regular file itself (a link planted in a prediction folder is not one of ours)."""
+    return path.is_file() and not path.is_symlink()
+
+
+def outputs_intact(pdir: Path, record: dict) -> bool:
+    """Every output the record lists is a regular file of ours with the bytes written (its
+    `outputs_sha256`; a prediction from before it was recorded: present is enough), so a
+    truncated or swapped ranked_*.pdb / PAE JSON / scores.json is never taken as done nor
+    handed to the review queue."""
+    names = list((record.get("outputs") or {}).values())
+    if not all(_regular(pdir / n) for n in names):
+        return False
+    want = record.get("outputs_sha256")
+    return want is None or all(sha256_file(pdir / n) == want.get(n) for n in names)

@@ -91,8 +91,5 @@ def _structures(folder: Path, name: str, seq: str, pred: dict, plddt: np.ndarray
         return write_structures(folder, name, seq, pred["positions"], plddt, pred["atom_mask"],
                                 kinds=kinds)
     from protdp.multimer.outputs import write_complex_structures
-    files = write_complex_structures(folder, name, chains, pred["positions"], plddt,
-                                     pred["atom_mask"])
-    for kind in set(files) - set(kinds):
-        files.pop(kind).unlink()
-    return files
+    return write_complex_structures(folder, name, chains, pred["positions"], plddt,
+                                    pred["atom_mask"], kinds=kinds)

@@ -47,8 +47,9 @@ from protdp.inference.complexes import (COMPLEX_HINT, COMPLEX_SCORE_KEYS, build_
                                        complex_scores, is_complex_record, run_complex_ensemble)
 from protdp.inference.af_outputs import pae_json_values
 from protdp.inference.ensemble import members, run_member, ensemble_stops
-from protdp.inference.layout import (current_prediction, prediction_id, publish_build,
-                                     set_aside_damaged, start_build, write_current)
+from protdp.inference.layout import (current_prediction, outputs_intact, prediction_id,
+                                     publish_build, set_aside_damaged, start_build,
+                                     write_current)
 from protdp.inference.memory import TargetSize
 from protdp.inference.prediction_files import write_prediction_files
 from protdp.inference.ranking import ensemble_spread, model_numbers, rank
@@ -221,6 +222,9 @@ class Predictor:
         self.screening_path = str(screening_path) if screening_path else None
         self.out_dir = Path(out_dir).resolve()
         self.targets_dir = self.out_dir / TARGETS_DIR
+        if self.targets_dir.is_symlink():
+            raise ConfigError(f"{self.targets_dir} is a symbolic link; protdp never writes "
+                              "through a link in its output folder: remove it")
         self.targets_dir.mkdir(parents=True, exist_ok=True)
         self.sink = sink if sink is not None else NoReviewSink()
         self.forced_reasons, releases = {}, []
@@ -300,7 +304,7 @@ class Predictor:
             return None
         if data.get("fingerprint") != fingerprint:
             return None
-        if not all((pdir / name).is_file() for name in data.get("outputs", {}).values()):
+        if not outputs_intact(pdir, data):
             return None
         return data
 
@@ -376,6 +380,10 @@ class Predictor:
             tdir = self.targets_dir / t.file_name
             pid = prediction_id(fp)
             pdir = tdir / pid
+            for own in (tdir, pdir):    # planted links: never written through nor trusted
+                if own.is_symlink():
+                    raise InputError("is a symbolic link; protdp never writes through (or "
+                                     "trusts) a link in its output folder: remove it", path=own)
             done = self._complete(pdir, fp)
             if done is None and pdir.exists():
                 if self._intact_pending(pdir, fp):
@@ -552,19 +560,26 @@ class Predictor:
         }
         # the pending record (everything but the review item) travels inside the build, so a
         # crash after the rename is finished by the rerun without redoing the model
+        provenance["outputs_sha256"] = {n: sha256_file(build / n) for n in outputs.values()}
         write_json(build / PENDING_FILE, provenance)
         publish_build(build, pdir)
         return self._complete_published(t, tdir, pdir, fp, provenance, scores)
 
     @staticmethod
     def _intact_pending(pdir: Path, fp: str) -> bool:
-        """Published, not yet complete, every file present (no provenance.json)."""
+        """Published, not yet complete, every file present: no provenance.json, or one that is
+        not a whole JSON object (torn: provenance is not among the bytes the review item
+        binds, so finishing keeps the item's binding; redoing would break it)."""
         try:
             data = json.loads((pdir / PENDING_FILE).read_text())
         except (OSError, json.JSONDecodeError):
             return False
-        return (not (pdir / "provenance.json").exists() and data.get("fingerprint") == fp
-                and all((pdir / n).is_file() for n in data.get("outputs", {}).values()))
+        try:
+            whole = isinstance(json.loads((pdir / "provenance.json").read_text()), dict)
+        except (OSError, ValueError):
+            whole = False
+        return (not whole and data.get("fingerprint") == fp
+                and outputs_intact(pdir, data))
 
     def _finish_pending(self, t, tdir, pdir, fp) -> dict:
         """A published folder whose run stopped before the queue / completion mark."""

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from protdp.data.residues import RESTYPES
-from protdp.errors import ProtdpError
+from protdp.errors import InputError, ProtdpError
 from protdp.inference.complexes import chain_inputs, malformed_species_note
 from protdp.inference.writers import printable, safe_name
 from protdp.msa.writers import atomic_write
@@ -147,7 +147,7 @@ def predict(features_dir: str, checkpoint: str, out: str, seed: int = 0,
 
     from protdp.gating.policy import load_gate_policy
     from protdp.gating.route import route
-    from protdp.multimer.outputs import write_complex_structures, write_confidence_json
+    from protdp.multimer.outputs import confidence_json, write_complex_structures
     from protdp.weights.multimer_checkpoint import load_multimer
 
     model = load_multimer(checkpoint)
@@ -165,6 +165,9 @@ def predict(features_dir: str, checkpoint: str, out: str, seed: int = 0,
             with torch.no_grad():
                 res = model(feats, num_recycles=num_recycles, generator=gen)
             folder = Path(out) / name
+            if folder.is_symlink():         # a planted link is never written through
+                raise InputError("is a symbolic link; protdp never writes through a link in "
+                                 "its output folder: remove it", path=folder)
             write_complex_structures(folder, name, chains, res["final_atom_positions"].numpy(),
                                      res["plddt"].numpy(), res["final_atom_mask"].numpy())
             ipae = res["interface_pae"]
@@ -174,10 +177,10 @@ def predict(features_dir: str, checkpoint: str, out: str, seed: int = 0,
                              sequence="".join(q for _, q in chains),
                              interface={"iptm": float(res["iptm"]),
                                         "interface_pae": None if ipae is None else float(ipae)})
-            path = write_confidence_json(folder / "scores.json", chains, res["plddt"], res)
-            scores = json.loads(path.read_text())
-            scores["gate"] = decision.to_dict()
-            atomic_write(path, (json.dumps(scores, allow_nan=False) + "\n").encode())
+            scores = confidence_json(chains, res["plddt"], res)     # one write, gate included:
+            scores["gate"] = decision.to_dict()                      # never a gate-less file
+            atomic_write(folder / "scores.json",
+                         (json.dumps(scores, allow_nan=False) + "\n").encode())
             row.update(status="ok", detail=f"{decision.route} ({', '.join(decision.reasons) or 'no flag'}); "
                                            f"ipTM {float(res['iptm']):.3f} pTM {float(res['ptm']):.3f} "
                                            f"recycles {res['num_recycles']}")

@@ -9,6 +9,8 @@ Chains get AlphaFold's chain ids in input order (`pipeline_multimer._make_chain_
 `protein.PDB_CHAIN_IDS` = A-Z, a-z, 0-9, so at most `MAX_CHAINS` = 62 chains per complex).
 A problem with one complex (an empty chain, too many chains, a single chain, a bad letter) is
 one line naming the file and line, attached to that complex (`error`); the others go on.
+A line that is not UTF-8 (a stray Latin-1 byte in one header) is that record's one line
+(`file:line: not UTF-8: byte 0xE9 at column 7`), not the whole file's end.
 Sequence letters: ASCII letters only (case and ASCII whitespace ignored); length and
 unknown-residue limits are the predictor's (`protdp.inference.targets.clean_sequence`).
 """
@@ -18,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from protdp.data.safeio import read_text, split_suffix
+from protdp.data.safeio import decode_text, read_bytes, split_suffix
 from protdp.errors import InputError
 
 # AlphaFold's `protein.PDB_CHAIN_IDS`: the chain ids a PDB file can hold, in assignment order
@@ -60,20 +62,51 @@ class ComplexTarget:
         return len(set(self.sequences)) == 1
 
 
-def _records(text: str, path: Path) -> list[tuple[str, str, int]]:
-    """(header, joined sequence text, header line) per '>' record; text before the first
-    header is an InputError (it belongs to no complex)."""
+def _read_fasta(path: Path) -> tuple[str, dict[int, str]]:
+    """(text, {line: why it is not UTF-8}): a file with stray non-UTF-8 bytes is decoded line
+    by line (bad bytes replaced, the line recorded); a binary or UTF-16 file stays an
+    InputError for the whole file."""
+    data = read_bytes(path)
+    try:
+        return decode_text(data, path), {}
+    except InputError as exc:
+        if "not a text file in UTF-8: byte" not in exc.reason:
+            raise
+    bad, lines = {}, []
+    for n, raw in enumerate(data.split(b"\n"), 1):
+        try:
+            lines.append(raw.decode("utf-8"))
+        except UnicodeDecodeError as err:
+            bad[n] = f"not UTF-8: byte 0x{raw[err.start]:02X} at column {err.start + 1}"
+            lines.append(raw.decode("utf-8", errors="replace"))
+    return decode_text("\n".join(lines).encode(), path), bad
+
+
+def _text_and_bad(path: Path) -> tuple[str, Path, dict[int, str]]:
+    text, bad = _read_fasta(path)
+    return text, path, bad
+
+
+def _records(text: str, path: Path, bad: dict[int, str] | None = None
+             ) -> list[tuple[str, str, int, str | None]]:
+    """(header, joined sequence text, header line, first undecodable line's error or None)
+    per '>' record; text before the first header is an InputError (it belongs to no
+    complex)."""
+    bad = bad or {}
     out: list[list] = []
     for lineno, line in enumerate(text.split("\n"), 1):
+        why = f"{path}:{lineno}: {bad[lineno]}" if lineno in bad else None
         if line.startswith(">"):
-            out.append([line[1:].strip(), [], lineno])
+            out.append([line[1:].strip(), [], lineno, why])
         elif line.strip(_WS) == "":
             continue
         elif not out:
-            raise InputError("sequence before the first '>' header", path=path, line=lineno)
+            raise InputError(bad.get(lineno, "sequence before the first '>' header"),
+                             path=path, line=lineno)
         else:
             out[-1][1].append(line)
-    return [(h, "".join(parts), ln) for h, parts, ln in out]
+            out[-1][3] = out[-1][3] or why
+    return [(h, "".join(parts), ln, why) for h, parts, ln, why in out]
 
 
 def _clean_chain(raw: str, what: str) -> str:
@@ -119,15 +152,17 @@ def read_colabfold_fasta(path: str | Path) -> list[ComplexTarget]:
     """ColabFold form: one complex per record, chains split at ':'. A record id seen before
     is rejected (its outputs would overwrite the first)."""
     path = Path(path)
-    records = _records(read_text(path), path)
+    records = _records(*_text_and_bad(path))
     if not records:
         raise InputError("no FASTA records found", path=path)
     out, seen = [], {}
-    for header, seq, line in records:
+    for header, seq, line, undecodable in records:
         cid = header.split()[0] if header.split() else ""
         t = ComplexTarget(len(out), cid, str(path), line)
         out.append(t)
-        if not cid:
+        if undecodable:
+            t.error = f"{undecodable} (save the file as UTF-8 or ASCII)"
+        elif not cid:
             t.error = f"{path}:{line}: empty FASTA header (no complex id)"
         elif cid in seen:
             t.error = f"{path}:{line}: duplicate complex id '{cid}' (first at line {seen[cid]})"
@@ -150,20 +185,23 @@ def read_alphafold_fasta(path: str | Path, index: int = 0) -> ComplexTarget:
     path = Path(path)
     t = ComplexTarget(index, complex_id_of_file(path), str(path), 1)
     try:
-        records = _records(read_text(path), path)
+        records = _records(*_text_and_bad(path))
     except InputError as exc:
         t.error = str(exc)
         return t
     if not records:
         t.error = f"{path}: no FASTA records found"
         return t
-    for header, seq, line in records:
+    for header, seq, line, undecodable in records:
+        if undecodable:
+            t.error = f"{undecodable} (save the file as UTF-8 or ASCII)"
+            return t
         if CHAIN_SEPARATOR in seq:
             t.error = (f"{path}:{line}: ':' inside a record; in a one-file-per-complex FASTA "
                        f"every chain is its own record (ColabFold's 'A:B' form is one "
                        f"record per complex)")
             return t
-    return _fill(t, [(h, s, ln) for h, s, ln in records])
+    return _fill(t, [(h, s, ln) for h, s, ln, _ in records])
 
 
 def read_complexes(path: str | Path) -> list[ComplexTarget]:
@@ -184,8 +222,8 @@ def read_complexes(path: str | Path) -> list[ComplexTarget]:
                            f"{seen[t.complex_id]}")
             seen.setdefault(t.complex_id, t.path)
         return out
-    text = read_text(path)
-    if any(CHAIN_SEPARATOR in seq for _, seq, _ in _records(text, path)):
+    text, bad = _read_fasta(path)
+    if any(CHAIN_SEPARATOR in seq for _, seq, _, _ in _records(text, path, bad)):
         return read_colabfold_fasta(path)
     return [read_alphafold_fasta(path)]
 

@@ -59,9 +59,10 @@ def _structure(name, chains, positions, mask, bfactor):
 
 def write_complex_structures(directory: str | Path, name: str, chains: list[tuple[str, str]],
                              positions: np.ndarray, plddt: np.ndarray,
-                             mask: np.ndarray | None = None) -> dict[str, Path]:
-    """`<name>.pdb` and `<name>.cif` of the whole complex. positions [L, 37, 3] Å, plddt [L],
-    mask [L, 37] (default: the atoms each residue type has)."""
+                             mask: np.ndarray | None = None,
+                             kinds: tuple[str, ...] = ("pdb", "cif")) -> dict[str, Path]:
+    """`<name>.pdb` and `<name>.cif` (those of `kinds`) of the whole complex. positions
+    [L, 37, 3] Å, plddt [L], mask [L, 37] (default: the atoms each residue type has)."""
     if len({c for c, _ in chains}) != len(chains):
         raise ValueError("chain ids must be unique")
     seq = "".join(s for _, s in chains)
@@ -77,6 +78,8 @@ def write_complex_structures(directory: str | Path, name: str, chains: list[tupl
     directory.mkdir(parents=True, exist_ok=True)
     out = {}
     for kind, io_cls in (("pdb", PDBIO), ("cif", MMCIFIO)):
+        if kind not in kinds:
+            continue
         path = directory / f"{name}.{kind}"
         writer = io_cls()
         writer.set_structure(structure)

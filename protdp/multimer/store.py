@@ -21,15 +21,25 @@ by name.
 The manifest is a TSV with the header `complex_id  structure_file  chain  msa_file`, one row per
 chain (`msa_file` "-" = the chain's sequence alone; several files comma-separated are merged);
 relative paths are read from the manifest's folder. A complex whose file or chain cannot be
-read, whose MSA does not fit its chain, with fewer than 2 or more than MAX_CHAINS chains, is one
-line naming it and the build goes on. The file is written beside the target and renamed into
-place (a crash leaves no half store); an existing target is replaced only if it is a complex
-store and `force` is given.
+read, whose MSA does not fit its chain, with fewer than 2 or more than MAX_CHAINS chains, or
+whose manifest rows are bad (a short row, a line that is not UTF-8, a second structure file
+for one complex id) is one line naming it, the file and line, and the build goes on; a bad row
+without a readable complex id is its own line.
+
+Crash safety (as `protdp data build`): under an exclusive lock `.<name>.lock` (a second build
+of the same store is one line), the store is written as `.<name>.building` beside the target,
+every complex is read back against its `content_sha256` (sha256 of its chains' arrays), the
+file is fsynced and renamed into place. A build killed at any moment (kill -9) leaves the
+previous store or none, never a half one; the next build deletes the leftover `.building`
+file and starts over. An existing target is replaced only if it is a complex store and `force`
+is given; anything else (another file, a link to one, a folder, a device) is one line naming it.
 """
 
 from __future__ import annotations
 
 import csv
+import fcntl
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -41,7 +51,7 @@ from protdp.data.atoms import read_structure
 from protdp.data.parse import merge_msas, pair_msa_structure, parse_msa, parse_structure
 from protdp.data.residues import sequence_to_ids
 from protdp.errors import InputError
-from protdp.fileio import sha256_file
+from protdp.fileio import replace_file, sha256_file
 from protdp.multimer.inputs import MAX_CHAINS
 
 STORE_KIND = "complexes"
@@ -49,6 +59,7 @@ COMPLEX_FORMAT_VERSION = 1
 MANIFEST_COLUMNS = ("complex_id", "structure_file", "chain", "msa_file")
 NO_MSA = "-"
 CHAIN_ARRAYS = ("msa", "deletion_matrix", "residue_index", "all_atom_positions", "all_atom_mask")
+BUILDING_SUFFIX = ".building"
 
 
 @dataclass
@@ -57,6 +68,7 @@ class ComplexSpec:
     structure_file: Path
     chains: list[tuple[str, list[Path]]] = field(default_factory=list)   # (chain, MSA files)
     line: int = 0
+    error: str | None = None           # a manifest problem of this complex (it is rejected)
 
 
 @dataclass
@@ -70,31 +82,70 @@ class ComplexBuildReport:
                 f"rejected")
 
 
-def read_manifest(path: str | Path) -> list[ComplexSpec]:
-    """The TSV manifest -> complexes in first-appearance order. A malformed header or row is
-    an InputError naming the line."""
+def _manifest_lines(path: Path) -> list[tuple[int, str, str | None]]:
+    """(line number, text, why it is not UTF-8 or None) of every line; an unreadable file is
+    one InputError (a stray non-UTF-8 byte spoils only its own line)."""
+    from protdp.data.safeio import read_bytes
+
+    data = read_bytes(path)
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    out = []
+    for n, raw in enumerate(data.replace(b"\r\n", b"\n").split(b"\n"), 1):
+        try:
+            out.append((n, raw.decode("utf-8"), None))
+        except UnicodeDecodeError as exc:
+            out.append((n, raw.decode("utf-8", errors="replace"),
+                        f"not UTF-8: byte 0x{raw[exc.start]:02X} at column {exc.start + 1}"))
+    return out
+
+
+def read_manifest(path: str | Path) -> tuple[list[ComplexSpec], list[str]]:
+    """The TSV manifest -> (complexes in first-appearance order, lines naming rows that belong
+    to no complex). A bad row (wrong field count, empty field, not UTF-8, a second structure
+    file for one complex id, a complex id seen before other complexes' rows) rejects its
+    complex with the line number; the rest is read. An
+    unreadable file or a wrong header is an InputError."""
     path = Path(path)
     try:
-        rows = list(csv.reader(path.read_text().splitlines(), delimiter="\t"))
-    except (OSError, UnicodeDecodeError) as exc:
+        lines = _manifest_lines(path)
+    except OSError as exc:
         raise InputError(f"cannot read the manifest ({type(exc).__name__})", path=path) from None
-    if not rows or tuple(c.strip() for c in rows[0]) != MANIFEST_COLUMNS:
+    header = next(csv.reader([lines[0][1]], delimiter="\t"), []) if lines else []
+    if not lines or lines[0][2] or tuple(c.strip() for c in header) != MANIFEST_COLUMNS:
         raise InputError(f"line 1: the header must be {' '.join(MANIFEST_COLUMNS)} "
                          "(tab-separated)", path=path)
-    root, specs = path.parent, {}
-    for n, row in enumerate(rows[1:], 2):
+    root, specs, orphans, previous = path.parent, {}, [], None
+    for n, text, undecodable in lines[1:]:
+        row = text.split("\t")
         if not any(c.strip() for c in row):
             continue
-        if len(row) != len(MANIFEST_COLUMNS) or not all(c.strip() for c in row):
-            raise InputError(f"line {n}: expected {len(MANIFEST_COLUMNS)} non-empty "
-                             f"tab-separated fields, got {row!r}", path=path)
-        cid, struct, chain, msas = (c.strip() for c in row)
+        cid = row[0].strip()
+        problem = undecodable
+        if problem is None and (len(row) != len(MANIFEST_COLUMNS)
+                                or not all(c.strip() for c in row)):
+            problem = (f"expected {len(MANIFEST_COLUMNS)} non-empty tab-separated fields, "
+                       f"got {row!r:.200}")
+        if problem is not None and (not cid or undecodable and "\ufffd" in cid):
+            orphans.append(f"rejected row (manifest line {n}): {path}:{n}: {problem}")
+            continue
+        struct = row[1].strip() if len(row) > 1 else ""
+        if problem is None and cid in specs and cid != previous:
+            problem = (f"complex {cid} again after other complexes (first at line "
+                       f"{specs[cid].line}); a complex's rows are consecutive: two complexes "
+                       "with one id?")
+        previous = cid
         spec = specs.setdefault(cid, ComplexSpec(cid, root / struct, line=n))
-        if spec.structure_file != root / struct:
-            raise InputError(f"line {n}: complex {cid} names two structure files", path=path)
+        if problem is None and spec.structure_file != root / struct:
+            problem = (f"complex {cid} names a second structure file {struct!r} (first: "
+                       f"{spec.structure_file}, line {spec.line}); two complexes with one id?")
+        if problem is not None:
+            spec.error = spec.error or f"{path}:{n}: {problem}"
+            continue
+        chain, msas = row[2].strip(), row[3].strip()
         files = [] if msas == NO_MSA else [root / m.strip() for m in msas.split(",")]
         spec.chains.append((chain, files))
-    return list(specs.values())
+    return list(specs.values()), orphans
 
 
 def _chain_record(spec: ComplexSpec, chain_id: str, msa_files: list[Path], data) -> dict:
@@ -157,13 +208,25 @@ def complex_records(spec: ComplexSpec) -> list[dict]:
     return chains
 
 
+def content_sha256(chains: list[dict]) -> str:
+    """sha256 over every chain's CHAIN_ARRAYS (dtype, shape, bytes) in asym order."""
+    h = hashlib.sha256()
+    for c in chains:
+        for name in CHAIN_ARRAYS:
+            a = np.ascontiguousarray(c[name])
+            h.update(f"{name}:{a.dtype.str}:{a.shape}\n".encode())
+            h.update(a.tobytes())
+    return h.hexdigest()
+
+
 def _write_complex(h5, spec: ComplexSpec, chains: list[dict]) -> None:
     g = h5.create_group(f"complexes/{spec.complex_id}")
     files = sorted({str(spec.structure_file)} | {f for c in chains for f in c["msa_files"]})
     g.attrs.update(chain_ids=json.dumps([c["chain_id"] for c in chains]),
                    resolution=float(chains[0]["resolution"]), source_files=json.dumps(files),
                    source_sha256=json.dumps([sha256_file(f) for f in files]),
-                   length=int(sum(len(c["sequence"]) for c in chains)), num_chains=len(chains))
+                   length=int(sum(len(c["sequence"]) for c in chains)), num_chains=len(chains),
+                   content_sha256=content_sha256(chains))
     for k, c in enumerate(chains):
         cg = g.create_group(str(k))
         for name in CHAIN_ARRAYS:
@@ -183,41 +246,138 @@ def is_complex_store(path: str | Path) -> bool:
         return False
 
 
+class _BuildLock:
+    """Exclusive flock on `.<store>.lock` beside the store (released when the process dies,
+    kill -9 included)."""
+
+    def __init__(self, out: Path):
+        self.out, self.path = out, out.with_name(f".{out.name}.lock")
+
+    def __enter__(self):
+        try:                            # a link planted as the lock is never followed
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW,
+                         0o644)
+        except OSError as exc:
+            raise InputError(f"cannot open the build lock {self.path.name} ({exc.strerror}; "
+                             "a link or not a regular file?)", path=self.out) from None
+        self.fh = os.fdopen(fd, "a")
+        try:
+            fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self.fh.close()
+            raise InputError(f"another `protdp complex store` is writing this store (lock "
+                             f"{self.path.name} is held)", path=self.out) from None
+        return self
+
+    def __exit__(self, *exc):
+        self.fh.close()
+
+
+def _check_target(out: Path, force: bool) -> None:
+    """The target may be created, or replaced with `force` when it is a complex store (a
+    regular file, links not followed: a link is never replaced nor written through)."""
+    if os.path.lexists(out):
+        if os.path.islink(out):
+            raise InputError("is a symbolic link; a complex store is never written through "
+                             "or over a link (give a plain path)", path=out)
+        if not (force and out.is_file() and is_complex_store(out)):
+            raise InputError("exists (give --force to replace a complex store; anything else "
+                             "is never replaced)", path=out)
+    if not out.parent.is_dir():
+        raise InputError("the store's folder does not exist", path=out.parent)
+
+
+def verify_complex_store(path: str | Path) -> list[str]:
+    """Every complex of the store read back against its content_sha256 and the index: the
+    problems found, one line each (empty: the store is whole)."""
+    import h5py
+
+    problems = []
+    try:
+        with h5py.File(path, "r") as h5:
+            ids = [i.decode() if isinstance(i, bytes) else str(i)
+                   for i in h5["index/complex_id"][()]]
+            if sorted(ids) != sorted(h5["complexes"].keys()):
+                problems.append("the index does not list exactly the stored complexes")
+            for cid in ids:
+                try:
+                    g = h5["complexes"][cid]
+                    chains = [{n: g[str(k)][n][()] for n in CHAIN_ARRAYS}
+                              for k in range(int(g.attrs["num_chains"]))]
+                    if content_sha256(chains) != g.attrs.get("content_sha256"):
+                        problems.append(f"complex {cid}: arrays differ from content_sha256")
+                except (KeyError, OSError, ValueError) as exc:
+                    problems.append(f"complex {cid}: unreadable ({type(exc).__name__})")
+    except (KeyError, OSError, ValueError) as exc:
+        problems.append(f"not a readable complex store ({type(exc).__name__})")
+    return problems
+
+
+def _commit(tmp: Path, out: Path) -> None:
+    """fsync the finished store, rename it over the target, fsync the folder."""
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    replace_file(tmp, out)
+    dfd = os.open(out.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
 def build_complex_store(manifest: str | Path, out: str | Path, force: bool = False,
                         log=print) -> ComplexBuildReport:
-    """Manifest -> complex store at `out` (module docstring)."""
+    """Manifest -> complex store at `out` (module docstring: crash safety)."""
     import h5py
 
     out = Path(out)
-    if out.exists() and not (force and out.is_file() and is_complex_store(out)):
-        raise InputError("exists (give --force to replace a complex store; anything else is "
-                         "never replaced)", path=out)
-    specs = read_manifest(manifest)
+    _check_target(out, force)
+    specs, orphans = read_manifest(manifest)
     report = ComplexBuildReport(out)
-    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
-    try:
-        with h5py.File(tmp, "w") as h5:
-            h5.attrs.update(store_kind=STORE_KIND, complex_format_version=COMPLEX_FORMAT_VERSION)
-            h5.create_group("complexes")
-            for spec in specs:
-                try:
-                    _write_complex(h5, spec, complex_records(spec))
-                    report.built.append(spec.complex_id)
-                except Exception as exc:   # noqa: BLE001  (per-complex isolation)
-                    why = str(exc) if isinstance(exc, InputError) else \
-                        f"{spec.structure_file}: {type(exc).__name__}: {exc}"
-                    line = f"rejected {spec.complex_id} (manifest line {spec.line}): {why}"
-                    report.rejected.append(line)
-                    log(line)
-            ids = sorted(report.built)
-            idx = h5.create_group("index")
-            idx.create_dataset("complex_id", data=np.array(ids, dtype=h5py.string_dtype()))
-            idx.create_dataset("length", data=np.array(
-                [h5["complexes"][i].attrs["length"] for i in ids], np.int32))
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    for line in orphans:
+        report.rejected.append(line)
+        log(line)
+    tmp = out.with_name(f".{out.name}{BUILDING_SUFFIX}")
+    with _BuildLock(out):
+        _check_target(out, force)              # again, under the lock
+        tmp.unlink(missing_ok=True)            # left by a killed build: ours by name
+        try:
+            with h5py.File(tmp, "w") as h5:
+                h5.attrs.update(store_kind=STORE_KIND,
+                                complex_format_version=COMPLEX_FORMAT_VERSION)
+                h5.create_group("complexes")
+                for spec in specs:
+                    try:
+                        if spec.error:
+                            raise InputError(spec.error)
+                        _write_complex(h5, spec, complex_records(spec))
+                        report.built.append(spec.complex_id)
+                    except Exception as exc:   # noqa: BLE001  (per-complex isolation)
+                        if isinstance(exc, OSError) and spec.complex_id in h5["complexes"]:
+                            raise                   # the store itself failed to write
+                        why = str(exc) if isinstance(exc, InputError) else \
+                            f"{spec.structure_file}: {type(exc).__name__}: {exc}"
+                        line = f"rejected {spec.complex_id} (manifest line {spec.line}): {why}"
+                        report.rejected.append(line)
+                        log(line)
+                ids = sorted(report.built)
+                idx = h5.create_group("index")
+                idx.create_dataset("complex_id", data=np.array(ids, dtype=h5py.string_dtype()))
+                idx.create_dataset("length", data=np.array(
+                    [h5["complexes"][i].attrs["length"] for i in ids], np.int32))
+            problems = verify_complex_store(tmp)
+            if problems:
+                raise InputError(f"the new store failed verification ({problems[0]}); the "
+                                 "previous store is unchanged", path=out)
+            _commit(tmp, out)
+        except OSError as exc:           # h5py: disk full, quota, I/O error while writing
+            raise InputError(f"cannot write the new store ({type(exc).__name__}: {exc}); the "
+                             "previous store is unchanged", path=out) from None
+        finally:
+            tmp.unlink(missing_ok=True)
     return report
 
 

@@ -7,10 +7,16 @@ provenance.json; None for one that is absent), every MSA file its provenance lis
 digests are part of the item's content digest (`protdp.review.audit.content_digest`), which a
 decision event binds (`bound_sha256`). `mismatches` re-hashes the same files and names every
 one that changed, vanished or appeared; an item with any mismatch is never exported.
+
+The workbench shows a reviewer only the bound bytes: `served_bytes_match` refuses a file whose
+bytes are not the ones recorded at enqueue, `changed_files` names what changed for the page's
+warning, and an approval is refused while any file differs (so an approval binds the bytes
+the reviewer saw, complexes' ranked_*/PAE JSON included).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -104,3 +110,21 @@ def mismatches(record: dict) -> list[str]:
     if not any(recorded.get(k) for k in ("pdb", "cif")):
         problems.append("no structure file was present at enqueue")
     return problems
+
+
+CHANGED_MARKS = ("changed since enqueue", "appeared after enqueue", "checkpoint digest")
+
+
+def changed_files(record: dict) -> list[str]:
+    """The mismatches that mean different bytes are in place now (a file changed or appeared,
+    another checkpoint); a file that is merely unreadable from here is not among them."""
+    if not record.get("file_sha256"):
+        return []
+    return [p for p in mismatches(record) if any(m in p for m in CHANGED_MARKS)]
+
+
+def served_bytes_match(record: dict, kind: str, data: bytes) -> bool:
+    """Whether `data`, about to be shown as the item's `kind` file, is the recorded bytes (True
+    when nothing was recorded for that kind: provenance.json, written after enqueue)."""
+    want = (record.get("file_sha256") or {}).get(kind)
+    return want is None or hashlib.sha256(data).hexdigest() == want

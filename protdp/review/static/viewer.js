@@ -71,10 +71,12 @@
                            "hover an atom for its pLDDT";
       document.querySelectorAll("#sequence .res").forEach((span) => {
         span.addEventListener("click", () => {
-          const resi = parseInt(span.dataset.resi, 10);
+          // a complex's residue is (chain, number within the chain): every chain starts at 1
+          const sel = {resi: parseInt(span.dataset.resi, 10)};
+          if (span.dataset.chain) sel.chain = span.dataset.chain;
           base();
-          viewer.addStyle({resi: resi}, {stick: {colorscheme: "magentaCarbon", radius: 0.3}});
-          viewer.zoomTo({resi: resi}, 400);
+          viewer.addStyle(sel, {stick: {colorscheme: "magentaCarbon", radius: 0.3}});
+          viewer.zoomTo(sel, 400);
           viewer.render();
           document.querySelectorAll("#sequence .res.picked").forEach((s) => s.classList.remove("picked"));
           span.classList.add("picked");

@@ -93,10 +93,14 @@ def coverage_plot(coverage: list, rows_used: int | None, width: int = 720, heigh
     return plot
 
 
-def residue_html(sequence: str | None, plddt: list) -> Markup:
+def residue_html(sequence: str | None, plddt: list, chains: list[dict] | None = None
+                 ) -> Markup:
     """The sequence as one span per residue, classed by its pLDDT's AFDB band (bands computed
     at once with protdp.gating), a gap every 10 residues. Built here rather than in the
-    template: a 1000-residue loop in Jinja costs tens of milliseconds per page."""
+    template: a 1000-residue loop in Jinja costs tens of milliseconds per page. `chains` (a
+    complex: `complex_view`'s, 1-based `first`): each chain's id and colour chip before its
+    first residue, and each residue's chain and number within it (`data-chain`, `data-resi`:
+    the structure files number every chain from 1), the gaps counted within the chain."""
     seq = sequence or ""
     n = max(len(seq), len(plddt))
     values = np.full(n, np.nan)                                            # [n]
@@ -105,14 +109,25 @@ def residue_html(sequence: str | None, plddt: list) -> Markup:
     bands = np.full(n, "", dtype=object)
     if finite.any():
         bands[finite] = np.array(AFDB_BANDS, dtype=object)[band_index(values[finite])]
-    parts = []
+    starts = {c["first"] - 1: c for c in chains or ()}
+    parts, chain_start, where = [], 0, ""
     for i in range(n):
+        if i in starts:
+            c, chain_start = starts[i], i
+            cid = escape(display_text(str(c["chain_id"])))
+            where = f' data-chain="{cid}"'           # the structure numbers each chain from 1
+            parts.append(f'<span class="chain-label" data-chain="{cid}" title="chain {cid}: '
+                         f'residues {c["first"]}-{c["last"]}"><svg class="chip" width="10" '
+                         f'height="10" aria-hidden="true"><rect width="10" height="10" '
+                         f'fill="{escape(c["color"])}"/></svg>{cid}</span>')
         aa = escape(display_text(seq[i] if i < len(seq) else "?"))
         cls = f"res band-{bands[i]}" if bands[i] else "res"
         value = f"{values[i]:.1f}" if finite[i] else "–"
-        parts.append(f'<span class="{cls}" data-resi="{i + 1}" title="{aa}{i + 1} pLDDT {value}">'
-                     f"{aa}</span>")
-        if (i + 1) % 10 == 0:
+        resi = i + 1 - chain_start
+        label = f"{cid} {aa}{resi}" if where else f"{aa}{resi}"
+        parts.append(f'<span class="{cls}"{where} data-resi="{resi}" title="{label} pLDDT '
+                     f'{value}">{aa}</span>')
+        if (i + 1 - chain_start) % 10 == 0:
             parts.append('<span class="gap"> </span>')
     return Markup("".join(parts))
 

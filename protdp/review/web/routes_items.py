@@ -6,6 +6,7 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
 from protdp.errors import InputError
+from protdp.review.binding import changed_files, served_bytes_match
 from protdp.gating import AFDB_BAND_COLORS, AFDB_BANDS
 from protdp.gating.bands import AFDB_BAND_FLOORS
 from protdp.review.errors import ClaimConflict
@@ -40,8 +41,10 @@ def item_context(request: Request, who: Viewer, item_id: int) -> dict:
     item, roots = view["item"], request.app.state.files_roots
     scores = item["scores"]
     plddt = scores.get("plddt") or []
+    changed = changed_files(item)
+    not_bound = {p.split(":")[0] for p in changed}          # kinds whose bytes changed
     files = {k: f"/items/{item['id']}/files/{k}" for k in item_files(item)
-             if resolve_item_file(item, k, roots) is not None}
+             if k not in not_bound and resolve_item_file(item, k, roots) is not None}
     limit = request.app.state.max_structure_bytes
     too_big = {k: oversized(resolve_item_file(item, k, roots), k, limit)
                for k in STRUCTURE_KINDS if k in files}
@@ -49,17 +52,19 @@ def item_context(request: Request, who: Viewer, item_id: int) -> dict:
                       if k in files and not too_big[k]), None)
     coverage = scores.get("msa_coverage")
     mine = item["state"] == "claimed" and item["claimed_by"] == who.name
+    cx = complex_view(scores)
     return dict(viewer=who, item=item, scores=scores, files=files, structure=structure,
-                plot=plddt_plot(plddt), residues=residue_html(scores.get("sequence"), plddt),
+                plot=plddt_plot(plddt),
+                residues=residue_html(scores.get("sequence"), plddt, cx and cx["chains"]),
                 coverage=coverage_plot(coverage, scores.get("msa_rows_used"))
                 if isinstance(coverage, list) and coverage else None,
                 has_pae="scores" in files and pae_png(resolve_item_file(item, "scores", roots))
                 is not None, events=view["events"], final=item["state"] in FINAL_STATES,
                 mine=mine, decidable=item["state"] == "pending" or mine, actions=list(ACTIONS),
                 prev_id=view["prev_id"], next_id=view["next_id"], draft="", error=None,
-                limits=view["limits"], band_scale=band_scale(), complex=complex_view(scores),
+                limits=view["limits"], band_scale=band_scale(), complex=cx,
                 structure_too_big=max((v for v in too_big.values() if v), default=None),
-                structure_limit=limit)
+                structure_limit=limit, changed=changed)
 
 
 @router.get("/items/{item_id}")
@@ -85,6 +90,9 @@ def item_file(request: Request, item_id: str, kind: str):
     if found is None:
         raise HTTPProblem(404, f"item {item['id']} has no {kind[:40]} file on this server")
     data, media, name = found
+    if not served_bytes_match(item, kind, data):
+        raise HTTPProblem(409, f"item {item['id']}: its {kind[:40]} file changed since it was "
+                               "queued; not shown (it is not what the gate sent for review)")
     return Response(data, media_type=media, headers={
         "Content-Disposition": f'inline; filename="{name}"'})
 
@@ -93,6 +101,10 @@ def item_file(request: Request, item_id: str, kind: str):
 def item_pae(request: Request, item_id: str):
     require_page(request)
     item = request.app.state.store.get(_id(item_id))
+    found = read_item_file(item, "scores", request.app.state.files_roots)
+    if found is not None and not served_bytes_match(item, "scores", found[0]):
+        raise HTTPProblem(409, f"item {item['id']}: its scores file changed since it was "
+                               "queued; its PAE is not shown")
     png = pae_png(resolve_item_file(item, "scores", request.app.state.files_roots))
     if png is None:
         raise HTTPProblem(404, f"item {item['id']} has no PAE (the model has no PAE head)")
@@ -138,6 +150,12 @@ def decide(request: Request, item_id: str, csrf_token: str = Form(""), action: s
     who = require_post(request, csrf_token)
     item_n = _id(item_id)
     try:
+        changed = changed_files(request.app.state.store.get(item_n)) \
+            if action == "approve" else []
+        if changed:
+            raise InputError(f"cannot approve item {item_n}: its files are not the bytes queued "
+                             f"for review ({'; '.join(changed[:3])}); reject or escalate it and "
+                             "re-predict", field="action")
         acting(request, who).decide(item_n, action, comment)
     except (InputError, ClaimConflict) as exc:
         status = 400 if isinstance(exc, InputError) else 409

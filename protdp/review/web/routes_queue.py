@@ -8,6 +8,8 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import RedirectResponse, Response
 
 from protdp.gating import REASON_TEXT
+from protdp.review.binding import changed_files
+from protdp.review.errors import ItemNotFound
 from protdp.review.hygiene import check_filter_text, int_in_range
 from protdp.review.schema import ID_MAX, STATES
 from protdp.review.store import EXPORT_FORMATS, SORT_KEYS
@@ -88,6 +90,14 @@ def batch(request: Request, csrf_token: str = Form(""), ids: list[str] = Form([]
         results = {i: "not approved: you have not opened this item in this session"
                    for i in item_ids if i not in seen}
         item_ids = [i for i in item_ids if i in seen]
+        for i in list(item_ids):
+            try:
+                changed = changed_files(request.app.state.store.get(i))
+            except ItemNotFound:
+                continue                       # decide_many names it
+            if changed:
+                results[i] = f"not approved: its files changed since it was queued ({changed[0]})"
+                item_ids.remove(i)
     if item_ids or not results:
         results.update(acting(request, who).decide_many(item_ids, action, comment))
     return request.app.state.render("batch.html", viewer=who, results=results, action=action,
