@@ -179,6 +179,16 @@ class _RecomputedAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, bias, drop, rows):
+        with torch.autocast(q.device.type, enabled=False):   # dtypes explicit, as in explicit
+            return _RecomputedAttention._forward(ctx, q, k, v, bias, drop, rows)
+
+    @staticmethod
+    def backward(ctx, d_out):
+        with torch.autocast(d_out.device.type, enabled=False):
+            return _RecomputedAttention._backward(ctx, d_out)
+
+    @staticmethod
+    def _forward(ctx, q, k, v, bias, drop, rows):
         acc = _softmax_dtype(q.dtype)
         out = torch.empty(q.shape[:-1] + v.shape[-1:], dtype=v.dtype, device=v.device)
         for s in range(0, q.shape[-4], rows):
@@ -190,7 +200,7 @@ class _RecomputedAttention(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx, d_out):
+    def _backward(ctx, d_out):
         q, k, v, bias, drop = ctx.saved_tensors
         acc = _softmax_dtype(q.dtype)
         scale = 1.0 / math.sqrt(q.shape[-1])

@@ -19,6 +19,7 @@ from einops import rearrange
 from protdp.model.axial import run_blocks_axial
 from protdp.model.config import ModelConfig
 from protdp.model.evoformer_inference import inference_block
+from protdp.model.precision import active_autocast_dtype, replay_autocast
 from protdp.model.primitives import (Attention, LayerNorm, Linear, MASK_NEG, SharedDropout,
                                      Transition, chunk_rows, fused_projection_enabled,
                                      norm_project)
@@ -108,10 +109,16 @@ class _OuterLinear(torch.autograd.Function):
         # a_t [*, I, S, c], b [*, S, J, d], weight [C_z, c*d] -> [*, I, J, C_z]
         outer = torch.einsum("...isc,...sjd->...ijcd", a_t, b)
         ctx.save_for_backward(a_t, b, weight)
+        ctx.compute_dtype = active_autocast_dtype(a_t.device.type)
         return F.linear(outer.flatten(-2), weight, bias)
 
     @staticmethod
     def backward(ctx, d_y):
+        with replay_autocast(d_y.device.type, ctx.compute_dtype):
+            return _OuterLinear._backward(ctx, d_y)
+
+    @staticmethod
+    def _backward(ctx, d_y):
         a_t, b, weight = ctx.saved_tensors
         n_i, n_j, c, d = a_t.shape[-3], b.shape[-2], a_t.shape[-1], b.shape[-1]
         rows = max(1, OUTER_CHUNK_ELEMENTS // (n_j * c * d))
@@ -126,7 +133,7 @@ class _OuterLinear(torch.autograd.Function):
             d_a.narrow(-3, start, a_rows.shape[-3]).copy_(
                 torch.einsum("...ijcd,...sjd->...isc", d_outer, b))
             d_b += torch.einsum("...ijcd,...isc->...sjd", d_outer, a_rows)
-        d_bias = d_y.reshape(-1, d_y.shape[-1]).sum(0)
+        d_bias = d_y.reshape(-1, d_y.shape[-1]).sum(0, dtype=weight.dtype)
         return d_a, d_b, d_w, d_bias
 
 
@@ -183,10 +190,18 @@ class _GatedTriangleProduct(torch.autograd.Function):
         b = _channels_first(torch.sigmoid(b_g).mul_(b_p).mul_(mask), outgoing)  # [*, c, J, K]
         ctx.save_for_backward(a_p, a_g, b_p, b_g, mask)
         ctx.outgoing = outgoing
+        ctx.compute_dtype = active_autocast_dtype(a_p.device.type)
+        ctx.dtypes = [t.dtype for t in (a_p, a_g, b_p, b_g)]
         return torch.matmul(a, b.transpose(-1, -2)).movedim(-3, -1)
 
     @staticmethod
     def backward(ctx, d_x):
+        with replay_autocast(d_x.device.type, ctx.compute_dtype):
+            grads = _GatedTriangleProduct._backward(ctx, d_x)
+        return tuple(g.to(dtype) for g, dtype in zip(grads[:4], ctx.dtypes)) + (None, None)
+
+    @staticmethod
+    def _backward(ctx, d_x):
         a_p, a_g, b_p, b_g, mask = ctx.saved_tensors
         outgoing = ctx.outgoing
         d_x = d_x.movedim(-1, -3)                                                # [*, c, I, J]

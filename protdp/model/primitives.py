@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from einops import rearrange
 
 from protdp.model.attention import MASK_NEG, biased_attention, resolved_backend
+from protdp.model.precision import active_autocast_dtype
 
 INIT_SCHEMES = ("default", "relu", "glorot", "gating", "final")
 
@@ -63,43 +64,60 @@ class _LayerNormLinear(torch.autograd.Function):
     """[LayerNorm(x) W_i^T + b_i for each i] keeping x (and no LayerNorm(x)) for backward, where
     the normalised input is recomputed: one [*, C] activation less per LayerNorm -> Linear site.
     Every output has its own storage (a saved slice of a concatenated output would keep all of
-    it alive)."""
+    it alive). Under autocast it computes what the modules do there: LayerNorm in fp32 (AF2 /
+    OpenFold), the projections in the autocast dtype (`protdp.model.precision`)."""
 
     @staticmethod
     def forward(ctx, x, gamma, beta, eps, *weights_and_biases):
-        shape = (x.shape[-1],)
-        x_n, mean, rstd = torch.native_layer_norm(x, shape, gamma, beta, eps)
+        device = x.device.type
+        ctx.compute_dtype = active_autocast_dtype(device)
+        ctx.eps = eps
         n = len(weights_and_biases) // 2
         weights, biases = weights_and_biases[:n], weights_and_biases[n:]
-        ctx.save_for_backward(x, gamma, beta, mean, rstd, *weights)
-        ctx.eps = eps
-        return tuple(F.linear(x_n, w, b) for w, b in zip(weights, biases))
+        with torch.autocast(device, enabled=False):
+            x_n, mean, rstd = _layer_norm(ctx, x, gamma, beta)
+            ctx.save_for_backward(x, gamma, beta, mean, rstd, *weights)
+            return tuple(F.linear(x_n, w.to(x_n.dtype), b.to(x_n.dtype))
+                         for w, b in zip(weights, biases))
 
     @staticmethod
     def backward(ctx, *d_ys):
         x, gamma, beta, mean, rstd, *weights = ctx.saved_tensors
-        shape = (x.shape[-1],)
-        x_n = torch.native_layer_norm(x, shape, gamma, beta, ctx.eps)[0]      # same values
-        x_n2 = x_n.reshape(-1, shape[0])
-        d_weights, d_biases, d_x_n = [], [], None
-        for w, d_y in zip(weights, d_ys):
-            if d_y is None:
-                d_y = torch.zeros(x.shape[:-1] + (w.shape[0],), dtype=x.dtype, device=x.device)
-            d_y2 = d_y.reshape(-1, d_y.shape[-1])
-            d_weights.append(d_y2.t().mm(x_n2))
-            d_biases.append(d_y2.sum(0))
-            d_x_n = d_y.matmul(w) if d_x_n is None else d_x_n.add_(d_y.matmul(w))
-        del x_n, x_n2
-        d_x, d_gamma, d_beta = torch.ops.aten.native_layer_norm_backward(
-            d_x_n, x, shape, mean, rstd, gamma, beta, list(ctx.needs_input_grad[:3]))
-        return (d_x, d_gamma, d_beta, None, *d_weights, *d_biases)
+        with torch.autocast(x.device.type, enabled=False):
+            x_n = _layer_norm(ctx, x, gamma, beta)[0]                    # same values
+            x_n2 = x_n.reshape(-1, x.shape[-1])
+            norm_dtype = mean.dtype
+            d_weights, d_biases, d_x_n = [], [], None
+            for w, d_y in zip(weights, d_ys):
+                if d_y is None:
+                    d_y = x_n.new_zeros(x.shape[:-1] + (w.shape[0],))
+                d_y2 = d_y.to(x_n.dtype).reshape(-1, w.shape[0])
+                d_weights.append(d_y2.t().mm(x_n2).to(w.dtype))
+                d_biases.append(d_y2.sum(0, dtype=norm_dtype).to(w.dtype))
+                d_part = d_y2.mm(w.to(x_n.dtype)).to(norm_dtype)           # [N, C]
+                d_x_n = d_part if d_x_n is None else d_x_n.add_(d_part)
+            del x_n, x_n2
+            d_x, d_gamma, d_beta = torch.ops.aten.native_layer_norm_backward(
+                d_x_n.view(x.shape), x.to(norm_dtype), (x.shape[-1],), mean, rstd,
+                gamma.to(norm_dtype), beta.to(norm_dtype), list(ctx.needs_input_grad[:3]))
+        return (None if d_x is None else d_x.to(x.dtype),
+                None if d_gamma is None else d_gamma.to(gamma.dtype),
+                None if d_beta is None else d_beta.to(beta.dtype), None, *d_weights, *d_biases)
+
+
+def _layer_norm(ctx, x, gamma, beta):
+    """(LayerNorm(x) in the projections' dtype, mean, rstd): statistics in x's dtype, or in fp32
+    under autocast (as autocast runs layer_norm)."""
+    norm_dtype = x.dtype if ctx.compute_dtype is None else torch.float32
+    x_n, mean, rstd = torch.native_layer_norm(x.to(norm_dtype), (x.shape[-1],),
+                                              gamma.to(norm_dtype), beta.to(norm_dtype), ctx.eps)
+    return (x_n if ctx.compute_dtype is None else x_n.to(ctx.compute_dtype)), mean, rstd
 
 
 def fused_projection_enabled() -> bool:
-    """Training without autocast: LayerNorm -> projections run as one `_LayerNormLinear`
-    (under autocast, and without autograd, the modules run one by one)."""
-    return torch.is_grad_enabled() and not any(
-        torch.is_autocast_enabled(d) for d in ("cpu", "cuda"))
+    """Training: LayerNorm -> projections run as one `_LayerNormLinear` (with or without
+    autocast); without autograd the modules run one by one."""
+    return torch.is_grad_enabled()
 
 
 def norm_project(norm: nn.LayerNorm, linears, x: torch.Tensor) -> list[torch.Tensor]:
