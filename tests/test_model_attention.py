@@ -146,12 +146,12 @@ def test_attention_module_weights_grads_equal_explicit(backend):
 def test_backend_resolution_and_report():
     assert resolved_backend("auto", "cuda", bias_grad=True) == "sdpa_efficient"   # never cuDNN
     assert resolved_backend("sdpa", "cuda") == "sdpa_efficient"
-    assert resolved_backend("auto", "cpu", bias_grad=True) == "explicit"
+    assert resolved_backend("auto", "cpu", bias_grad=True) == "recompute"
     assert resolved_backend("auto", "cpu", bias_grad=False) == "sdpa_flash_cpu"
     assert resolved_backend("sdpa", "cpu", bias_grad=True) == "sdpa_math"
     assert resolved_backend("lowmem", "cuda") == "lowmem"
     assert backend_report("auto", "cpu") == {"attention_backend": "auto",
-                                             "attention_kernel_train": "explicit",
+                                             "attention_kernel_train": "recompute",
                                              "attention_kernel_infer": "sdpa_flash_cpu"}
     assert set(BACKENDS) == {"auto", "explicit", "sdpa", "lowmem", "recompute"}
     with pytest.raises(ValueError, match="attention_backend must be one of"):

@@ -9,7 +9,7 @@ import torch
 from model_fixtures import tiny_config, one_thread  # noqa: F401
 from protdp.model import evoformer, primitives
 from protdp.model.evoformer import EvoformerBlock
-from protdp.model.primitives import LayerNorm, Linear, norm_project
+from protdp.model.primitives import LayerNorm, Linear, norm_project, set_attention_backend
 
 
 def _randomize(module, scale=0.2, seed=0):
@@ -71,29 +71,34 @@ def _saved_bytes(fn):
 @pytest.mark.parametrize("backend", ["explicit", "recompute"])
 def test_block_under_autocast_fused_equals_unfused_and_stores_less(monkeypatch, backend):
     """A whole Evoformer block under bf16 autocast: outputs and every gradient of the fused
-    path within bf16 tolerance of the unfused modules, and fewer bytes saved for backward."""
+    path as close to fp32 as the unfused modules' under autocast are, and fewer bytes saved for
+    backward."""
     torch.manual_seed(0)
-    cfg = tiny_config(attention_backend=backend)
+    cfg = tiny_config()
     block = EvoformerBlock(cfg, cfg.c_m, cfg.c_hidden_msa_att)
+    set_attention_backend(block, backend)
     _randomize(block, scale=0.2, seed=4)
     block.eval()
     m0, z0 = torch.randn(2, 5, 9, cfg.c_m), torch.randn(2, 9, 9, cfg.c_z)
     msa_mask, pair_mask = (torch.rand(2, 5, 9) > 0.2).float(), (torch.rand(2, 9, 9) > 0.2).float()
 
-    def run():
+    def run(bf16=True):
         block.zero_grad()
         m, z = m0.clone().requires_grad_(), z0.clone().requires_grad_()
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             saved, (mo, zo) = _saved_bytes(lambda: block(m, z, msa_mask, pair_mask))
         (mo.float().sin().sum() + zo.float().cos().sum()).backward()
         return saved, [mo, zo, m.grad, z.grad] + [p.grad.clone() for p in block.parameters()]
 
+    _, ref = run(bf16=False)                                      # fp32
     fused_saved, fused = run()
     _unfused(monkeypatch)
     plain_saved, plain = run()
     assert fused_saved < 0.85 * plain_saved, (fused_saved, plain_saved)
     names = ["m", "z", "d_m", "d_z"] + [n for n, _ in block.named_parameters()]
-    for name, a, b in zip(names, fused, plain):
+    for name, a, b, r in zip(names, fused, plain, ref):
         assert torch.isfinite(a).all(), name
-        # bf16 has 8 mantissa bits: a few roundings of relative 2^-8 through the block
-        assert _max_rel(a, b) < 5e-2, (name, _max_rel(a, b))
+        assert a.dtype == b.dtype, name
+        # bf16 rounding (8 mantissa bits) through the block: the fused path deviates from fp32
+        # no more than the unfused modules do (gradients that cancel deviate more in both)
+        assert _max_rel(a, r) <= 2 * _max_rel(b, r) + 1e-2, (name, _max_rel(a, r), _max_rel(b, r))

@@ -25,10 +25,10 @@ rows). Backends:
   [*, H, q_block, k_block] instead of [*, H, Q, K].
 
 "auto" resolves to "sdpa" on CUDA, and on CPU to the fused kernel except for a bias that
-needs a gradient (PyTorch's CPU flash kernel has none; there "explicit"; "recompute" stores no
-[*, R, H, Q, K] weights, 0.28-0.61x OpenFold's training peak in
-benchmarks/results/model_vs_openfold.json, at more time). The kernel actually
-used is reported by `resolved_backend` / `backend_report`; metrics and provenance record it.
+needs a gradient (PyTorch's CPU flash kernel has none): there to "recompute", which stores no
+[*, R, H, Q, K] weights (training peak memory against OpenFold's in
+benchmarks/results/model_vs_openfold.json). The kernel actually used is reported by
+`resolved_backend` / `backend_report`; metrics and provenance record it.
 
 Fully masked query rows (padding): every backend gives uniform weights (the mean of v), as the
 explicit path's masked_fill does; the fused paths reach it with a masked-key logit so large that
@@ -63,10 +63,11 @@ LOWMEM_K_BLOCK = 1024
 
 
 def resolved_backend(name: str, device: torch.device | str, bias_grad: bool = False) -> str:
-    """The concrete kernel a backend name runs on `device`: "explicit", "sdpa_efficient"
-    (CUDA), "sdpa_flash_cpu" (CPU), "sdpa_math" or "lowmem". `bias_grad`: the bias needs a
-    gradient. PyTorch's CPU flash kernel has no bias gradient (it refuses a bias that requires
-    grad), so there "auto" is "explicit" and "sdpa" is the (materialising) math kernel."""
+    """The concrete kernel a backend name runs on `device`: "explicit", "recompute",
+    "sdpa_efficient" (CUDA), "sdpa_flash_cpu" (CPU), "sdpa_math" or "lowmem". `bias_grad`: the
+    bias needs a gradient. PyTorch's CPU flash kernel has no bias gradient (it refuses a bias
+    that requires grad), so there "auto" is "recompute" and "sdpa" is the (materialising) math
+    kernel."""
     if name not in BACKENDS:
         raise ValueError(f"attention_backend must be one of {BACKENDS}, got {name!r}")
     device_type = torch.device(device).type
@@ -77,7 +78,7 @@ def resolved_backend(name: str, device: torch.device | str, bias_grad: bool = Fa
     if device_type == "cpu":
         if not bias_grad:
             return "sdpa_flash_cpu"
-        return "explicit" if name == "auto" else "sdpa_math"
+        return "recompute" if name == "auto" else "sdpa_math"
     return "sdpa_math"
 
 
@@ -165,11 +166,14 @@ def sdpa_attention(q, k, v, mask, bias=None, kernel: str = "sdpa_flash_cpu"):
 
 
 def _row_probs(q, k, bias, drop, acc):
-    """Softmax weights (fp32/fp64) of a chunk of rows, masked keys replaced as in explicit."""
-    logits = torch.matmul(q.to(acc), k.to(acc).transpose(-1, -2)).mul_(1.0 / math.sqrt(q.shape[-1]))
+    """Softmax weights (fp32/fp64) of a chunk of rows, masked keys replaced as in explicit
+    (`drop` None: no key of the chunk is masked). q is scaled before the product: a pass over
+    [*, H, Q, c] instead of one over the logits."""
+    logits = torch.matmul(q.to(acc) * (1.0 / math.sqrt(q.shape[-1])), k.to(acc).transpose(-1, -2))
     if bias is not None:
         logits += bias.to(acc)
-    logits.masked_fill_(drop, MASK_NEG)
+    if drop is not None:
+        logits.masked_fill_(drop, MASK_NEG)
     return torch.softmax(logits, dim=-1)
 
 
@@ -191,9 +195,11 @@ class _RecomputedAttention(torch.autograd.Function):
     def _forward(ctx, q, k, v, bias, drop, rows):
         acc = _softmax_dtype(q.dtype)
         out = torch.empty(q.shape[:-1] + v.shape[-1:], dtype=v.dtype, device=v.device)
+        ctx.masked = []   # per chunk: does it mask a key (else no masked_fill, fwd and bwd)
         for s in range(0, q.shape[-4], rows):
             sl = (..., slice(s, s + rows), slice(None), slice(None), slice(None))
-            p = _row_probs(q[sl], k[sl], bias, drop[sl], acc)
+            ctx.masked.append(bool(drop[sl].any()))
+            p = _row_probs(q[sl], k[sl], bias, drop[sl] if ctx.masked[-1] else None, acc)
             out[sl] = torch.matmul(p.to(v.dtype), v[sl])
         ctx.save_for_backward(q, k, v, bias, drop)
         ctx.rows, ctx.has_bias = rows, bias is not None
@@ -206,14 +212,15 @@ class _RecomputedAttention(torch.autograd.Function):
         scale = 1.0 / math.sqrt(q.shape[-1])
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         d_bias = None if bias is None else torch.zeros(bias.shape, dtype=acc, device=bias.device)
-        for s in range(0, q.shape[-4], ctx.rows):
+        for s, masked in zip(range(0, q.shape[-4], ctx.rows), ctx.masked):
             sl = (..., slice(s, s + ctx.rows), slice(None), slice(None), slice(None))
-            p = _row_probs(q[sl], k[sl], bias, drop[sl], acc)              # [*, r, H, Q, K]
+            p = _row_probs(q[sl], k[sl], bias, drop[sl] if masked else None, acc)  # [*, r, H, Q, K]
             g = d_out[sl].to(acc)
             dv[sl] = torch.matmul(p.transpose(-1, -2), g).to(dv.dtype)
             dp = torch.matmul(g, v[sl].to(acc).transpose(-1, -2))
             ds = torch.ops.aten._softmax_backward_data(dp, p, -1, acc)    # softmax backward
-            ds.masked_fill_(drop[sl], 0.0)                                 # masked_fill backward
+            if masked:
+                ds.masked_fill_(drop[sl], 0.0)                             # masked_fill backward
             if d_bias is not None:
                 d_bias += ds.sum_to_size(d_bias.shape)   # every axis the bias is broadcast over
             dq[sl] = torch.matmul(ds, k[sl].to(acc)).mul_(scale).to(dq.dtype)
