@@ -83,6 +83,22 @@ def test_recompute_bias_gradient_without_batch_axis():
         assert a.shape == b.shape and _max_rel(a, b) < 1e-12, (name, _max_rel(a, b))
 
 
+@pytest.mark.parametrize("rows_per_chunk", [1, 2, 6])
+def test_recompute_chunks_with_and_without_masked_keys(rows_per_chunk):
+    """"recompute" skips the key mask in row chunks that mask no key (forward and backward):
+    fp64 outputs and gradients equal explicit's with unmasked, partly and fully masked rows
+    mixed across chunks, under an upstream gradient on every row."""
+    q, k, v, bias, mask, _ = _inputs(torch.float64, 6, 2, 9, 4, masked_rows=(4,), seed=3)
+    mask[:, :2] = 1                                      # rows 0-1 mask no key; 2-3, 5 partly
+    up = torch.randn(q.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    ref = _out_and_grads(explicit_attention, q, k, v, bias, mask, up)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("protdp.model.attention.RECOMPUTE_ELEMENTS", rows_per_chunk * 2 * 9 * 9)
+        got = _out_and_grads(recompute_attention, q, k, v, bias, mask, up)
+    for name, a, b in zip(("out", "dq", "dk", "dv", "dbias"), got, ref):
+        assert _max_rel(a, b) < 1e-12, (name, _max_rel(a, b))
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("shape", SHAPES)
 def test_fused_cpu_and_lowmem_inference_equal_explicit(dtype, shape):

@@ -195,10 +195,12 @@ class _RecomputedAttention(torch.autograd.Function):
     def _forward(ctx, q, k, v, bias, drop, rows):
         acc = _softmax_dtype(q.dtype)
         out = torch.empty(q.shape[:-1] + v.shape[-1:], dtype=v.dtype, device=v.device)
-        ctx.masked = []   # per chunk: does it mask a key (else no masked_fill, fwd and bwd)
+        ctx.masked = []   # per chunk: masked_fill in forward (>= 1) and backward (2)
         for s in range(0, q.shape[-4], rows):
             sl = (..., slice(s, s + rows), slice(None), slice(None), slice(None))
-            ctx.masked.append(bool(drop[sl].any()))
+            # 0: no masked key; 1: masked keys get weight exactly 0 (exp underflows), so their
+            # gradient is 0 without masking; 2: a fully masked query row (uniform weights)
+            ctx.masked.append(int(drop[sl].any()) + int(drop[sl].all(-1).any()))
             p = _row_probs(q[sl], k[sl], bias, drop[sl] if ctx.masked[-1] else None, acc)
             out[sl] = torch.matmul(p.to(v.dtype), v[sl])
         ctx.save_for_backward(q, k, v, bias, drop)
@@ -219,7 +221,7 @@ class _RecomputedAttention(torch.autograd.Function):
             dv[sl] = torch.matmul(p.transpose(-1, -2), g).to(dv.dtype)
             dp = torch.matmul(g, v[sl].to(acc).transpose(-1, -2))
             ds = torch.ops.aten._softmax_backward_data(dp, p, -1, acc)    # softmax backward
-            if masked:
+            if masked == 2:
                 ds.masked_fill_(drop[sl], 0.0)                             # masked_fill backward
             if d_bias is not None:
                 d_bias += ds.sum_to_size(d_bias.shape)   # every axis the bias is broadcast over

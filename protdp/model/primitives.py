@@ -94,8 +94,13 @@ class _LayerNormLinear(torch.autograd.Function):
                 d_y2 = d_y.to(x_n.dtype).reshape(-1, w.shape[0])
                 d_weights.append(d_y2.t().mm(x_n2).to(w.dtype))
                 d_biases.append(d_y2.sum(0, dtype=norm_dtype).to(w.dtype))
-                d_part = d_y2.mm(w.to(x_n.dtype)).to(norm_dtype)           # [N, C]
-                d_x_n = d_part if d_x_n is None else d_x_n.add_(d_part)
+                w_c = w.to(x_n.dtype)
+                if d_x_n is None:
+                    d_x_n = d_y2.mm(w_c).to(norm_dtype)                   # [N, C]
+                elif d_x_n.dtype == d_y2.dtype:
+                    d_x_n.addmm_(d_y2, w_c)            # accumulated in the GEMM: no extra pass
+                else:
+                    d_x_n += d_y2.mm(w_c)                                  # autocast: bf16 GEMM
             del x_n, x_n2
             d_x, d_gamma, d_beta = torch.ops.aten.native_layer_norm_backward(
                 d_x_n.view(x.shape), x.to(norm_dtype), (x.shape[-1],), mean, rstd,
