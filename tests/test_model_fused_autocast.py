@@ -102,3 +102,37 @@ def test_block_under_autocast_fused_equals_unfused_and_stores_less(monkeypatch, 
         # bf16 rounding (8 mantissa bits) through the block: the fused path deviates from fp32
         # no more than the unfused modules do (gradients that cancel deviate more in both)
         assert _max_rel(a, r) <= 2 * _max_rel(b, r) + 1e-2, (name, _max_rel(a, r), _max_rel(b, r))
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_channels_first_projections_equal_the_modules(monkeypatch, autocast):
+    """`norm_project(..., channels_first)`: outputs [*, c, A, B] written by the GEMM equal the
+    modules' channels-last outputs moved (fp64: to rounding; bf16 autocast: bitwise forward,
+    gradients within bf16 rounding), with batch dims and a channels-last output mixed in."""
+    torch.manual_seed(0)
+    dtype = torch.float32 if autocast else torch.float64
+    norm, lins = LayerNorm(12), [Linear(12, 5), Linear(12, 3, bias=False), Linear(12, 4)]
+    _randomize(torch.nn.ModuleList([norm, *lins]), scale=0.5)
+    norm, lins = norm.to(dtype), [lin.to(dtype) for lin in lins]
+    params = [norm.weight, norm.bias] + [p for lin in lins for p in lin.parameters()]
+    x0 = torch.randn(2, 6, 7, 12, dtype=dtype)
+    up = [torch.randn(2, 5, 6, 7), torch.randn(2, 3, 6, 7), torch.randn(2, 6, 7, 4)]
+
+    def run():
+        for p in params:
+            p.grad = None
+        x = x0.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            outs = norm_project(norm, lins, x, channels_first=[True, True, False])
+        sum((o.float() * u).sum() for o, u in zip(outs, up)).backward()
+        return outs, [x.grad] + [p.grad.clone() for p in params]
+
+    outs, grads = run()
+    assert [tuple(o.shape) for o in outs] == [(2, 5, 6, 7), (2, 3, 6, 7), (2, 6, 7, 4)]
+    _unfused(monkeypatch)
+    ref_outs, ref_grads = run()
+    for a, b in zip(outs + grads, ref_outs + ref_grads):
+        assert a.dtype == b.dtype
+        assert _max_rel(a, b) < (1e-2 if autocast else 1e-13), _max_rel(a, b)
+    if autocast:
+        assert all(torch.equal(a, b) for a, b in zip(outs, ref_outs))
