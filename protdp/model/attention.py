@@ -177,9 +177,50 @@ def _row_probs(q, k, bias, drop, acc):
     return torch.softmax(logits, dim=-1)
 
 
+def _probs_from_lse(q, k, bias, drop, lse, acc):
+    """The softmax weights rebuilt from the forward's per-row logsumexp: exp(logits - lse), no
+    max / sum reduction (a chunk without a fully masked row; masked keys get exactly 0)."""
+    logits = torch.matmul(q.to(acc) * (1.0 / math.sqrt(q.shape[-1])), k.to(acc).transpose(-1, -2))
+    if bias is not None:
+        logits += bias.to(acc)
+    if drop is not None:
+        logits.masked_fill_(drop, MASK_NEG)
+    return logits.sub_(lse.to(acc)[..., None]).exp_()
+
+
+def _flash_rows(q, k, v, bias, drop):
+    """Forward of a chunk of rows through PyTorch's fused CPU flash kernel, which also returns
+    the per-row logsumexp: (out [*, r, H, Q, c], lse [*, r, H, Q]), or None where it does not
+    apply (not CPU; a bias that differs along a leading dim, which would be materialised).
+    `drop` [*, r, 1, 1, K] or None (no masked key): the key mask rides in extra q/k channels
+    as in sdpa_attention, the bias is passed stride-0 over the rows."""
+    if q.device.type != "cpu":
+        return None
+    lead, (h, n_q, c), n_k = q.shape[:-3], q.shape[-3:], k.shape[-2]
+    attn_mask = None
+    if bias is not None:
+        try:
+            attn_mask = bias.to(q.dtype).expand(lead + (h, n_q, n_k)).view(-1, h, n_q, n_k)
+        except RuntimeError:
+            return None
+    if drop is not None:
+        pad_q = q.new_zeros(lead + (h, n_q, MASK_CHANNELS))
+        pad_q[..., 0] = 1.0
+        pad_k = k.new_zeros(lead + (h, n_k, MASK_CHANNELS))
+        pad_k[..., 0] = drop[..., 0, :, :].to(k.dtype) * _mask_value(k.dtype)
+        q, k = torch.cat([q, pad_q], dim=-1), torch.cat([k, pad_k], dim=-1)
+        v = torch.cat([v, v.new_zeros(v.shape[:-1] + (MASK_CHANNELS,))], dim=-1)
+    qf, kf, vf = (_flatten_lead(t, 3) for t in (q, k, v))                  # [B, H, Q|K, c']
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        qf, kf, vf, 0.0, False, attn_mask=attn_mask, scale=1.0 / math.sqrt(c))
+    return out[..., :c].reshape(lead + (h, n_q, c)), lse.reshape(lead + (h, n_q))
+
+
 class _RecomputedAttention(torch.autograd.Function):
     """Explicit attention whose backward recomputes the weights row chunk by row chunk.
-    q [*, R, H, Q, c], k/v [*, R, H, K, c], drop [*, R, 1, 1, K] (bool), bias [*, 1, H, Q, K]."""
+    q [*, R, H, Q, c], k/v [*, R, H, K, c], drop [*, R, 1, 1, K] (bool), bias [*, 1, H, Q, K].
+    On CPU the forward is PyTorch's fused flash kernel (no [*, r, H, Q, K] logits written),
+    which returns each row's logsumexp: backward rebuilds the weights as exp(logits - lse)."""
 
     @staticmethod
     def forward(ctx, q, k, v, bias, drop, rows):
@@ -195,28 +236,40 @@ class _RecomputedAttention(torch.autograd.Function):
     def _forward(ctx, q, k, v, bias, drop, rows):
         acc = _softmax_dtype(q.dtype)
         out = torch.empty(q.shape[:-1] + v.shape[-1:], dtype=v.dtype, device=v.device)
-        ctx.masked = []   # per chunk: masked_fill in forward (>= 1) and backward (2)
+        lse = torch.empty(q.shape[:-1], dtype=acc, device=q.device)          # [*, R, H, Q]
+        # per chunk: (masked, from_lse); masked 0: no masked key; 1: masked keys get weight
+        # exactly 0 (exp underflows), so their gradient is 0 without masking; 2: a fully masked
+        # query row (uniform weights: explicit's softmax path, masked_fill in backward)
+        ctx.chunks = []
         for s in range(0, q.shape[-4], rows):
             sl = (..., slice(s, s + rows), slice(None), slice(None), slice(None))
-            # 0: no masked key; 1: masked keys get weight exactly 0 (exp underflows), so their
-            # gradient is 0 without masking; 2: a fully masked query row (uniform weights)
-            ctx.masked.append(int(drop[sl].any()) + int(drop[sl].all(-1).any()))
-            p = _row_probs(q[sl], k[sl], bias, drop[sl] if ctx.masked[-1] else None, acc)
-            out[sl] = torch.matmul(p.to(v.dtype), v[sl])
-        ctx.save_for_backward(q, k, v, bias, drop)
+            masked = int(drop[sl].any()) + int(drop[sl].all(-1).any())
+            fused = _flash_rows(q[sl], k[sl], v[sl], bias, drop[sl] if masked else None) \
+                if masked < 2 else None
+            if fused is not None:
+                out[sl], lse[sl[:-1]] = fused
+            else:
+                p = _row_probs(q[sl], k[sl], bias, drop[sl] if masked else None, acc)
+                out[sl] = torch.matmul(p.to(v.dtype), v[sl])
+            ctx.chunks.append((masked, fused is not None))
+        ctx.save_for_backward(q, k, v, bias, drop, lse)
         ctx.rows, ctx.has_bias = rows, bias is not None
         return out
 
     @staticmethod
     def _backward(ctx, d_out):
-        q, k, v, bias, drop = ctx.saved_tensors
+        q, k, v, bias, drop, lse = ctx.saved_tensors
         acc = _softmax_dtype(q.dtype)
         scale = 1.0 / math.sqrt(q.shape[-1])
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         d_bias = None if bias is None else torch.zeros(bias.shape, dtype=acc, device=bias.device)
-        for s, masked in zip(range(0, q.shape[-4], ctx.rows), ctx.masked):
+        for s, (masked, from_lse) in zip(range(0, q.shape[-4], ctx.rows), ctx.chunks):
             sl = (..., slice(s, s + ctx.rows), slice(None), slice(None), slice(None))
-            p = _row_probs(q[sl], k[sl], bias, drop[sl] if masked else None, acc)  # [*, r, H, Q, K]
+            drop_c = drop[sl] if masked else None
+            if from_lse:
+                p = _probs_from_lse(q[sl], k[sl], bias, drop_c, lse[sl[:-1]], acc)
+            else:
+                p = _row_probs(q[sl], k[sl], bias, drop_c, acc)             # [*, r, H, Q, K]
             g = d_out[sl].to(acc)
             dv[sl] = torch.matmul(p.transpose(-1, -2), g).to(dv.dtype)
             dp = torch.matmul(g, v[sl].to(acc).transpose(-1, -2))
