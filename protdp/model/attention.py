@@ -16,10 +16,12 @@ rows). Backends:
   on CPU the fused flash kernel. The key mask is folded into one extra q/k channel (q: 1,
   k: 0 or -big), so the mask never becomes a [*, H, Q, K] tensor; without a pair bias it is
   passed as a broadcast [*, 1, 1, K] additive mask instead.
-- "recompute": the explicit computation as one autograd function that keeps only q, k, v,
-  bias and mask for backward and recomputes the probabilities there, `RECOMPUTE_ELEMENTS` logits
-  at a time over rows; the bias gradient (a sum over rows) is accumulated chunk by chunk, so no
-  [*, R, H, Q, K] tensor is ever stored (what the CUDA memory-efficient kernel does, on CPU).
+- "recompute": the explicit values as one autograd function that keeps only q, k, v, bias,
+  mask and the per-row logsumexp for backward and rebuilds the weights there as
+  exp(logits - lse), `RECOMPUTE_ELEMENTS` logits at a time over rows; the bias gradient (a sum
+  over rows) is accumulated chunk by chunk, so no [*, R, H, Q, K] tensor is ever stored (what
+  the CUDA memory-efficient kernel does, on CPU). On CPU its forward is PyTorch's fused flash
+  kernel (which returns the logsumexp), so the forward writes no logits either.
 - "lowmem": inference-only (no autograd) query/key-blocked attention with an online softmax
   (Rabe & Staats 2021, as OpenFold's "low-memory attention"); peak extra memory
   [*, H, q_block, k_block] instead of [*, H, Q, K].
