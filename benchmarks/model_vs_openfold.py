@@ -20,10 +20,13 @@ alternated in the same run:
   "lowmem" attention backend at L = 512 only.
 
 Each implementation runs `--rounds` times, peers alternated (A B A B: shared-CPU noise hits
-all); the medians of time and peak are reported, with every run kept.
+all); the medians of time and peak are reported, with every run kept. Per training row, both
+stacks then run alternated in one process (`--ab-rounds`, `in_process_ab_time`: the robust time
+ratio on a shared machine), with `--profile` also self CPU seconds per op of each.
 
     PYTHONPATH=. python3 benchmarks/model_vs_openfold.py --openfold /tmp/of_snap \
-        [--out benchmarks/results/model_vs_openfold.json] [--quick] [--only train|infer]
+        [--out benchmarks/results/model_vs_openfold.json] [--quick] [--only train|infer] \
+        [--train-rows full:128 ...] [--ab-rounds 3] [--profile]
 """
 
 from __future__ import annotations
@@ -114,13 +117,63 @@ def _run(impl, stack, m, z, msa_mask, pair_mask, chunk):
                  _mask_trans=True)
 
 
+def _train_step(impl, stack, m, z, msa_mask, pair_mask) -> float:
+    t = time.perf_counter()
+    mo, zo, s = _run(impl, stack, m, z, msa_mask, pair_mask, None)
+    (mo.square().mean() + zo.square().mean() + s.square().mean()).backward()
+    return time.perf_counter() - t
+
+
+def run_ab(case: dict, ours, theirs, m, z, msa_mask, pair_mask) -> dict:
+    """Both stacks in this one process, fwd+bwd alternated (A B A B, after one warm-up step
+    each): shared-CPU load hits both alike, so the per-round ratio is the robust time figure.
+    With `profile`, one more step each under torch.profiler: self CPU seconds per op."""
+    stacks = {"openfold": theirs, "protdp": ours}
+    for impl, stack in stacks.items():
+        _train_step(impl, stack, m, z, msa_mask, pair_mask)
+    times = {impl: [] for impl in stacks}
+    for _ in range(case["rounds"]):
+        for impl, stack in stacks.items():
+            times[impl].append(round(_train_step(impl, stack, m, z, msa_mask, pair_mask), 3))
+    ratios = [a / b for a, b in zip(times["protdp"], times["openfold"])]
+    out = {"times_s": times, "median_time_ratio": round(statistics.median(ratios), 3),
+           "ratio_of_medians": round(statistics.median(times["protdp"])
+                                     / statistics.median(times["openfold"]), 3)}
+    if case.get("profile"):
+        out["op_profile"] = _op_profile(stacks, m, z, msa_mask, pair_mask)
+    return out
+
+
+GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+
+
+def _op_profile(stacks: dict, m, z, msa_mask, pair_mask, top: int = 12) -> dict:
+    """Self CPU seconds per aten op of one fwd+bwd of each stack (the union of each one's `top`
+    ops), the GEMM share, and the total."""
+    from torch.profiler import profile
+    per = {}
+    for impl, stack in stacks.items():
+        with profile() as prof:
+            _train_step(impl, stack, m, z, msa_mask, pair_mask)
+        per[impl] = {e.key: e.self_cpu_time_total / 1e6 for e in prof.key_averages()}
+    keys = set()
+    for ops in per.values():
+        keys.update(sorted(ops, key=ops.get, reverse=True)[:top])
+    return {"total_s": {i: round(sum(o.values()), 3) for i, o in per.items()},
+            "gemm_s": {i: round(sum(o.get(k, 0.0) for k in GEMM_OPS), 3) for i, o in per.items()},
+            "ops_s": {k: {i: round(o.get(k, 0.0), 3) for i, o in per.items()}
+                      for k in sorted(keys, key=lambda k: -per["protdp"].get(k, 0.0))}}
+
+
 def run_case(case: dict) -> dict:
-    """In a subprocess: one implementation, one measurement."""
+    """In a subprocess: one implementation, one measurement (or both, alternated: mode "ab")."""
     import torch
     torch.set_num_threads(1)
     cfg = _config(case["width"], case["blocks"], chunk_size=case.get("chunk"),
                   attention_backend=case.get("backend", "auto"))
     ours, theirs = build_pair(cfg)
+    if case["mode"] == "ab":
+        return run_ab(case, ours, theirs, *_inputs(cfg, case["L"], case["N"], True))
     stack = ours if case["impl"] == "protdp" else theirs
     m, z, msa_mask, pair_mask = _inputs(cfg, case["L"], case["N"], case["mode"] == "train")
     times = []
@@ -194,6 +247,11 @@ def main(argv=None) -> int:
     ap.add_argument("--infer-impls", nargs="*", default=None,
                     help="inference peers to run (default: openfold protdp [protdp_lowmem])")
     ap.add_argument("--only", choices=("train", "infer"), help="run one part only")
+    ap.add_argument("--ab-rounds", type=int, default=3,
+                    help="per training row: both stacks alternated in one process, this many "
+                         "rounds (in_process_ab_time; 0: skip)")
+    ap.add_argument("--profile", action="store_true",
+                    help="with --ab-rounds: self CPU seconds per op of one step of each stack")
     ap.add_argument("--default-malloc", action="store_true",
                     help="glibc's default (dynamic) mmap threshold instead of MALLOC_ENV")
     ap.add_argument("--case", help=argparse.SUPPRESS)
@@ -231,6 +289,15 @@ def main(argv=None) -> int:
                 result["train"].append(row)
                 print(json.dumps(row), flush=True)
                 _write(args.out, result)
+                if args.ab_rounds:
+                    ab = _subprocess({"impl": "both", "mode": "ab", "width": width, "blocks": blocks,
+                                      "L": L, "N": 32, "rounds": args.ab_rounds,
+                                      "profile": args.profile, "stub_dir": stub_dir},
+                                     args.openfold, allocator_env)
+                    result.setdefault("in_process_ab_time", []).append(
+                        {"width": width, "blocks": blocks, "L": L, **ab})
+                    print(json.dumps(result["in_process_ab_time"][-1]), flush=True)
+                    _write(args.out, result)
         infer_L = (256,) if args.quick else tuple(args.infer_L)
         infer_L = () if args.only == "train" else infer_L
         for L in infer_L:

@@ -8,6 +8,7 @@ import torch
 
 from model_fixtures import one_thread  # noqa: F401
 
+from protdp.model.attention import _flash_rows as flash_rows
 from protdp.model.attention import (BACKENDS, backend_report, biased_attention,
                                     explicit_attention, lowmem_attention, recompute_attention,
                                     resolved_backend, sdpa_attention)
@@ -38,7 +39,10 @@ def _out_and_grads(fn, q, k, v, bias, mask, up):
 
 
 def _max_rel(a, b):
-    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
+    """Max |a - b| relative to max |b|; absolute where b is exactly zero (one key: dq = dk = 0,
+    which the fused paths reach to rounding, e.g. exp(logit - logsumexp) = 1 - 1e-16)."""
+    scale = b.abs().max()
+    return ((a - b).abs().max() / (scale if scale > 0 else 1.0)).item()
 
 
 # (rows, heads, length, channels): OpenFold's Evoformer-attention kernel test shape (18 MSA rows,
@@ -81,6 +85,32 @@ def test_recompute_bias_gradient_without_batch_axis():
         got = _out_and_grads(recompute_attention, q, k, v, bias, mask, up)
     for name, a, b in zip(("out", "dq", "dk", "dv", "dbias"), got, ref):
         assert a.shape == b.shape and _max_rel(a, b) < 1e-12, (name, _max_rel(a, b))
+
+
+@pytest.mark.parametrize("rows_per_chunk", [1, 2, 6])
+def test_recompute_chunks_with_and_without_masked_keys(rows_per_chunk):
+    """"recompute" skips the key mask in row chunks that mask no key (forward and backward) and
+    runs the CPU flash kernel forward where no row is fully masked:
+    fp64 outputs and gradients equal explicit's with unmasked, partly and fully masked rows
+    mixed across chunks, under an upstream gradient on every row."""
+    q, k, v, bias, mask, _ = _inputs(torch.float64, 6, 2, 9, 4, masked_rows=(4,), seed=3)
+    mask[:, :2] = 1                                      # rows 0-1 mask no key; 2-3, 5 partly
+    up = torch.randn(q.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    ref = _out_and_grads(explicit_attention, q, k, v, bias, mask, up)
+    fused = []
+
+    def spy(*args):
+        fused.append(flash_rows(*args))
+        return fused[-1]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("protdp.model.attention.RECOMPUTE_ELEMENTS", rows_per_chunk * 2 * 9 * 9)
+        mp.setattr("protdp.model.attention._flash_rows", spy)
+        got = _out_and_grads(recompute_attention, q, k, v, bias, mask, up)
+    for name, a, b in zip(("out", "dq", "dk", "dv", "dbias"), got, ref):
+        assert _max_rel(a, b) < 1e-12, (name, _max_rel(a, b))
+    # the fused CPU forward (weights rebuilt from its logsumexp) ran on every chunk without a
+    # fully masked row; the chunk holding row 4 took the softmax path
+    assert sum(f is not None for f in fused) == {1: 5, 2: 2, 6: 0}[rows_per_chunk]
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -146,12 +176,12 @@ def test_attention_module_weights_grads_equal_explicit(backend):
 def test_backend_resolution_and_report():
     assert resolved_backend("auto", "cuda", bias_grad=True) == "sdpa_efficient"   # never cuDNN
     assert resolved_backend("sdpa", "cuda") == "sdpa_efficient"
-    assert resolved_backend("auto", "cpu", bias_grad=True) == "explicit"
+    assert resolved_backend("auto", "cpu", bias_grad=True) == "recompute"
     assert resolved_backend("auto", "cpu", bias_grad=False) == "sdpa_flash_cpu"
     assert resolved_backend("sdpa", "cpu", bias_grad=True) == "sdpa_math"
     assert resolved_backend("lowmem", "cuda") == "lowmem"
     assert backend_report("auto", "cpu") == {"attention_backend": "auto",
-                                             "attention_kernel_train": "explicit",
+                                             "attention_kernel_train": "recompute",
                                              "attention_kernel_infer": "sdpa_flash_cpu"}
     assert set(BACKENDS) == {"auto", "explicit", "sdpa", "lowmem", "recompute"}
     with pytest.raises(ValueError, match="attention_backend must be one of"):

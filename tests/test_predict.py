@@ -128,7 +128,7 @@ def test_end_to_end_real_chain(tmp_path, ckpt, chain_2p90):
     assert prov["protdp_version"] == __version__ and re.match(r"\d{4}-\d\d-\d\dT", prov["created_at"])
     assert prov["not_for_clinical_use"] is True and "clinical" in prov["notice"]
     assert prov["config"]["model"]["c_m"] == 16 and prov["config"]["predict"]["max_msa_rows"] == 16
-    assert prov["attention"] == {"attention_backend": "auto", "attention_kernel_train": "explicit",
+    assert prov["attention"] == {"attention_backend": "auto", "attention_kernel_train": "recompute",
                                  "attention_kernel_infer": "sdpa_flash_cpu"}
 
     # gate: random weights give mean pLDDT ~50 (< 70) and 45 > training crop 32 -> review

@@ -16,19 +16,21 @@ rows). Backends:
   on CPU the fused flash kernel. The key mask is folded into one extra q/k channel (q: 1,
   k: 0 or -big), so the mask never becomes a [*, H, Q, K] tensor; without a pair bias it is
   passed as a broadcast [*, 1, 1, K] additive mask instead.
-- "recompute": the explicit computation as one autograd function that keeps only q, k, v,
-  bias and mask for backward and recomputes the probabilities there, `RECOMPUTE_ELEMENTS` logits
-  at a time over rows; the bias gradient (a sum over rows) is accumulated chunk by chunk, so no
-  [*, R, H, Q, K] tensor is ever stored (what the CUDA memory-efficient kernel does, on CPU).
+- "recompute": the explicit values as one autograd function that keeps only q, k, v, bias,
+  mask and the per-row logsumexp for backward and rebuilds the weights there as
+  exp(logits - lse), `RECOMPUTE_ELEMENTS` logits at a time over rows; the bias gradient (a sum
+  over rows) is accumulated chunk by chunk, so no [*, R, H, Q, K] tensor is ever stored (what
+  the CUDA memory-efficient kernel does, on CPU). On CPU its forward is PyTorch's fused flash
+  kernel (which returns the logsumexp), so the forward writes no logits either.
 - "lowmem": inference-only (no autograd) query/key-blocked attention with an online softmax
   (Rabe & Staats 2021, as OpenFold's "low-memory attention"); peak extra memory
   [*, H, q_block, k_block] instead of [*, H, Q, K].
 
 "auto" resolves to "sdpa" on CUDA, and on CPU to the fused kernel except for a bias that
-needs a gradient (PyTorch's CPU flash kernel has none; there "explicit"; "recompute" stores no
-[*, R, H, Q, K] weights, 0.28-0.61x OpenFold's training peak in
-benchmarks/results/model_vs_openfold.json, at more time). The kernel actually
-used is reported by `resolved_backend` / `backend_report`; metrics and provenance record it.
+needs a gradient (PyTorch's CPU flash kernel has none): there to "recompute", which stores no
+[*, R, H, Q, K] weights (training peak memory against OpenFold's in
+benchmarks/results/model_vs_openfold.json). The kernel actually used is reported by
+`resolved_backend` / `backend_report`; metrics and provenance record it.
 
 Fully masked query rows (padding): every backend gives uniform weights (the mean of v), as the
 explicit path's masked_fill does; the fused paths reach it with a masked-key logit so large that
@@ -63,10 +65,11 @@ LOWMEM_K_BLOCK = 1024
 
 
 def resolved_backend(name: str, device: torch.device | str, bias_grad: bool = False) -> str:
-    """The concrete kernel a backend name runs on `device`: "explicit", "sdpa_efficient"
-    (CUDA), "sdpa_flash_cpu" (CPU), "sdpa_math" or "lowmem". `bias_grad`: the bias needs a
-    gradient. PyTorch's CPU flash kernel has no bias gradient (it refuses a bias that requires
-    grad), so there "auto" is "explicit" and "sdpa" is the (materialising) math kernel."""
+    """The concrete kernel a backend name runs on `device`: "explicit", "recompute",
+    "sdpa_efficient" (CUDA), "sdpa_flash_cpu" (CPU), "sdpa_math" or "lowmem". `bias_grad`: the
+    bias needs a gradient. PyTorch's CPU flash kernel has no bias gradient (it refuses a bias
+    that requires grad), so there "auto" is "recompute" and "sdpa" is the (materialising) math
+    kernel."""
     if name not in BACKENDS:
         raise ValueError(f"attention_backend must be one of {BACKENDS}, got {name!r}")
     device_type = torch.device(device).type
@@ -77,7 +80,7 @@ def resolved_backend(name: str, device: torch.device | str, bias_grad: bool = Fa
     if device_type == "cpu":
         if not bias_grad:
             return "sdpa_flash_cpu"
-        return "explicit" if name == "auto" else "sdpa_math"
+        return "recompute" if name == "auto" else "sdpa_math"
     return "sdpa_math"
 
 
@@ -165,45 +168,116 @@ def sdpa_attention(q, k, v, mask, bias=None, kernel: str = "sdpa_flash_cpu"):
 
 
 def _row_probs(q, k, bias, drop, acc):
-    """Softmax weights (fp32/fp64) of a chunk of rows, masked keys replaced as in explicit."""
-    logits = torch.matmul(q.to(acc), k.to(acc).transpose(-1, -2)).mul_(1.0 / math.sqrt(q.shape[-1]))
+    """Softmax weights (fp32/fp64) of a chunk of rows, masked keys replaced as in explicit
+    (`drop` None: no key of the chunk is masked). q is scaled before the product: a pass over
+    [*, H, Q, c] instead of one over the logits."""
+    logits = torch.matmul(q.to(acc) * (1.0 / math.sqrt(q.shape[-1])), k.to(acc).transpose(-1, -2))
     if bias is not None:
         logits += bias.to(acc)
-    logits.masked_fill_(drop, MASK_NEG)
+    if drop is not None:
+        logits.masked_fill_(drop, MASK_NEG)
     return torch.softmax(logits, dim=-1)
+
+
+def _probs_from_lse(q, k, bias, drop, lse, acc):
+    """The softmax weights rebuilt from the forward's per-row logsumexp: exp(logits - lse), no
+    max / sum reduction (a chunk without a fully masked row; masked keys get exactly 0)."""
+    logits = torch.matmul(q.to(acc) * (1.0 / math.sqrt(q.shape[-1])), k.to(acc).transpose(-1, -2))
+    if bias is not None:
+        logits += bias.to(acc)
+    if drop is not None:
+        logits.masked_fill_(drop, MASK_NEG)
+    return logits.sub_(lse.to(acc)[..., None]).exp_()
+
+
+def _flash_rows(q, k, v, bias, drop):
+    """Forward of a chunk of rows through PyTorch's fused CPU flash kernel, which also returns
+    the per-row logsumexp: (out [*, r, H, Q, c], lse [*, r, H, Q]), or None where it does not
+    apply (not CPU; a bias that differs along a leading dim, which would be materialised).
+    `drop` [*, r, 1, 1, K] or None (no masked key): the key mask rides in extra q/k channels
+    as in sdpa_attention, the bias is passed stride-0 over the rows."""
+    if q.device.type != "cpu":
+        return None
+    lead, (h, n_q, c), n_k = q.shape[:-3], q.shape[-3:], k.shape[-2]
+    attn_mask = None
+    if bias is not None:
+        try:
+            attn_mask = bias.to(q.dtype).expand(lead + (h, n_q, n_k)).view(-1, h, n_q, n_k)
+        except RuntimeError:
+            return None
+    if drop is not None:
+        pad_q = q.new_zeros(lead + (h, n_q, MASK_CHANNELS))
+        pad_q[..., 0] = 1.0
+        pad_k = k.new_zeros(lead + (h, n_k, MASK_CHANNELS))
+        pad_k[..., 0] = drop[..., 0, :, :].to(k.dtype) * _mask_value(k.dtype)
+        q, k = torch.cat([q, pad_q], dim=-1), torch.cat([k, pad_k], dim=-1)
+        v = torch.cat([v, v.new_zeros(v.shape[:-1] + (MASK_CHANNELS,))], dim=-1)
+    qf, kf, vf = (_flatten_lead(t, 3) for t in (q, k, v))                  # [B, H, Q|K, c']
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        qf, kf, vf, 0.0, False, attn_mask=attn_mask, scale=1.0 / math.sqrt(c))
+    return out[..., :c].reshape(lead + (h, n_q, c)), lse.reshape(lead + (h, n_q))
 
 
 class _RecomputedAttention(torch.autograd.Function):
     """Explicit attention whose backward recomputes the weights row chunk by row chunk.
-    q [*, R, H, Q, c], k/v [*, R, H, K, c], drop [*, R, 1, 1, K] (bool), bias [*, 1, H, Q, K]."""
+    q [*, R, H, Q, c], k/v [*, R, H, K, c], drop [*, R, 1, 1, K] (bool), bias [*, 1, H, Q, K].
+    On CPU the forward is PyTorch's fused flash kernel (no [*, r, H, Q, K] logits written),
+    which returns each row's logsumexp: backward rebuilds the weights as exp(logits - lse)."""
 
     @staticmethod
     def forward(ctx, q, k, v, bias, drop, rows):
+        with torch.autocast(q.device.type, enabled=False):   # dtypes explicit, as in explicit
+            return _RecomputedAttention._forward(ctx, q, k, v, bias, drop, rows)
+
+    @staticmethod
+    def backward(ctx, d_out):
+        with torch.autocast(d_out.device.type, enabled=False):
+            return _RecomputedAttention._backward(ctx, d_out)
+
+    @staticmethod
+    def _forward(ctx, q, k, v, bias, drop, rows):
         acc = _softmax_dtype(q.dtype)
         out = torch.empty(q.shape[:-1] + v.shape[-1:], dtype=v.dtype, device=v.device)
+        lse = torch.empty(q.shape[:-1], dtype=acc, device=q.device)          # [*, R, H, Q]
+        # per chunk: (masked, from_lse); masked 0: no masked key; 1: masked keys get weight
+        # exactly 0 (exp underflows), so their gradient is 0 without masking; 2: a fully masked
+        # query row (uniform weights: explicit's softmax path, masked_fill in backward)
+        ctx.chunks = []
         for s in range(0, q.shape[-4], rows):
             sl = (..., slice(s, s + rows), slice(None), slice(None), slice(None))
-            p = _row_probs(q[sl], k[sl], bias, drop[sl], acc)
-            out[sl] = torch.matmul(p.to(v.dtype), v[sl])
-        ctx.save_for_backward(q, k, v, bias, drop)
+            masked = int(drop[sl].any()) + int(drop[sl].all(-1).any())
+            fused = _flash_rows(q[sl], k[sl], v[sl], bias, drop[sl] if masked else None) \
+                if masked < 2 else None
+            if fused is not None:
+                out[sl], lse[sl[:-1]] = fused
+            else:
+                p = _row_probs(q[sl], k[sl], bias, drop[sl] if masked else None, acc)
+                out[sl] = torch.matmul(p.to(v.dtype), v[sl])
+            ctx.chunks.append((masked, fused is not None))
+        ctx.save_for_backward(q, k, v, bias, drop, lse)
         ctx.rows, ctx.has_bias = rows, bias is not None
         return out
 
     @staticmethod
-    def backward(ctx, d_out):
-        q, k, v, bias, drop = ctx.saved_tensors
+    def _backward(ctx, d_out):
+        q, k, v, bias, drop, lse = ctx.saved_tensors
         acc = _softmax_dtype(q.dtype)
         scale = 1.0 / math.sqrt(q.shape[-1])
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         d_bias = None if bias is None else torch.zeros(bias.shape, dtype=acc, device=bias.device)
-        for s in range(0, q.shape[-4], ctx.rows):
+        for s, (masked, from_lse) in zip(range(0, q.shape[-4], ctx.rows), ctx.chunks):
             sl = (..., slice(s, s + ctx.rows), slice(None), slice(None), slice(None))
-            p = _row_probs(q[sl], k[sl], bias, drop[sl], acc)              # [*, r, H, Q, K]
+            drop_c = drop[sl] if masked else None
+            if from_lse:
+                p = _probs_from_lse(q[sl], k[sl], bias, drop_c, lse[sl[:-1]], acc)
+            else:
+                p = _row_probs(q[sl], k[sl], bias, drop_c, acc)             # [*, r, H, Q, K]
             g = d_out[sl].to(acc)
             dv[sl] = torch.matmul(p.transpose(-1, -2), g).to(dv.dtype)
             dp = torch.matmul(g, v[sl].to(acc).transpose(-1, -2))
             ds = torch.ops.aten._softmax_backward_data(dp, p, -1, acc)    # softmax backward
-            ds.masked_fill_(drop[sl], 0.0)                                 # masked_fill backward
+            if masked == 2:
+                ds.masked_fill_(drop[sl], 0.0)                             # masked_fill backward
             if d_bias is not None:
                 d_bias += ds.sum_to_size(d_bias.shape)   # every axis the bias is broadcast over
             dq[sl] = torch.matmul(ds, k[sl].to(acc)).mul_(scale).to(dq.dtype)

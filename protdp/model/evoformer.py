@@ -19,6 +19,7 @@ from einops import rearrange
 from protdp.model.axial import run_blocks_axial
 from protdp.model.config import ModelConfig
 from protdp.model.evoformer_inference import inference_block
+from protdp.model.precision import active_autocast_dtype, replay_autocast
 from protdp.model.primitives import (Attention, LayerNorm, Linear, MASK_NEG, SharedDropout,
                                      Transition, chunk_rows, fused_projection_enabled,
                                      norm_project)
@@ -36,8 +37,7 @@ class MSARowAttentionWithPairBias(nn.Module):
 
     def forward(self, m, z, msa_mask, chunk_size=None):
         # m [*, S, L, C_m], z [*, L, L, C_z], msa_mask [*, S, L]
-        bias, = norm_project(self.norm_z, [self.linear_b], z)
-        bias = rearrange(bias, "... i j h -> ... h i j")                         # [*, H, L, L]
+        bias, = norm_project(self.norm_z, [self.linear_b], z, channels_first=[True])  # [*, H, L, L]
         if fused_projection_enabled() and chunk_size is None:   # training: one fused projection
             q, k, v, g = norm_project(self.norm_m, self.attention.projections, m)
             return self.attention.core(q, k, v, g, msa_mask, bias)
@@ -108,10 +108,16 @@ class _OuterLinear(torch.autograd.Function):
         # a_t [*, I, S, c], b [*, S, J, d], weight [C_z, c*d] -> [*, I, J, C_z]
         outer = torch.einsum("...isc,...sjd->...ijcd", a_t, b)
         ctx.save_for_backward(a_t, b, weight)
+        ctx.compute_dtype = active_autocast_dtype(a_t.device.type)
         return F.linear(outer.flatten(-2), weight, bias)
 
     @staticmethod
     def backward(ctx, d_y):
+        with replay_autocast(d_y.device.type, ctx.compute_dtype):
+            return _OuterLinear._backward(ctx, d_y)
+
+    @staticmethod
+    def _backward(ctx, d_y):
         a_t, b, weight = ctx.saved_tensors
         n_i, n_j, c, d = a_t.shape[-3], b.shape[-2], a_t.shape[-1], b.shape[-1]
         rows = max(1, OUTER_CHUNK_ELEMENTS // (n_j * c * d))
@@ -126,7 +132,7 @@ class _OuterLinear(torch.autograd.Function):
             d_a.narrow(-3, start, a_rows.shape[-3]).copy_(
                 torch.einsum("...ijcd,...sjd->...isc", d_outer, b))
             d_b += torch.einsum("...ijcd,...isc->...sjd", d_outer, a_rows)
-        d_bias = d_y.reshape(-1, d_y.shape[-1]).sum(0)
+        d_bias = d_y.reshape(-1, d_y.shape[-1]).sum(0, dtype=weight.dtype)
         return d_a, d_b, d_w, d_bias
 
 
@@ -165,45 +171,60 @@ class OuterProductMean(nn.Module):
         return chunk_rows(lambda a_rows, c_rows: self.rows(a_rows, b, c_rows), a_t, count, chunk_size)
 
 
-def _channels_first(x: torch.Tensor, outgoing: bool) -> torch.Tensor:
-    """x [*, L, L, c] -> [*, c, I, K] with x_ik (outgoing) or x_ki (incoming) at [c, i, k]."""
-    x = x.movedim(-1, -3)
-    return (x if outgoing else x.transpose(-1, -2)).contiguous()
+def _oriented(x: torch.Tensor, outgoing: bool) -> torch.Tensor:
+    """x [*, c, L, L] (channels first, x[c, p, q] = x_pq) -> the [*, c, I, K] operand of the
+    product: x_ik (outgoing) or x_ki (incoming, a transposed view the batched GEMM reads)."""
+    return x if outgoing else x.transpose(-1, -2)
 
 
 class _GatedTriangleProduct(torch.autograd.Function):
     """x_ij = sum_k a_ik b_jk (outgoing) or sum_k a_ki b_kj (incoming), a = sigmoid(a_g) * a_p
-    * mask (b alike), storing only the projections for backward: the gated operands, and
-    their channels-first copies, are recomputed there."""
+    * mask (b alike), on channels-first projections [*, c, L, L] as the fused LayerNorm ->
+    projection writes them (no transposed copies: incoming edges read transposed views), storing
+    only the projections for backward: the gated operands are recomputed there."""
 
     @staticmethod
     def forward(ctx, a_p, a_g, b_p, b_g, mask, outgoing):
-        # a_p, a_g, b_p, b_g [*, L, L, c], mask [*, L, L, 1] -> x [*, L, L, c]
-        a = _channels_first(torch.sigmoid(a_g).mul_(a_p).mul_(mask), outgoing)  # [*, c, I, K]
-        b = _channels_first(torch.sigmoid(b_g).mul_(b_p).mul_(mask), outgoing)  # [*, c, J, K]
+        # a_p, a_g, b_p, b_g [*, c, L, L], mask [*, 1, L, L] -> x [*, L, L, c] (contiguous)
+        a = torch.sigmoid(a_g).mul_(a_p).mul_(mask)
+        b = torch.sigmoid(b_g).mul_(b_p).mul_(mask)
         ctx.save_for_backward(a_p, a_g, b_p, b_g, mask)
         ctx.outgoing = outgoing
-        return torch.matmul(a, b.transpose(-1, -2)).movedim(-3, -1)
+        ctx.compute_dtype = active_autocast_dtype(a_p.device.type)
+        ctx.dtypes = [t.dtype for t in (a_p, a_g, b_p, b_g)]
+        x = torch.matmul(_oriented(a, outgoing), _oriented(b, outgoing).transpose(-1, -2))
+        return x.movedim(-3, -1).contiguous()                                   # [*, I, J, c]
 
     @staticmethod
     def backward(ctx, d_x):
-        a_p, a_g, b_p, b_g, mask = ctx.saved_tensors
-        outgoing = ctx.outgoing
-        d_x = d_x.movedim(-1, -3)                                                # [*, c, I, J]
+        with replay_autocast(d_x.device.type, ctx.compute_dtype):
+            grads = _GatedTriangleProduct._backward(ctx, d_x)
+        return tuple(g.to(dtype) for g, dtype in zip(grads[:4], ctx.dtypes)) + (None, None)
 
-        def back(p, g, d_cf):
-            # d_cf [*, c, I, K] (channels first) -> d_p, d_g [*, L, L, c]
-            d = (d_cf if outgoing else d_cf.transpose(-1, -2)).movedim(-3, -1) * mask
+    @staticmethod
+    def _backward(ctx, d_x):
+        a_p, a_g, b_p, b_g, mask = ctx.saved_tensors
+        d_x = d_x.movedim(-1, -3).contiguous()                                   # [*, c, I, J]
+
+        def back(p, g, d):
+            # d [*, c, L, L] (gradient of the gated operand) -> d_p, d_g [*, c, L, L]
+            d = d * mask
             s = torch.sigmoid(g)
             d_p = d * s
             d_g = d.mul_(p).mul_(s).mul_(1 - s)
             return d_p, d_g
 
-        b = _channels_first(torch.sigmoid(b_g).mul_(b_p).mul_(mask), outgoing)
-        d_a_p, d_a_g = back(a_p, a_g, torch.matmul(d_x, b))
+        # outgoing: x = a b^T, d_a = d_x b, d_b = d_x^T a; incoming: x = a^T b, d_a = b d_x^T,
+        # d_b = a d_x (all [*, c, L, L], channels first as the projections)
+        b = torch.sigmoid(b_g).mul_(b_p).mul_(mask)
+        d_a = torch.matmul(d_x, b) if ctx.outgoing else torch.matmul(b, d_x.transpose(-1, -2))
         del b
-        a = _channels_first(torch.sigmoid(a_g).mul_(a_p).mul_(mask), outgoing)
-        d_b_p, d_b_g = back(b_p, b_g, torch.matmul(d_x.transpose(-1, -2), a))
+        d_a_p, d_a_g = back(a_p, a_g, d_a)
+        del d_a
+        a = torch.sigmoid(a_g).mul_(a_p).mul_(mask)
+        d_b = torch.matmul(d_x.transpose(-1, -2), a) if ctx.outgoing else torch.matmul(a, d_x)
+        del a
+        d_b_p, d_b_g = back(b_p, b_g, d_b)
         return d_a_p, d_a_g, d_b_p, d_b_g, None, None
 
 
@@ -231,10 +252,12 @@ class TriangleMultiplication(nn.Module):
         mask = pair_mask[..., None].to(z.dtype)
         if not torch.is_grad_enabled():
             return self._inference(self.norm_in(z), mask)
+        fused = fused_projection_enabled()   # the gated operands are recomputed in backward
         a_p, a_g, b_p, b_g, g = norm_project(self.norm_in, [
-            self.linear_a_p, self.linear_a_g, self.linear_b_p, self.linear_b_g, self.linear_g], z)
-        if fused_projection_enabled():   # the gated operands are recomputed in backward
-            x = _GatedTriangleProduct.apply(a_p, a_g, b_p, b_g, mask, self.outgoing)
+            self.linear_a_p, self.linear_a_g, self.linear_b_p, self.linear_b_g, self.linear_g], z,
+            channels_first=[fused] * 4 + [False])        # fused: a_p..b_g [*, c, L, L]
+        if fused:
+            x = _GatedTriangleProduct.apply(a_p, a_g, b_p, b_g, mask.movedim(-1, -3), self.outgoing)
         else:
             a = torch.sigmoid(a_g) * a_p * mask                            # [*, L, L, c]
             b = torch.sigmoid(b_g) * b_p * mask
@@ -286,8 +309,8 @@ class TriangleAttention(nn.Module):
         if not self.starting:  # ending node = starting node on the transposed pair rep
             z, pair_mask = z.transpose(-2, -3), pair_mask.transpose(-1, -2)
         if fused_projection_enabled() and chunk_size is None:   # training: one fused projection
-            *qkvg, bias = norm_project(self.norm, self.attention.projections + [self.linear_b], z)
-            bias = rearrange(bias, "... j k h -> ... h j k")           # [*, H, L, L]
+            *qkvg, bias = norm_project(self.norm, self.attention.projections + [self.linear_b], z,
+                                       channels_first=[False] * 4 + [True])   # bias [*, H, L, L]
             out = self.attention.core(*qkvg, pair_mask, bias)
         else:
             z = self.norm(z)

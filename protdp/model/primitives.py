@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from einops import rearrange
 
 from protdp.model.attention import MASK_NEG, biased_attention, resolved_backend
+from protdp.model.precision import active_autocast_dtype
 
 INIT_SCHEMES = ("default", "relu", "glorot", "gating", "final")
 
@@ -63,55 +64,108 @@ class _LayerNormLinear(torch.autograd.Function):
     """[LayerNorm(x) W_i^T + b_i for each i] keeping x (and no LayerNorm(x)) for backward, where
     the normalised input is recomputed: one [*, C] activation less per LayerNorm -> Linear site.
     Every output has its own storage (a saved slice of a concatenated output would keep all of
-    it alive)."""
+    it alive). Outputs flagged in `channels_first` come out as [*, c, A, B] for x [*, A, B, C]
+    (the GEMM writes that layout: no transposed copy for the triangle products or a bias that
+    is read per channel). Under autocast it computes what the modules do there: LayerNorm in
+    fp32 (AF2 / OpenFold), the projections in the autocast dtype (`protdp.model.precision`)."""
 
     @staticmethod
-    def forward(ctx, x, gamma, beta, eps, *weights_and_biases):
-        shape = (x.shape[-1],)
-        x_n, mean, rstd = torch.native_layer_norm(x, shape, gamma, beta, eps)
+    def forward(ctx, x, gamma, beta, eps, channels_first, *weights_and_biases):
+        device = x.device.type
+        ctx.compute_dtype = active_autocast_dtype(device)
+        ctx.eps, ctx.channels_first = eps, channels_first
         n = len(weights_and_biases) // 2
         weights, biases = weights_and_biases[:n], weights_and_biases[n:]
-        ctx.save_for_backward(x, gamma, beta, mean, rstd, *weights)
-        ctx.eps = eps
-        return tuple(F.linear(x_n, w, b) for w, b in zip(weights, biases))
+        with torch.autocast(device, enabled=False):
+            x_n, mean, rstd = _layer_norm(ctx, x, gamma, beta)
+            ctx.save_for_backward(x, gamma, beta, mean, rstd, *weights)
+            x_t = _pairs_channels_first(x_n) if any(channels_first) else None   # [B, C, A*B']
+            outs = []
+            for w, b, cf in zip(weights, biases, channels_first):
+                w, b = w.to(x_n.dtype), b.to(x_n.dtype)
+                if cf:   # [B, c, A*B'] = b + W [C, A*B'] per batch, viewed [*, c, A, B']
+                    y = torch.baddbmm(b[:, None], w.expand(x_t.shape[0], *w.shape), x_t)
+                    outs.append(y.view(x.shape[:-3] + (w.shape[0],) + x.shape[-3:-1]))
+                else:
+                    outs.append(F.linear(x_n, w, b))
+            return tuple(outs)
 
     @staticmethod
     def backward(ctx, *d_ys):
         x, gamma, beta, mean, rstd, *weights = ctx.saved_tensors
-        shape = (x.shape[-1],)
-        x_n = torch.native_layer_norm(x, shape, gamma, beta, ctx.eps)[0]      # same values
-        x_n2 = x_n.reshape(-1, shape[0])
-        d_weights, d_biases, d_x_n = [], [], None
-        for w, d_y in zip(weights, d_ys):
-            if d_y is None:
-                d_y = torch.zeros(x.shape[:-1] + (w.shape[0],), dtype=x.dtype, device=x.device)
-            d_y2 = d_y.reshape(-1, d_y.shape[-1])
-            d_weights.append(d_y2.t().mm(x_n2))
-            d_biases.append(d_y2.sum(0))
-            d_x_n = d_y.matmul(w) if d_x_n is None else d_x_n.add_(d_y.matmul(w))
-        del x_n, x_n2
-        d_x, d_gamma, d_beta = torch.ops.aten.native_layer_norm_backward(
-            d_x_n, x, shape, mean, rstd, gamma, beta, list(ctx.needs_input_grad[:3]))
-        return (d_x, d_gamma, d_beta, None, *d_weights, *d_biases)
+        with torch.autocast(x.device.type, enabled=False):
+            x_n = _layer_norm(ctx, x, gamma, beta)[0]                    # same values
+            x_n2 = x_n.reshape(-1, x.shape[-1])                          # [N, C]
+            x_t = _pairs_channels_first(x_n) if any(ctx.channels_first) else None
+            norm_dtype = mean.dtype
+            d_weights, d_biases, d_x_n = [], [], None
+            for w, d_y, cf in zip(weights, d_ys, ctx.channels_first):
+                if d_y is None:
+                    d_y = x_n.new_zeros(x.shape[:-1] + (w.shape[0],))
+                    cf = False
+                w_c = w.to(x_n.dtype)
+                if cf:
+                    d_y3 = d_y.to(x_n.dtype).reshape(x_t.shape[0], w.shape[0], -1)  # [B, c, N']
+                    d_weights.append(torch.bmm(d_y3, x_t.transpose(1, 2)).sum(0).to(w.dtype))
+                    d_biases.append(d_y3.sum((0, 2), dtype=norm_dtype).to(w.dtype))
+                    w_b = w_c.expand(d_y3.shape[0], *w.shape)                  # [B, c, C]
+                    if d_x_n is not None and d_x_n.dtype == d_y3.dtype:
+                        d_x_n.view(d_y3.shape[0], -1, x.shape[-1]).baddbmm_(d_y3.transpose(1, 2), w_b)
+                        continue
+                    d_part = torch.bmm(d_y3.transpose(1, 2), w_b).reshape(-1, x.shape[-1])  # [N, C]
+                else:
+                    d_y2 = d_y.to(x_n.dtype).reshape(-1, w.shape[0])
+                    d_weights.append(d_y2.t().mm(x_n2).to(w.dtype))
+                    d_biases.append(d_y2.sum(0, dtype=norm_dtype).to(w.dtype))
+                    if d_x_n is not None and d_x_n.dtype == d_y2.dtype:
+                        d_x_n.addmm_(d_y2, w_c)        # accumulated in the GEMM: no extra pass
+                        continue
+                    d_part = d_y2.mm(w_c)
+                d_x_n = d_part.to(norm_dtype) if d_x_n is None else d_x_n.add_(d_part)
+            del x_n, x_n2, x_t
+            d_x, d_gamma, d_beta = torch.ops.aten.native_layer_norm_backward(
+                d_x_n.view(x.shape), x.to(norm_dtype), (x.shape[-1],), mean, rstd,
+                gamma.to(norm_dtype), beta.to(norm_dtype), list(ctx.needs_input_grad[:3]))
+        return (None if d_x is None else d_x.to(x.dtype),
+                None if d_gamma is None else d_gamma.to(gamma.dtype),
+                None if d_beta is None else d_beta.to(beta.dtype), None, None,
+                *d_weights, *d_biases)
+
+
+def _pairs_channels_first(x_n: torch.Tensor) -> torch.Tensor:
+    """x_n [*, A, B, C] -> a [B*, C, A*B] transposed view (no copy) for channels-first GEMMs."""
+    return x_n.reshape((-1, x_n.shape[-3] * x_n.shape[-2], x_n.shape[-1])).transpose(1, 2)
+
+
+def _layer_norm(ctx, x, gamma, beta):
+    """(LayerNorm(x) in the projections' dtype, mean, rstd): statistics in x's dtype, or in fp32
+    under autocast (as autocast runs layer_norm)."""
+    norm_dtype = x.dtype if ctx.compute_dtype is None else torch.float32
+    x_n, mean, rstd = torch.native_layer_norm(x.to(norm_dtype), (x.shape[-1],),
+                                              gamma.to(norm_dtype), beta.to(norm_dtype), ctx.eps)
+    return (x_n if ctx.compute_dtype is None else x_n.to(ctx.compute_dtype)), mean, rstd
 
 
 def fused_projection_enabled() -> bool:
-    """Training without autocast: LayerNorm -> projections run as one `_LayerNormLinear`
-    (under autocast, and without autograd, the modules run one by one)."""
-    return torch.is_grad_enabled() and not any(
-        torch.is_autocast_enabled(d) for d in ("cpu", "cuda"))
+    """Training: LayerNorm -> projections run as one `_LayerNormLinear` (with or without
+    autocast); without autograd the modules run one by one."""
+    return torch.is_grad_enabled()
 
 
-def norm_project(norm: nn.LayerNorm, linears, x: torch.Tensor) -> list[torch.Tensor]:
+def norm_project(norm: nn.LayerNorm, linears, x: torch.Tensor,
+                 channels_first=None) -> list[torch.Tensor]:
     """[linear(norm(x)) for linear in linears], with one LayerNorm whose output is recomputed in
     backward instead of stored (`_LayerNormLinear`) in training; the module calls otherwise.
-    Same values."""
+    Same values. `channels_first[i]`: output i as [*, c, A, B] for x [*, A, B, C] (a view of
+    the channels-last result on the module path)."""
+    channels_first = tuple(bool(f) for f in (channels_first or [False] * len(linears)))
     if not fused_projection_enabled():
         x_n = norm(x)
-        return [lin(x_n) for lin in linears]
+        return [lin(x_n).movedim(-1, -3) if cf else lin(x_n)
+                for lin, cf in zip(linears, channels_first)]
     biases = [lin.bias if lin.bias is not None else lin.weight.new_zeros(lin.out_features)
               for lin in linears]
-    return list(_LayerNormLinear.apply(x, norm.weight, norm.bias, norm.eps,
+    return list(_LayerNormLinear.apply(x, norm.weight, norm.bias, norm.eps, channels_first,
                                        *(lin.weight for lin in linears), *biases))
 
 
