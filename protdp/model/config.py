@@ -206,7 +206,7 @@ class ModelConfig:
     bf16: bool = False
     """Run the trunk under bf16 autocast (CPU or CUDA); structure module and losses stay fp32."""
     attention_backend: str = "auto"
-    """Biased-attention kernel: auto | explicit | sdpa | lowmem (protdp.model.attention)."""
+    """Biased-attention kernel: auto | explicit | sdpa | recompute | lowmem (protdp.model.attention)."""
 
     @property
     def sm_channels(self) -> int:
