@@ -46,7 +46,7 @@ def test_block_comm_bytes_formula():
 def world2(tmp_path_factory):
     out = tmp_path_factory.mktemp("dap")
     return dw.spawn([("collectives", {"dap": 2}), ("numerics", {"dap": 2}),
-                     ("numerics", {"dap": 2, "backend": "recompute"}),
+                     ("numerics", {"dap": 2, "backend": "explicit"}),
                      ("training", {"dap": 2}), ("training", {"dap": 1}),
                      ("reload", {"dap": 1}), ("inference", {"dap": 2})], 2, out)   # inference ends the group: last
 
@@ -73,10 +73,11 @@ def test_collective_backwards_match_analytic(world2):
         assert res["gather_bwd_split_only_would_be"] > 0.1   # the analytic check can fail
 
 
-@pytest.mark.parametrize("world,dap,backend", [(2, 2, ""), (4, 4, ""), (2, 2, "_recompute")])
+@pytest.mark.parametrize("world,dap,backend", [(2, 2, ""), (4, 4, ""), (2, 2, "_explicit")])
 def test_dap_equals_one_process_fp64_and_split_only_backward_fails(world2, world4, world, dap, backend):
-    """Default attention, and "recompute" (whose bias gradient once raised on a rank whose MSA
-    shard has no batch axis, leaving its DAP peer waiting in a collective)."""
+    """Default attention (on CPU "recompute" for a bias with a gradient: its bias gradient once
+    raised on a rank whose MSA shard has no batch axis, leaving its DAP peer waiting in a
+    collective), and the "explicit" reference backend."""
     for res in _ok({2: world2, 4: world4}[world][f"numerics_{dap}{backend}"])[:1]:   # rank 0 compares
         assert res["grad_names"]
         assert res["outputs"] <= FP64 * max(1.0, res["outputs_scale"]), res["outputs"]
