@@ -29,6 +29,7 @@ from Bio.PDB.StructureBuilder import StructureBuilder
 from protdp.data.residue_constants import ATOM_TYPES, NUM_ATOM37, RESTYPE_ATOM37_MASK
 from protdp.data.residues import sequence_to_ids
 from protdp.fileio import atomic_write_bytes
+from protdp.text import printable   # one definition (protdp/text.py); callers import it here
 
 ONE_TO_THREE = {"A": "ALA", "R": "ARG", "N": "ASN", "D": "ASP", "C": "CYS", "Q": "GLN",
                 "E": "GLU", "G": "GLY", "H": "HIS", "I": "ILE", "L": "LEU", "K": "LYS",
@@ -52,11 +53,6 @@ def safe_name(target_id: str) -> str:
         return target_id
     digest = hashlib.sha256(target_id.encode("utf-8", "surrogatepass")).hexdigest()[:10]
     return f"{cleaned}-{digest}" if cleaned else f"target-{digest}"
-
-
-def printable(text: str) -> str:
-    """User text for a terminal or TSV: control and non-ASCII characters as escapes."""
-    return text.encode("unicode_escape").decode("ascii")
 
 
 def _structure(name: str, sequence: str, positions: np.ndarray, mask: np.ndarray, plddt: np.ndarray):
@@ -132,7 +128,8 @@ def write_json(path: Path, obj: dict) -> Path:
 
 
 def summary_row(row: dict) -> list[str]:
-    """One TSV line's cells; user text escaped so no tab/newline/control character survives."""
+    """One TSV line's cells; user text through `printable`, so no tab/newline/control/bidi
+    character survives, "\\" is doubled, and non-ASCII letters ("Å", "naïve") stay as written."""
     def fmt(v):
         if v is None:
             return ""

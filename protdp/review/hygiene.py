@@ -16,17 +16,14 @@ import re
 import unicodedata
 
 from protdp.errors import InputError
+from protdp.text import display_text  # noqa: F401  (one definition; callers import it here)
+from protdp.text import escape_char as _escape
 
 MAX_COMMENT_CHARS = 10_000
 LIST_TEXT_CHARS = 80                 # target names etc. in lists; the item page shows all
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
 CODE_RE = re.compile(r"^[a-z0-9_]{1,64}$")
 _COMMENT_OK = "\n\r\t"
-
-
-def _escape(ch: str) -> str:
-    code = ord(ch)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def escape_controls(text: str) -> str:
@@ -76,24 +73,6 @@ def check_filter_text(value: str | None, field: str, max_chars: int = 200) -> st
     if any(unicodedata.category(c) in ("Cc", "Cs") for c in value):
         raise InputError("contains control characters", field=field)
     return value
-
-
-def display_text(text, *, keep_newlines: bool = False) -> str:
-    """User text for a page or terminal: controls escaped, bidi/format characters (Cf)
-    shown as `<U+202E>` so they cannot reorder or hide what surrounds them."""
-    s = "" if text is None else str(text)
-    out = []
-    for c in s:
-        cat = unicodedata.category(c)
-        if keep_newlines and c in "\n\t":
-            out.append(c)
-        elif cat in ("Cc", "Cs"):
-            out.append(_escape(c))
-        elif cat in ("Cf", "Zl", "Zp"):
-            out.append(f"<U+{ord(c):04X}>")
-        else:
-            out.append(c)
-    return "".join(out)
 
 
 def truncate(text, limit: int = LIST_TEXT_CHARS) -> str:
