@@ -33,6 +33,7 @@ import torch
 
 from protdp.config import load_config, to_dict
 from protdp.errors import ConfigError, InputError
+from protdp.fileio import sha256_file
 from protdp.model.complex_losses import TERM_KEYS, complex_loss
 from protdp.model.config import ModelConfig
 from protdp.model.model import sample_num_recycles
@@ -223,10 +224,17 @@ class ComplexTrainer(Trainer):
     def _term_keys(self) -> list[str]:
         return list(TERM_KEYS)
 
-    def save(self) -> None:
-        super().save()
+    def write_servable(self, saved: Path) -> Path:
+        """The EMA weights as `<save>/multimer_model.pt` (rank 0); the run folder is what
+        `protdp release` checks (it refuses an iter_N of a complex run), submitted after the
+        file exists."""
         if self.rank == 0:
             with self.ema.swapped_into(self.model):
                 path = write_multimer_checkpoint(self.model, self.model.state_dict(),
                                                  Path(self.args.save))
             self.logger.print(f"wrote the EMA weights as a multimer checkpoint: {path}")
+        return Path(self.args.save)
+
+    def servable_digest(self, served: Path) -> str:
+        """The multimer checkpoint file's sha256, as `protdp release` records it."""
+        return sha256_file(Path(served) / MULTIMER_MODEL_FILE)

@@ -20,6 +20,7 @@ import math
 import os
 import random
 import sys
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -516,8 +517,18 @@ class Trainer:
             config={**self.args.to_dict(), "model": dataclasses.asdict(self.model_config),
                     "finetune_source": self.finetune_source})
         self.logger.print(f"saved checkpoint {path}")
+        served = self.write_servable(path)
         if self.release_checks is not None:
-            self.release_checks.submit(path)
+            self.release_checks.submit(served)
+
+    def write_servable(self, saved: Path) -> Path:
+        """Hook after each save: write what serves predictions and return the folder that
+        `protdp release` checks (a monomer run: the iteration folder just saved)."""
+        return saved
+
+    def servable_digest(self, served: Path) -> str:
+        """The sha256 a release record of `served` binds (the checkpoint's weight files)."""
+        return checkpointing.checkpoint_digest(served)
 
     def _wait_for_release_checks(self) -> None:
         """The last checkpoint's release check decides whether it may serve predictions: wait
@@ -528,7 +539,7 @@ class Trainer:
         final = checks.waiting or checks.launched[-1]
         self.logger.print(f"waiting for the release check of {final} (log: {final / RELEASE_LOG})")
         job = checks.finish()
-        status = read_release(job.path, checkpointing.checkpoint_digest(job.path))
+        status = read_release(job.path, self.servable_digest(job.path))
         verdict = "released" if status.released else f"not released: {status.reason}"
         self.logger.print(f"release check of {job.path}: {verdict}")
 
