@@ -96,7 +96,8 @@ class TrainArgs(ParallelConfig):
     release_check: bool = _f(True, "after each save rank 0 runs `protdp release` on the checkpoint "
                              "as a background job, one at a time, newest next (log: "
                              "iter_N/release.log; the final one is waited for): accuracy, "
-                             "calibration, red-team, screening -> iter_N/release.json")
+                             "calibration, red-team, screening -> iter_N/release.json "
+                             "(complex fine-tuning: the run folder's)")
     # --- evaluation and logging
     eval_interval: int = _f(50, "validate every N iterations on held-out families (EMA weights)")
     eval_iters: int = _f(8, "held-out examples evaluated per rank per validation")
