@@ -47,12 +47,13 @@ from protdp.inference.complexes import (COMPLEX_HINT, COMPLEX_SCORE_KEYS, build_
                                        complex_scores, is_complex_record, run_complex_ensemble)
 from protdp.inference.af_outputs import pae_json_values
 from protdp.inference.ensemble import members, run_member, ensemble_stops
-from protdp.inference.layout import (current_prediction, outputs_intact, prediction_id,
+from protdp.inference.layout import (current_prediction, prediction_id,
                                      publish_build, set_aside_damaged, start_build,
                                      write_current)
 from protdp.inference.memory import TargetSize
 from protdp.inference.prediction_files import write_prediction_files
 from protdp.inference.ranking import ensemble_spread, model_numbers, rank
+from protdp.inference.records import PENDING_FILE, completed_record, intact_pending, item_paths
 from protdp.inference.recycling import RecycleEarlyStop
 from protdp.inference.writers import round_plddt, write_json
 from protdp.model.attention import backend_report
@@ -63,7 +64,6 @@ CLINICAL_NOTICE = ("Computational prediction for research use. NOT for clinical 
 TARGETS_DIR = "targets"
 MSA_MODES = ("auto", "single_sequence")
 PARTS_DIR = ".summary_parts"
-PENDING_FILE = "pending.json"
 
 
 @dataclass
@@ -293,21 +293,6 @@ class Predictor:
                            "msa": [m["sha256"] for m in msa_files]}, sort_keys=True)
         return sha256_text(blob)
 
-    def _complete(self, pdir: Path, fingerprint: str) -> dict | None:
-        """The previous run's provenance when this prediction is done with identical inputs."""
-        prov = pdir / "provenance.json"
-        if not prov.is_file():
-            return None
-        try:
-            data = json.loads(prov.read_text())
-        except (OSError, json.JSONDecodeError):
-            return None
-        if data.get("fingerprint") != fingerprint:
-            return None
-        if not outputs_intact(pdir, data):
-            return None
-        return data
-
     def features(self, sequence: str, msa, family_id: str = "query", *,
                  seed: int | None = None, loaded: LoadedModel | None = None) -> dict:
         """The model's inputs for one target under this predictor's settings (one MSA sample
@@ -384,9 +369,9 @@ class Predictor:
                 if own.is_symlink():
                     raise InputError("is a symbolic link; protdp never writes through (or "
                                      "trusts) a link in its output folder: remove it", path=own)
-            done = self._complete(pdir, fp)
+            done = completed_record(pdir, fp)
             if done is None and pdir.exists():
-                if self._intact_pending(pdir, fp):
+                if intact_pending(pdir, fp):
                     return self._finish_pending(t, tdir, pdir, fp)
                 set_aside_damaged(pdir)
             if done is None and built is not None:
@@ -448,7 +433,7 @@ class Predictor:
         row = {**done["summary"], "index": t.index, "status": "skipped"}
         if row["route"] == "needs_review":
             scores = json.loads((pdir / "scores.json").read_text())
-            row["review_item"] = self._enqueue(t, fp, scores, _item_paths(row["paths"], pdir))
+            row["review_item"] = self._enqueue(t, fp, scores, item_paths(row["paths"], pdir))
         if current_prediction(tdir) != pdir:
             write_current(tdir, pdir.name)
         return row
@@ -565,22 +550,6 @@ class Predictor:
         publish_build(build, pdir)
         return self._complete_published(t, tdir, pdir, fp, provenance, scores)
 
-    @staticmethod
-    def _intact_pending(pdir: Path, fp: str) -> bool:
-        """Published, not yet complete, every file present: no provenance.json, or one that is
-        not a whole JSON object (torn: provenance is not among the bytes the review item
-        binds, so finishing keeps the item's binding; redoing would break it)."""
-        try:
-            data = json.loads((pdir / PENDING_FILE).read_text())
-        except (OSError, json.JSONDecodeError):
-            return False
-        try:
-            whole = isinstance(json.loads((pdir / "provenance.json").read_text()), dict)
-        except (OSError, ValueError):
-            whole = False
-        return (not whole and data.get("fingerprint") == fp
-                and outputs_intact(pdir, data))
-
     def _finish_pending(self, t, tdir, pdir, fp) -> dict:
         """A published folder whose run stopped before the queue / completion mark."""
         provenance = json.loads((pdir / PENDING_FILE).read_text())
@@ -590,7 +559,7 @@ class Predictor:
     def _complete_published(self, t, tdir, pdir, fp, provenance, scores) -> dict:
         row = {**provenance["summary"], "index": t.index}
         if row["route"] == "needs_review":
-            row["review_item"] = self._enqueue(t, fp, scores, _item_paths(row["paths"], pdir))
+            row["review_item"] = self._enqueue(t, fp, scores, item_paths(row["paths"], pdir))
         provenance.update(review_queue=self.sink.display if "review_item" in row else None,
                           review_item=row.get("review_item"),
                           summary={k: v for k, v in row.items() if k != "gate"})
@@ -599,10 +568,3 @@ class Predictor:
         row["paths"]["provenance"] = str(pdir / "provenance.json")
         return row
 
-
-def _item_paths(paths: dict, pdir: Path) -> dict:
-    """Every file of a prediction for its review item (the queue hashes them): the outputs and
-    pending.json, the record provenance.json repeats once the item id is known."""
-    out = {k: v for k, v in paths.items() if k != "provenance"}
-    out["pending"] = str(pdir / PENDING_FILE)
-    return out
