@@ -151,8 +151,9 @@ class _OuterLinear(torch.autograd.Function):
                 a_ci = a3[n, start:start + i].permute(2, 0, 1).reshape(c * i, n_s)   # [c*i, S]
                 outer = _outer_channels_first(a3[n, start:start + i], b3[n], d)      # [c, i*J, d]
                 d_rows = d_y3[n, start:start + i].reshape(i * n_j, n_z)               # [i*J, C_z]
-                for k in range(c):
-                    d_w[:, k].add_(d_rows.t().mm(outer[k]))
+                # [c, d, C_z]: one batched GEMM (d_rows broadcast over c, not copied)
+                d_w.add_(torch.bmm(outer.transpose(1, 2), d_rows.expand(c, *d_rows.shape))
+                         .permute(2, 0, 1))
                 del outer
                 # d_outer [c*i, J*d] (the projection's gradient, one permuted copy)
                 d_outer = d_rows.mm(w).view(i * n_j, c, d).transpose(0, 1).reshape(c * i, n_j * d)
