@@ -227,3 +227,29 @@ def test_fused_training_path_gives_the_module_path_gradients(monkeypatch):
     names = ["m", "z", "d_m", "d_z"] + [n for n, _ in block.named_parameters()]
     for name, a, b in zip(names, fused, plain):
         assert torch.allclose(a, b, atol=1e-12, rtol=1e-10), (name, (a - b).abs().max())
+
+
+def test_outer_linear_gradients_equal_the_einsum_reference(monkeypatch):
+    """_OuterLinear (outer products laid out [c, I*J, d], recomputed in row chunks in backward)
+    gives the output and the a, b, weight and bias gradients of einsum -> Linear (fp64), with
+    two leading batch dimensions and a row chunk that does not divide I."""
+    from protdp.model import evoformer
+    monkeypatch.setattr(evoformer, "OUTER_CHUNK_ELEMENTS", 2 * 7 * 3 * 4)   # 2 rows of 5
+    g = torch.Generator().manual_seed(3)
+    a_t = torch.randn(2, 1, 5, 6, 3, generator=g, dtype=torch.float64)      # [*, I, S, c]
+    b = torch.randn(2, 1, 6, 7, 4, generator=g, dtype=torch.float64)        # [*, S, J, d]
+    w = torch.randn(8, 12, generator=g, dtype=torch.float64)
+    bias = torch.randn(8, generator=g, dtype=torch.float64)
+    d_y = torch.randn(2, 1, 5, 7, 8, generator=g, dtype=torch.float64)
+
+    def grads(fn):
+        leaves = [t.clone().requires_grad_() for t in (a_t, b, w, bias)]
+        y = fn(*leaves)
+        y.backward(d_y)
+        return [y] + [t.grad for t in leaves]
+
+    got = grads(evoformer._OuterLinear.apply)
+    ref = grads(lambda a, bb, ww, bi: torch.nn.functional.linear(
+        torch.einsum("...isc,...sjd->...ijcd", a, bb).flatten(-2), ww, bi))
+    for name, x, y in zip(("y", "d_a", "d_b", "d_w", "d_bias"), got, ref):
+        assert torch.allclose(x, y, atol=1e-12, rtol=1e-10), (name, (x - y).abs().max())

@@ -101,39 +101,73 @@ OUTER_CHUNK_ELEMENTS = 1 << 22
 
 class _OuterLinear(torch.autograd.Function):
     """y_ij = vec(sum_s a_si (x) b_sj) W^T + bias without storing the [*, I, J, c*d] outer
-    products for backward: they are recomputed there a few rows i at a time."""
+    products for backward: they are recomputed there a few rows i at a time. The outer
+    products are laid out [c, I*J, d] (one GEMM of a^T [c*I, S] and b [S, J*d], no permuted
+    copy), so the projection is a sum over c of [I*J, d] x [d, C_z] GEMMs and the backward
+    GEMMs read contiguous operands (one permuted copy of the output gradient's projection)."""
 
     @staticmethod
     def forward(ctx, a_t, b, weight, bias):
         # a_t [*, I, S, c], b [*, S, J, d], weight [C_z, c*d] -> [*, I, J, C_z]
-        outer = torch.einsum("...isc,...sjd->...ijcd", a_t, b)
         ctx.save_for_backward(a_t, b, weight)
         ctx.compute_dtype = active_autocast_dtype(a_t.device.type)
-        return F.linear(outer.flatten(-2), weight, bias)
+        dtype = ctx.compute_dtype or a_t.dtype
+        n_i, n_s, c = a_t.shape[-3:]
+        n_j, d, n_z = b.shape[-2], b.shape[-1], weight.shape[0]
+        with torch.autocast(a_t.device.type, enabled=False):
+            w_t = weight.to(dtype).view(n_z, c, d).permute(1, 2, 0).contiguous()   # [c, d, C_z]
+            a3 = a_t.to(dtype).reshape(-1, n_i, n_s, c)
+            b3 = b.to(dtype).reshape(-1, n_s, n_j * d)
+            y = a3.new_empty(a3.shape[0], n_i * n_j, n_z)
+            for n in range(a3.shape[0]):
+                outer = _outer_channels_first(a3[n], b3[n], d)                      # [c, I*J, d]
+                torch.addmm(bias.to(dtype), outer[0], w_t[0], out=y[n])
+                for k in range(1, c):
+                    y[n].addmm_(outer[k], w_t[k])
+        return y.view(a_t.shape[:-3] + (n_i, n_j, n_z))
 
     @staticmethod
     def backward(ctx, d_y):
-        with replay_autocast(d_y.device.type, ctx.compute_dtype):
+        with torch.autocast(d_y.device.type, enabled=False):
             return _OuterLinear._backward(ctx, d_y)
 
     @staticmethod
     def _backward(ctx, d_y):
         a_t, b, weight = ctx.saved_tensors
-        n_i, n_j, c, d = a_t.shape[-3], b.shape[-2], a_t.shape[-1], b.shape[-1]
+        dtype = ctx.compute_dtype or a_t.dtype
+        n_i, n_s, c = a_t.shape[-3:]
+        n_j, d, n_z = b.shape[-2], b.shape[-1], weight.shape[0]
         rows = max(1, OUTER_CHUNK_ELEMENTS // (n_j * c * d))
-        d_a, d_b = torch.empty_like(a_t), torch.zeros_like(b)
-        d_w = torch.zeros_like(weight)
-        for start in range(0, n_i, rows):
-            a_rows = a_t.narrow(-3, start, min(rows, n_i - start))
-            d_rows = d_y.narrow(-3, start, a_rows.shape[-3])                  # [*, i, J, C_z]
-            outer = torch.einsum("...isc,...sjd->...ijcd", a_rows, b).flatten(-2)
-            d_w += d_rows.reshape(-1, d_rows.shape[-1]).t().mm(outer.reshape(-1, c * d))
-            d_outer = d_rows.matmul(weight).unflatten(-1, (c, d))             # [*, i, J, c, d]
-            d_a.narrow(-3, start, a_rows.shape[-3]).copy_(
-                torch.einsum("...ijcd,...sjd->...isc", d_outer, b))
-            d_b += torch.einsum("...ijcd,...isc->...sjd", d_outer, a_rows)
+        a3 = a_t.to(dtype).reshape(-1, n_i, n_s, c)
+        b3 = b.to(dtype).reshape(-1, n_s, n_j * d)                                   # [B, S, J*d]
+        d_y3 = d_y.to(dtype).reshape(-1, n_i, n_j, n_z)
+        w = weight.to(dtype)
+        d_a = torch.empty_like(a_t).view(-1, n_i, n_s, c)
+        d_b = torch.zeros_like(b).view(-1, n_s, n_j * d)
+        d_w = torch.zeros_like(weight).view(n_z, c, d)
+        for n in range(a3.shape[0]):
+            for start in range(0, n_i, rows):
+                i = min(rows, n_i - start)
+                a_ci = a3[n, start:start + i].permute(2, 0, 1).reshape(c * i, n_s)   # [c*i, S]
+                outer = _outer_channels_first(a3[n, start:start + i], b3[n], d)      # [c, i*J, d]
+                d_rows = d_y3[n, start:start + i].reshape(i * n_j, n_z)               # [i*J, C_z]
+                # [c, d, C_z]: one batched GEMM (d_rows broadcast over c, not copied)
+                d_w.add_(torch.bmm(outer.transpose(1, 2), d_rows.expand(c, *d_rows.shape))
+                         .permute(2, 0, 1))
+                del outer
+                # d_outer [c*i, J*d] (the projection's gradient, one permuted copy)
+                d_outer = d_rows.mm(w).view(i * n_j, c, d).transpose(0, 1).reshape(c * i, n_j * d)
+                d_a[n, start:start + i].copy_(d_outer.mm(b3[n].t()).view(c, i, n_s).permute(1, 2, 0))
+                d_b[n].add_(a_ci.t().mm(d_outer))
         d_bias = d_y.reshape(-1, d_y.shape[-1]).sum(0, dtype=weight.dtype)
-        return d_a, d_b, d_w, d_bias
+        return d_a.view(a_t.shape), d_b.view(b.shape), d_w.view(weight.shape), d_bias
+
+
+def _outer_channels_first(a_rows: torch.Tensor, b2: torch.Tensor, d: int) -> torch.Tensor:
+    """a_rows [I, S, c], b2 [S, J*d] -> outer products [c, I*J, d] (one GEMM, no copy of it)."""
+    n_i, n_s, c = a_rows.shape
+    a_ci = a_rows.permute(2, 0, 1).reshape(c * n_i, n_s)                             # [c*I, S]
+    return a_ci.mm(b2).view(c, -1, d)
 
 
 class OuterProductMean(nn.Module):
