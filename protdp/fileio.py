@@ -152,6 +152,22 @@ def replace_file(tmp: str | Path, path: str | Path) -> None:
     os.replace(tmp, path)
 
 
+def commit_file(tmp: str | Path, path: str | Path) -> None:
+    """A finished temporary file (e.g. an HDF5 store) into place durably: fsync it, rename it
+    over `path` with `replace_file`, fsync the folder (the rename survives a power cut)."""
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    replace_file(tmp, path)
+    dfd = os.open(Path(path).parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     """Write `data` via a temporary file beside `path`, fsync, and `replace_file`: a crash leaves
     the old file or the new one, never a half-written one, and never replaces a device node."""

@@ -24,6 +24,7 @@ import signal
 
 import pytest
 
+from protdp import fileio
 from protdp.cli import main as protdp_main
 from protdp.data.parse import parse_msa
 from protdp.review.binding import mismatches
@@ -97,7 +98,7 @@ def test_kill_9_during_complex_store_leaves_old_store_or_none(tmp_path, store_in
     # a forced rebuild killed at three moments: the previous store is untouched each time
     for module, attr, when in ((st, "_write_complex", lambda *a, **k: True),
                                (st, "verify_complex_store", lambda *a, **k: True),
-                               (st, "replace_file", lambda *a, **k: True)):
+                               (fileio, "replace_file", lambda *a, **k: True)):   # its rename
         _run_killed(lambda: _kill_when(module, attr, when, before=True),
                     lambda: protdp_main(args + ["--force"]))
         assert out.read_bytes() == good, attr

@@ -15,7 +15,6 @@ import dataclasses
 import fcntl
 import json
 import multiprocessing as mp
-import os
 import sys
 import time
 from collections import Counter
@@ -26,7 +25,7 @@ from protdp.data.discover import FamilySpec, Inputs, discover_by_name, is_mmcif,
 from protdp.data.families import process_family, reject_record, run_specs  # noqa: F401
 from protdp.data.filters import FILTER_NAMES, INPUT_RULES, FilterConfig, load_screening
 from protdp.data.safeio import atomic_write_text, sha256_file, writable_output
-from protdp.fileio import replace_file
+from protdp.fileio import commit_file
 from protdp.data.store import (H5_ERRORS, check_format_version, content_sha256, new_store_file,
                                open_store_h5, read_arrays, verify_store, write_family,
                                write_index)
@@ -307,21 +306,6 @@ class _WriteFailures:
         sys.unraisablehook, sys.excepthook = self.hooks
 
 
-def _commit(tmp: Path, out: Path) -> None:
-    """fsync the finished temporary store and rename it over the target (atomic)."""
-    fd = os.open(tmp, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    replace_file(tmp, out)                           # never over a device node or FIFO
-    dfd = os.open(out.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
 def build_store(out: str | Path, *, pairs: str | Path | None = None,
                 msa_dir: str | Path | None = None, structure_dir: str | Path | None = None,
                 config: FilterConfig | str | Path | dict | None = None, workers: int = 1,
@@ -435,7 +419,7 @@ def _build(out: str | Path, *, pairs, msa_dir, structure_dir, config, workers, r
                              f"previous store is unchanged", path=out)
         _account(report, st, inputs, all_files)
         atomic_write_text(rejects_path, "".join(json.dumps(r) + "\n" for r in st.rejects))
-        _commit(tmp, out)
+        commit_file(tmp, out)
     report.removed = len(previous - set(st.status))
     report.seconds = time.time() - t0
     return report

@@ -51,7 +51,7 @@ from protdp.data.atoms import read_structure
 from protdp.data.parse import merge_msas, pair_msa_structure, parse_msa, parse_structure
 from protdp.data.residues import sequence_to_ids
 from protdp.errors import InputError
-from protdp.fileio import replace_file, sha256_file
+from protdp.fileio import commit_file, sha256_file
 from protdp.multimer.inputs import MAX_CHAINS
 
 STORE_KIND = "complexes"
@@ -313,21 +313,6 @@ def verify_complex_store(path: str | Path) -> list[str]:
     return problems
 
 
-def _commit(tmp: Path, out: Path) -> None:
-    """fsync the finished store, rename it over the target, fsync the folder."""
-    fd = os.open(tmp, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    replace_file(tmp, out)
-    dfd = os.open(out.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
 def build_complex_store(manifest: str | Path, out: str | Path, force: bool = False,
                         log=print) -> ComplexBuildReport:
     """Manifest -> complex store at `out` (module docstring: crash safety)."""
@@ -372,7 +357,7 @@ def build_complex_store(manifest: str | Path, out: str | Path, force: bool = Fal
             if problems:
                 raise InputError(f"the new store failed verification ({problems[0]}); the "
                                  "previous store is unchanged", path=out)
-            _commit(tmp, out)
+            commit_file(tmp, out)
         except OSError as exc:           # h5py: disk full, quota, I/O error while writing
             raise InputError(f"cannot write the new store ({type(exc).__name__}: {exc}); the "
                              "previous store is unchanged", path=out) from None

@@ -37,7 +37,7 @@ from protdp.multimer.inputs import MAX_CHAINS
 from protdp.paths import data_root
 from protdp.resources import resolve_config
 from protdp.safety.redteam import (CONTROL_MSA, OTHER_MSA, RedTeamConfig, _files_outside,
-                                   _global_checks, _tree, check_case)
+                                   _global_checks, _tree, check_case, overflow_case_result)
 from protdp.workflows import predict
 
 CTRL = "ctrl_dimer"
@@ -172,31 +172,21 @@ def overflow_case(loaded: LoadedModel, work: Path, fasta_text: str, msa_dir: Pat
     state = {k: v.clone() for k, v in model.state_dict().items()}
     fasta = work / "overflow.fasta"
     fasta.write_text(fasta_text)
-    problems, observed = [], []
-    try:
+
+    def run_batch():
         with torch.no_grad():
             for n, prm in model.named_parameters():
                 if n.startswith("input_embedder"):
                     prm.mul_(1e20)
-        res = predict(loaded, fasta, work / "overflow_out", msa_dir=msa_dir, config=cfg,
-                      gating=policy, progress=False, device=next(model.parameters()).device,
-                      release_gate="off")
-        observed = [{"target": r["target"], "route": r["route"], "reasons": r["reasons"],
-                     "files": sorted(r.get("paths") or {})} for r in res.rows]
-        for r in observed:
-            if r["route"] != "needs_review" or "invalid_plddt" not in r["reasons"]:
-                problems.append(f"{r['target']}: {r['route']} {r['reasons']}")
-            if {"pdb", "cif"} & set(r["files"]):
-                problems.append(f"{r['target']}: structure with non-finite coordinates written")
-    except Exception:
-        problems.append("batch crashed: " + traceback.format_exc(limit=3))
+        return predict(loaded, fasta, work / "overflow_out", msa_dir=msa_dir, config=cfg,
+                       gating=policy, progress=False, device=next(model.parameters()).device,
+                       release_gate="off")
+
+    try:
+        res = overflow_case_result(run_batch)
     finally:
         model.load_state_dict(state)
-    return {"name": "nan_producing_overflow_weights", "description":
-            "finite weights x1e20 in the input embedder overflow to NaN outputs",
-            "expected": {"route": ["needs_review"], "reasons": ["invalid_plddt"],
-                         "no_structure_files": True},
-            "observed": observed, "problems": problems, "passed": not problems}
+    return {**res, "passed": not res["problems"]}
 
 
 def run_complex_suite(loaded: LoadedModel, out_dir: str | Path,

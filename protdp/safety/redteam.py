@@ -408,13 +408,20 @@ def checkpoint_cases(loaded, work: Path, fasta_text: str, msa_dir: Path, cfg: Pr
     model.load_state_dict(state)
     fasta = work / "overflow.fasta"
     fasta.write_text(fasta_text)
+    results.append(overflow_case_result(lambda: predict(
+        ovf_path, fasta, work / "overflow_out", msa_dir=msa_dir, config=cfg, gating=policy,
+        progress=False, device=next(model.parameters()).device, release_gate="off")))
+    return results
+
+
+def overflow_case_result(run_batch) -> dict:
+    """The overflow case's verdict (monomer and complex suites): `run_batch()` predicts with
+    weights whose activations overflow; every row must go to review as invalid_plddt with no
+    structure file, and the batch must not crash."""
     problems, observed = [], []
     try:
-        res = predict(ovf_path, fasta, work / "overflow_out", msa_dir=msa_dir, config=cfg,
-                      gating=policy, progress=False, device=next(model.parameters()).device,
-                      release_gate="off")
         observed = [{"target": r["target"], "route": r["route"], "reasons": r["reasons"],
-                     "files": sorted(r.get("paths") or {})} for r in res.rows]
+                     "files": sorted(r.get("paths") or {})} for r in run_batch().rows]
         for r in observed:
             if r["route"] != "needs_review" or "invalid_plddt" not in r["reasons"]:
                 problems.append(f"{r['target']}: {r['route']} {r['reasons']}")
@@ -422,12 +429,11 @@ def checkpoint_cases(loaded, work: Path, fasta_text: str, msa_dir: Path, cfg: Pr
                 problems.append(f"{r['target']}: structure with non-finite coordinates written")
     except Exception:
         problems.append("batch crashed: " + traceback.format_exc(limit=3))
-    results.append({"name": "nan_producing_overflow_weights", "description":
-                    "finite weights x1e20 in the input embedder overflow to NaN outputs",
-                    "expected": {"route": ["needs_review"], "reasons": ["invalid_plddt"],
-                                 "no_structure_files": True},
-                    "observed": observed, "problems": problems})
-    return results
+    return {"name": "nan_producing_overflow_weights", "description":
+            "finite weights x1e20 in the input embedder overflow to NaN outputs",
+            "expected": {"route": ["needs_review"], "reasons": ["invalid_plddt"],
+                         "no_structure_files": True},
+            "observed": observed, "problems": problems}
 
 
 # -- the suite ------------------------------------------------------------------------------
