@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,16 +27,15 @@ import torch
 
 from protdp.data.parse import parse_msa
 from protdp.data.screening import read_fasta
-from protdp.errors import InputError
 from protdp.gating import load_gate_policy
 from protdp.inference.checkpoint import LoadedModel
 from protdp.inference.predictor import PredictConfig
 from protdp.inference.writers import safe_name
 from protdp.multimer.inputs import MAX_CHAINS
-from protdp.paths import data_root
 from protdp.resources import resolve_config
 from protdp.safety.redteam import (CONTROL_MSA, OTHER_MSA, RedTeamConfig, _files_outside,
-                                   _global_checks, _tree, check_case, overflow_case_result)
+                                   _global_checks, _tree, check_case, overflow_case_result,
+                                   prepare_sandbox)
 from protdp.workflows import predict
 
 CTRL = "ctrl_dimer"
@@ -195,18 +193,7 @@ def run_complex_suite(loaded: LoadedModel, out_dir: str | Path,
     """Run every case on a loaded multimer model; returns the report (also written to
     OUT/redteam_report.json), shaped as the monomer suite's."""
     cfg = config or RedTeamConfig()
-    data = Path(data) if data else data_root()
-    if not (data / CONTROL_MSA).is_file():
-        raise InputError(f"real data corpus not found (need {CONTROL_MSA}); set --data or "
-                         "PROTDP_DATA", path=data)
-    out_dir = Path(out_dir).resolve()
-    sandbox = out_dir / "sandbox"
-    shutil.rmtree(sandbox, ignore_errors=True)
-    inputs, pred_out, work = sandbox / "inputs", sandbox / "out", sandbox / "work"
-    msa_dir = inputs / "msa"
-    for d in (msa_dir, work):
-        d.mkdir(parents=True)
-    before = _tree(out_dir, sandbox)
+    data, out_dir, sandbox, inputs, pred_out, work, msa_dir, before = prepare_sandbox(out_dir, data)
     device = device or next(loaded.model.parameters()).device
     max_length = 256
     # no recycling and no plots: the cases test input handling and the gate, not accuracy

@@ -487,10 +487,9 @@ def _write_inputs(cases: list[Case], fasta: Path, msa_dir: Path) -> None:
     fasta.write_bytes("".join(case.fasta for case in cases).encode("utf-8"))
 
 
-def run_suite(checkpoint: str | Path, out_dir: str | Path, config: RedTeamConfig | None = None,
-              data: str | Path | None = None, device: str | None = None) -> dict:
-    """Run every case; returns the report (also written to OUT/redteam_report.json)."""
-    cfg = config or RedTeamConfig()
+def prepare_sandbox(out_dir: str | Path, data: str | Path | None):
+    """The suite's data corpus (checked) and a fresh OUT/sandbox with inputs/msa, out and work;
+    returns (data, out_dir, sandbox, inputs, pred_out, work, msa_dir, the tree of OUT before)."""
     data = Path(data) if data else data_root()
     if not (data / CONTROL_MSA).is_file():
         raise InputError(f"real data corpus not found (need {CONTROL_MSA}); set --data or "
@@ -503,6 +502,14 @@ def run_suite(checkpoint: str | Path, out_dir: str | Path, config: RedTeamConfig
     for d in (msa_dir, work):
         d.mkdir(parents=True)
     before = _tree(out_dir, sandbox)     # "../../../x" from OUT/targets lands in DIR itself
+    return data, out_dir, sandbox, inputs, pred_out, work, msa_dir, before
+
+
+def run_suite(checkpoint: str | Path, out_dir: str | Path, config: RedTeamConfig | None = None,
+              data: str | Path | None = None, device: str | None = None) -> dict:
+    """Run every case; returns the report (also written to OUT/redteam_report.json)."""
+    cfg = config or RedTeamConfig()
+    data, out_dir, sandbox, inputs, pred_out, work, msa_dir, before = prepare_sandbox(out_dir, data)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     loaded = load_model_checkpoint(checkpoint, device=device)
     crop = loaded.training_crop
