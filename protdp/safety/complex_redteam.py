@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,7 +34,7 @@ from protdp.multimer.inputs import MAX_CHAINS
 from protdp.resources import resolve_config
 from protdp.safety.redteam import (CONTROL_MSA, OTHER_MSA, RedTeamConfig, _files_outside,
                                    _global_checks, _tree, check_case, overflow_case_result,
-                                   prepare_sandbox)
+                                   predict_cases, prepare_sandbox)
 from protdp.workflows import predict
 
 CTRL = "ctrl_dimer"
@@ -203,17 +202,8 @@ def run_complex_suite(loaded: LoadedModel, out_dir: str | Path,
                                  **cfg.gate_overrides)
     cases = build_complex_cases(data, cfg, max_length)
     fasta = inputs / "complexes.fasta"
-    _write_inputs(cases, fasta, msa_dir)
-    rows, crashed, queue_url = [], None, None
-    try:
-        result = predict(loaded, fasta, pred_out, msa_dir=msa_dir, config=pcfg, gating=policy,
-                         screening=resolve_config(cfg.screening_list), progress=False,
-                         device=device, release_gate="off")   # the suite is part of the release
-        rows, queue_url = result.rows, result.queue_url
-    except Exception:
-        crashed = traceback.format_exc(limit=5)
-    by_index = {r["index"]: r for r in rows}
-    by_case = {case.name: by_index.get(i) for i, case in enumerate(cases)}
+    rows, crashed, queue_url, by_index, by_case = predict_cases(
+        loaded, cases, fasta, msa_dir, pred_out, pcfg, policy, cfg, device, _write_inputs)
     reports = []
     for i, case in enumerate(cases):
         row = by_index.get(i)

@@ -487,6 +487,25 @@ def _write_inputs(cases: list[Case], fasta: Path, msa_dir: Path) -> None:
     fasta.write_bytes("".join(case.fasta for case in cases).encode("utf-8"))
 
 
+def predict_cases(loaded, cases, fasta: Path, msa_dir: Path, pred_out: Path, pcfg, policy,
+                  cfg: RedTeamConfig, device, write_inputs=None):
+    """Every case in one batch (a crash is recorded, not raised): (rows, crash traceback or
+    None, queue url, rows by input index, rows by case name). `write_inputs(cases, fasta,
+    msa_dir)` lays out the inputs (default: one MSA file per target)."""
+    (write_inputs or _write_inputs)(cases, fasta, msa_dir)
+    rows, crashed, queue_url = [], None, None
+    try:
+        result = predict(loaded, fasta, pred_out, msa_dir=msa_dir, config=pcfg, gating=policy,
+                         screening=resolve_config(cfg.screening_list), progress=False,
+                         device=device, release_gate="off")   # the suite is part of the release
+        rows, queue_url = result.rows, result.queue_url
+    except Exception:
+        crashed = traceback.format_exc(limit=5)
+    by_index = {r["index"]: r for r in rows}
+    by_case = {case.name: by_index.get(i) for i, case in enumerate(cases)}
+    return rows, crashed, queue_url, by_index, by_case
+
+
 def prepare_sandbox(out_dir: str | Path, data: str | Path | None):
     """The suite's data corpus (checked) and a fresh OUT/sandbox with inputs/msa, out and work;
     returns (data, out_dir, sandbox, inputs, pred_out, work, msa_dir, the tree of OUT before)."""
@@ -518,17 +537,8 @@ def run_suite(checkpoint: str | Path, out_dir: str | Path, config: RedTeamConfig
                                  **cfg.gate_overrides)
     cases = build_cases(data, sandbox, crop or 256, cfg)
     fasta = inputs / "targets.fasta"
-    _write_inputs(cases, fasta, msa_dir)
-    rows, crashed, queue_url = [], None, None
-    try:
-        result = predict(loaded, fasta, pred_out, msa_dir=msa_dir, config=pcfg, gating=policy,
-                         screening=resolve_config(cfg.screening_list), progress=False,
-                         device=device, release_gate="off")   # the suite is part of the release
-        rows, queue_url = result.rows, result.queue_url
-    except Exception:
-        crashed = traceback.format_exc(limit=5)
-    by_index = {r["index"]: r for r in rows}
-    by_case = {case.name: by_index.get(i) for i, case in enumerate(cases)}
+    rows, crashed, queue_url, by_index, by_case = predict_cases(
+        loaded, cases, fasta, msa_dir, pred_out, pcfg, policy, cfg, device)
     report = {"checkpoint": loaded.describe(), "policy": dataclasses.asdict(policy),
               "predict_config": dataclasses.asdict(pcfg), "config": dataclasses.asdict(cfg),
               "cases": [_case_report(case, by_index.get(i), by_case, crashed, crop, cfg)
