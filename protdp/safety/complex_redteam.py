@@ -33,8 +33,8 @@ from protdp.inference.writers import safe_name
 from protdp.multimer.inputs import MAX_CHAINS
 from protdp.resources import resolve_config
 from protdp.safety.redteam import (CONTROL_MSA, OTHER_MSA, RedTeamConfig, _files_outside,
-                                   _global_checks, _tree, check_case, overflow_case_result,
-                                   predict_cases, prepare_sandbox)
+                                   _global_checks, _tree, check_case, finish_report,
+                                   overflow_case_result, predict_cases, prepare_sandbox)
 from protdp.workflows import predict
 
 CTRL = "ctrl_dimer"
@@ -226,9 +226,4 @@ def run_complex_suite(loaded: LoadedModel, out_dir: str | Path,
               "config": dataclasses.asdict(cfg), "cases": reports,
               "global_checks": _global_checks(len(cases), rows, crashed, escaped, pred_out,
                                               queue_url)}
-    report["passed"] = sum(c["passed"] for c in report["cases"])
-    report["failed"] = len(report["cases"]) - report["passed"]
-    report["ok"] = report["failed"] == 0 and all(g["passed"] for g in report["global_checks"])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "redteam_report.json").write_text(json.dumps(report, indent=1, default=str))
-    return report
+    return finish_report(report, out_dir)

@@ -487,6 +487,16 @@ def _write_inputs(cases: list[Case], fasta: Path, msa_dir: Path) -> None:
     fasta.write_bytes("".join(case.fasta for case in cases).encode("utf-8"))
 
 
+def finish_report(report: dict, out_dir: Path) -> dict:
+    """Counts and the overall verdict added; written to OUT/redteam_report.json."""
+    report["passed"] = sum(c["passed"] for c in report["cases"])
+    report["failed"] = len(report["cases"]) - report["passed"]
+    report["ok"] = report["failed"] == 0 and all(g["passed"] for g in report["global_checks"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "redteam_report.json").write_text(json.dumps(report, indent=1, default=str))
+    return report
+
+
 def predict_cases(loaded, cases, fasta: Path, msa_dir: Path, pred_out: Path, pcfg, policy,
                   cfg: RedTeamConfig, device, write_inputs=None):
     """Every case in one batch (a crash is recorded, not raised): (rows, crash traceback or
@@ -550,9 +560,4 @@ def run_suite(checkpoint: str | Path, out_dir: str | Path, config: RedTeamConfig
         str(q) for q in _tree(out_dir, sandbox) - before if q.name != "redteam_report.json")
     report["global_checks"] = _global_checks(len(cases), rows, crashed, escaped, pred_out,
                                              queue_url)
-    report["passed"] = sum(c["passed"] for c in report["cases"])
-    report["failed"] = len(report["cases"]) - report["passed"]
-    report["ok"] = report["failed"] == 0 and all(g["passed"] for g in report["global_checks"])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "redteam_report.json").write_text(json.dumps(report, indent=1, default=str))
-    return report
+    return finish_report(report, out_dir)
