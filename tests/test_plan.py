@@ -83,11 +83,16 @@ def test_parse_units():
 
 
 def test_activation_terms_scale_as_documented():
+    explicit = _cfg("af2", attention_backend="explicit")
+    a = memory.activation_elements(explicit, memory.Shape(256, 128, 1024), recompute=False)
+    b = memory.activation_elements(explicit, memory.Shape(512, 128, 1024), recompute=False)
+    # Evoformer: the stored L^3 triangle-attention weights make doubling L cost > 4x ...
+    assert 4 < b["evoformer"] / a["evoformer"] < 8
+    # ... and the default backend keeps none (q, k, v and a logsumexp): L^2 and S L terms only
     cfg = _cfg("af2")
     a = memory.activation_elements(cfg, memory.Shape(256, 128, 1024), recompute=False)
     b = memory.activation_elements(cfg, memory.Shape(512, 128, 1024), recompute=False)
-    # Evoformer: the L^3 triangle-attention probabilities make doubling L cost > 4x
-    assert 4 < b["evoformer"] / a["evoformer"] < 8
+    assert 2 < b["evoformer"] / a["evoformer"] <= 4
     r = memory.activation_elements(cfg, memory.Shape(256, 128, 1024), recompute=True)
     assert r["evoformer"] == cfg.n_blocks * (128 * 256 * cfg.c_m + 256 ** 2 * cfg.c_z)
     assert memory.peak_elements(r) < memory.peak_elements(a) / 10

@@ -12,9 +12,11 @@ protdp.parallel.DistributedOptimizer implements the same layout):
 
 Activations (bytes saved for backward, one example of crop L with S MSA rows) are counted per
 module from what autograd keeps in protdp's implementation (AF2 supplement Algorithms 6-23):
-layer-norm inputs, linear inputs, gate/ReLU/softmax outputs, attention logits. The dominant
-terms of an Evoformer block are the pair activations O(L^2 c_z), the triangle-attention logits
-O(h L^3) and the MSA activations O(S L c_m) plus its row-attention logits O(h S L^2).
+layer-norm inputs, linear inputs, gate/ReLU outputs, attention weights where the backend keeps
+them. The dominant terms of an Evoformer block are the pair activations O(L^2 c_z) and the MSA
+activations O(S L c_m); with the "explicit" attention backend also the triangle-attention
+weights O(h L^3) and the row-attention weights O(h S L^2) (the default backends keep q, k, v
+and a per-row logsumexp instead).
 With recompute (`torch.utils.checkpoint` per block) only each block's inputs (m, z) stay, and
 one block's activations are rebuilt during its backward. A transient working set (softmax
 logits being produced/differentiated, gradients of the pair stream) comes on top.
@@ -25,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from protdp.data.residue_constants import NUM_ATOM14, NUM_RIGID_GROUPS
+from protdp.model.attention import RECOMPUTE_ELEMENTS
 from protdp.model.config import ModelConfig
 from protdp.planning.params import MSA_FEAT_DIM, parameter_count
 
@@ -62,10 +65,18 @@ class Shape:
     S_extra: int = 0
 
 
-def _attention(R: int, Q: int, c_in: int, hc: int, heads: int) -> int:
+def stores_attention_weights(cfg: ModelConfig) -> bool:
+    """Whether training keeps the softmax weights [R, H, Q, Q] for backward: only the
+    "explicit" backend does; "auto" (CUDA memory-efficient SDPA, CPU "recompute"), "sdpa" and
+    "recompute" keep q, k, v and a per-row logsumexp (protdp.model.attention)."""
+    return cfg.attention_backend == "explicit"
+
+
+def _attention(R: int, Q: int, c_in: int, hc: int, heads: int, weights: bool = True) -> int:
     """Gated attention over x [R, Q, c_in]: LN output, q/k/v, gate, output, gated output
-    (R Q (c_in + 6 hc)) and the softmax probabilities [R, H, Q, Q]."""
-    return R * Q * (c_in + 6 * hc) + R * heads * Q * Q
+    (R Q (c_in + 6 hc)) and the softmax weights [R, H, Q, Q] (`weights`) or else their
+    per-row logsumexp [R, H, Q]."""
+    return R * Q * (c_in + 6 * hc) + R * heads * Q * (Q if weights else 1)
 
 
 def evoformer_block_elements(cfg: ModelConfig, L: int, S: int, c_m: int, c_hidden_msa: int,
@@ -75,23 +86,25 @@ def evoformer_block_elements(cfg: ModelConfig, L: int, S: int, c_m: int, c_hidde
     hm, hc_m = cfg.msa_heads, cfg.msa_heads * c_hidden_msa
     hp, hc_p = cfg.pair_heads, cfg.pair_heads * cfg.c_hidden_tri_att
     t, o, cz = cfg.c_hidden_tri_mul, cfg.c_hidden_opm, cfg.c_z
+    w = stores_attention_weights(cfg)
     out = {
         # LN(m), LN(z) in/out for the bias, attention over rows of the MSA          Alg. 7
-        "msa_row_attention": M * c_m + 2 * P * cz + _attention(S, L, c_m, hc_m, hm),
+        "msa_row_attention": M * c_m + 2 * P * cz + _attention(S, L, c_m, hc_m, hm, w),
         "msa_transition": M * c_m * (2 + n),                                        # Alg. 9
         # LN(m), a, b [S, L, c] and the outer product [L, L, c*c]                    Alg. 10
         "outer_product_mean": 2 * M * c_m + 2 * M * o + P * o * o,
-        # LN in/out, two gated projections (sigmoid, linear, product), LN + gate     Alg. 11/12
-        "triangle_multiplication": 2 * P * (4 * cz + 8 * t),
+        # LN input, the four projections (gated operands rebuilt in backward), the product
+        # (LN input), sigmoid gate and gated output                                  Alg. 11/12
+        "triangle_multiplication": 2 * P * (3 * cz + 5 * t),
         # LN in/out (bias from the LN output) + attention along rows                Alg. 13/14
-        "triangle_attention": 2 * (P * cz + _attention(L, L, cz, hc_p, hp)),
+        "triangle_attention": 2 * (P * cz + _attention(L, L, cz, hc_p, hp, w)),
         "pair_transition": P * cz * (2 + n),                                       # Alg. 15
     }
     if global_column:   # Alg. 19: LN, k, v, gate, gated output, probabilities [L, H, S]
         c = c_hidden_msa
         out["msa_column_attention"] = M * (2 * c_m + 2 * c + hm + 2 * hm * c)
     else:               # Alg. 8: LN of the transposed MSA + attention over columns
-        out["msa_column_attention"] = M * c_m + _attention(L, S, c_m, hc_m, hm)
+        out["msa_column_attention"] = M * c_m + _attention(L, S, c_m, hc_m, hm, w)
     return out
 
 
@@ -127,10 +140,13 @@ def activation_elements(cfg: ModelConfig, shape: Shape, recompute: bool) -> dict
                            + 15 * P * cfg.sm_layers + 12 * P * ALL_ATOM_FAPE_PAIRS)
     if recompute:
         out["recomputed_block"] = recomputed
-    # Working set on top of what is saved: one more copy of the largest attention
-    # probabilities (logits being formed / their gradient) and two pair-stream gradients.
+    # Working set on top of what is saved: the largest attention weights being formed / their
+    # gradient (backends that keep no weights form them a chunk of RECOMPUTE_ELEMENTS at a
+    # time) and two pair-stream gradients.
     largest_probs = max(cfg.pair_heads * L ** 3, cfg.msa_heads * S * P, cfg.msa_heads * L * S * S,
                         cfg.ipa_heads * P)
+    if not stores_attention_weights(cfg):
+        largest_probs = min(largest_probs, RECOMPUTE_ELEMENTS)
     out["transient"] = largest_probs + 2 * P * cz
     return out
 

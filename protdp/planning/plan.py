@@ -5,7 +5,7 @@
 
 Per rank it adds model/optimizer state (Megatron's distributed-optimizer accounting,
 `protdp.planning.memory`) and the activation peak of one crop (Evoformer pair activations
-O(L^2 c_z), triangle-attention probabilities O(h L^3), MSA O(S L c_m); validated against
+O(L^2 c_z), MSA O(S L c_m), triangle-attention weights O(h L^3) if the backend keeps them; validated against
 measured CPU peaks of tiny/small/af2 in benchmarks/results/plan_validation.json), then walks the
 ladder pure DP -> DP + distributed optimizer -> + activation recompute -> model parallelism,
 and recommends the first rung that fits. Model parallelism for AF2-style models means splitting
