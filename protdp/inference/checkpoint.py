@@ -31,9 +31,10 @@ from protdp.model.model import AlphaFoldModel
 from protdp.train.checkpointing import (MODEL_FILE_FORMAT, TrainedWeights,  # noqa: F401
                                         is_imported_folder, merged_weights, read_any_weights,
                                         resolve_iteration_dir, save_model_file)
+from protdp.train.release_record import MULTIMER_RECORD_KIND
 
 
-MULTIMER_KIND = "alphafold-multimer"           # LoadedModel.kind of a multimer checkpoint
+MULTIMER_KIND = MULTIMER_RECORD_KIND          # LoadedModel.kind of a multimer checkpoint
 MULTIMER_MODEL_FILE = "multimer_model.pt"      # as `protdp.weights.multimer_checkpoint` writes
 
 
