@@ -38,12 +38,13 @@ class QueueSink:
         self.display = display_url(queue_url)
         self._enqueuer = None
 
-    def enqueue(self, prediction_id, target, scores, paths, reasons, *, details, actor) -> int:
+    def enqueue(self, prediction_id, target, scores, paths, reasons, *, details, actor,
+                rebind=False) -> int:
         if self._enqueuer is None:
             from protdp.review.enqueue import Enqueuer
             self._enqueuer = Enqueuer(self.queue_url)
         return self._enqueuer.enqueue(prediction_id, target, scores, paths, reasons,
-                                      details=details, actor=actor)
+                                      details=details, actor=actor, rebind=rebind)
 
     def close(self) -> None:
         if self._enqueuer is not None:

@@ -26,6 +26,7 @@ from protdp.inference.recycling import CA_INDEX, ca_distance_change
 from protdp.inference.sharding import shard_by_cost
 from protdp.model.model import build_model
 from protdp.paths import REPO_ROOT
+from protdp.review.binding import mismatches
 from protdp.review.store import ReviewStore
 from protdp.workflows import predict
 
@@ -162,9 +163,12 @@ def test_rerun_new_prediction_and_crash_recovery(tmp_path, ckpts):
     assert {p.name: p.stat().st_mtime_ns for p in old.iterdir()} == stamp
     assert len(store.list(state=None)) == 4
     # a crash while writing leaves a hidden partial build (and no published folder): it is
-    # removed and the prediction redone; a crash after publishing (no provenance.json): the
-    # item is enqueued again (idempotent) and the files are left untouched
+    # removed and the prediction redone, and its item, bound to bytes that are gone, is
+    # superseded by a new one bound to the redone files; a crash after publishing (no
+    # provenance.json): the item is enqueued again (idempotent), the files left untouched
     import shutil
+    stale = {r["target"]: r for r in store.list(state=None)
+             if r["prediction_id"].endswith(cur.name)}["short"]
     shutil.rmtree(cur)
     partial = out / "targets" / "short" / f".{cur.name}.partial-99999"
     partial.mkdir()
@@ -178,7 +182,14 @@ def test_rerun_new_prediction_and_crash_recovery(tmp_path, ckpts):
     assert (mid / "provenance.json").is_file()
     assert {p.name: p.stat().st_mtime_ns for p in mid.iterdir() if p.name != "provenance.json"} \
         == mid_stamp
-    assert len(store.list(state=None)) == 4
+    items = {r["id"]: r for r in store.list(state=None)}
+    redone = items[rerun.rows[0]["review_item"]]
+    assert len(items) == 5 and redone["prediction_id"] == stale["prediction_id"] + "~2"
+    assert items[stale["id"]]["superseded_by"] == redone["id"]
+    assert mismatches(redone) == [] and mismatches(items[stale["id"]])   # approvable: the new
+    again = predict(ckpts[0], fasta, out, config=PredictConfig(**CFG, seed=3), **kw)
+    assert [r["review_item"] for r in again.rows] == [r["review_item"] for r in rerun.rows]
+    assert len(store.list(state=None)) == 5 and store.verify()["ok"]
 
 
 def test_out_of_memory_retries_with_smaller_chunks_then_fails(tmp_path, ckpts):

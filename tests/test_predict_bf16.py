@@ -8,6 +8,7 @@ pLDDT < 1.0, ipTM < 1e-2."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import gemmi
@@ -54,6 +55,14 @@ def test_bf16_flag_monomer(tmp_path):
     assert bf16["prov"]["config"]["model"]["bf16"] is True
     assert fp32["prov"]["config"]["model"]["bf16"] is False
     assert bf16["prov"]["fingerprint"] != fp32["prov"]["fingerprint"]
+    # the setting came after prediction folders did: off, it is not in the fingerprint, so
+    # folders written before it are skipped on a rerun (hashlib reconstruction, without it)
+    settings = {k: v for k, v in fp32["prov"]["config"].items() if k != "model"}
+    settings["predict"] = {k: v for k, v in settings["predict"].items() if k != "bf16"}
+    blob = json.dumps({"settings": settings, "msa": [],
+                       "sequence_sha256": fp32["prov"]["inputs"]["sequence_sha256"]},
+                      sort_keys=True)
+    assert hashlib.sha256(blob.encode()).hexdigest() == fp32["prov"]["fingerprint"]
     (xb, ca), (xf, _) = bf16["atoms"], fp32["atoms"]
     diff = np.abs(xb - xf).max()
     ca_rms = np.sqrt(((xb[ca] - xf[ca]) ** 2).sum(-1).mean())

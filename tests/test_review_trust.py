@@ -16,6 +16,8 @@ from sqlalchemy import create_engine, select, text
 from sqlalchemy.engine import make_url
 
 from protdp.review import audit
+from protdp.review.binding import mismatches
+from protdp.review.enqueue import Enqueuer
 from protdp.review.errors import AuthError, ClaimConflict, QueueError
 from protdp.review.schema import events
 from protdp.review.store import ReviewStore
@@ -94,6 +96,31 @@ def test_a_new_prediction_supersedes_the_old_item(approved, tmp_path):
     with store.engine.begin() as conn:
         conn.execute(text(f"UPDATE review_items SET superseded_by = NULL WHERE id = {old}"))
     assert any(f"item {old}: superseded_by" in p for p in store.verify()["problems"])
+
+
+def test_a_redone_prediction_rebinds_only_when_asked_and_bytes_differ(queue_url, tmp_path):
+    """The predictor predicted a target again after its folder was damaged (`rebind`): the old
+    item is bound to bytes that are gone, so a new item `<id>~2` supersedes it; a plain
+    re-enqueue (a rerun that found the folder complete) never takes on changed bytes."""
+    store = ReviewStore(queue_url)
+    store.set_files_roots([tmp_path])
+    alice = store.reviewer(store.admin(store.init_admin()).add_reviewer("alice"))
+    kw = _files_item(tmp_path, 1)
+    first = store.enqueue(**kw)
+    assert store.enqueue(**kw, rebind=True) == first              # same bytes: the same item
+    pdb = tmp_path / "pred1" / "pred1.pdb"
+    pdb.write_bytes(pdb.read_bytes() + b"REMARK predicted again\n")
+    assert store.enqueue(**kw) == first                           # not rebound without asking
+    second = store.enqueue(**kw, rebind=True)
+    new, old = store.get(second), store.get(first)
+    assert new["prediction_id"] == kw["prediction_id"] + "~2" and old["superseded_by"] == second
+    assert mismatches(new) == [] and "pdb: changed since enqueue" in mismatches(old)[0]
+    assert store.enqueue(**kw) == second                          # the newest item of the id
+    with pytest.raises(ClaimConflict, match="superseded"):
+        alice.decide(first, "approve")
+    alice.decide(second, "approve")
+    assert store.verify()["ok"]
+    store.close()
 
 
 def test_file_roots_are_fixed_at_init_and_enforced(queue_url, tmp_path):
@@ -239,7 +266,8 @@ def test_forgeries_as_each_postgresql_role_fail(tmp_path):
             tokens = {n: store.admin(admin_token).add_reviewer(n) for n in ("alice", "bob")}
             item = store.enqueue(**_files_item(tmp_path, 1))
             store.reviewer(tokens["alice"]).decide(item, "approve")
-            other = store.enqueue(**_files_item(tmp_path, 5))
+            kw5 = _files_item(tmp_path, 5)
+            other = store.enqueue(**kw5)
             app = create_engine(make_url(_role_url(owner_url, roles["app"])).set(
                 drivername="postgresql+psycopg2"))
             _forge_all(app, other)
@@ -265,6 +293,12 @@ def test_forgeries_as_each_postgresql_role_fail(tmp_path):
                 conn.execute(text("INSERT INTO review_sessions (token_sha256, reviewer, "
                                   "created_at, expires_at) VALUES ('h', 'admin', 0, 1)"))
             _check_forgeries_fail(store, admin_token, item, other, forged)
+            # the enqueue role's grants cover queueing a redone prediction again (rebind)
+            pdb5 = tmp_path / "pred5" / "pred5.pdb"
+            pdb5.write_bytes(pdb5.read_bytes() + b"REMARK predicted again\n")
+            door = Enqueuer(_role_url(owner_url, roles["enqueue"]))
+            assert door.enqueue(**kw5, rebind=True) not in (other, None)
+            door.close()
             app.dispose()
             enq.dispose()
         finally:

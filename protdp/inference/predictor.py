@@ -64,6 +64,9 @@ CLINICAL_NOTICE = ("Computational prediction for research use. NOT for clinical 
 TARGETS_DIR = "targets"
 MSA_MODES = ("auto", "single_sequence")
 PARTS_DIR = ".summary_parts"
+# settings added after prediction folders were first written: at these values they are left out
+# of the fingerprint, so a rerun over an older folder with the setting off skips it, not redoes it
+LATER_SETTINGS = {"bf16": False}
 
 
 @dataclass
@@ -165,12 +168,14 @@ RELEASE_GATES = ("enforce", "review", "off")
 
 class ReviewSink(Protocol):
     """Where flagged predictions go. `enqueue` is idempotent per `prediction_id` and returns
-    the review item id; `display` names the destination in provenance (no secrets)."""
+    the review item id (`rebind`: the files were just written by this run, so an item bound to
+    other bytes is replaced: `protdp.review.enqueue`); `display` names the destination in
+    provenance (no secrets)."""
 
     display: str
 
     def enqueue(self, prediction_id: str, target: str, scores: dict, paths: dict,
-                reasons: list[str], *, details: dict, actor: str) -> int: ...
+                reasons: list[str], *, details: dict, actor: str, rebind: bool = False) -> int: ...
 
     def close(self) -> None: ...
 
@@ -181,7 +186,8 @@ class NoReviewSink:
 
     display = "<none>"
 
-    def enqueue(self, prediction_id, target, scores, paths, reasons, *, details, actor) -> int:
+    def enqueue(self, prediction_id, target, scores, paths, reasons, *, details, actor,
+                rebind=False) -> int:
         raise ConfigError(f"target {target!r} needs review but no review sink is configured")
 
     def close(self) -> None:
@@ -289,7 +295,10 @@ class Predictor:
 
     # -- one target ------------------------------------------------------------------------
     def fingerprint(self, seq_sha: str, msa_files: list[dict]) -> str:
-        blob = json.dumps({"settings": self.settings, "sequence_sha256": seq_sha,
+        predict = {k: v for k, v in self.settings["predict"].items()
+                   if k not in LATER_SETTINGS or v != LATER_SETTINGS[k]}
+        blob = json.dumps({"settings": {**self.settings, "predict": predict},
+                           "sequence_sha256": seq_sha,
                            "msa": [m["sha256"] for m in msa_files]}, sort_keys=True)
         return sha256_text(blob)
 
@@ -438,9 +447,10 @@ class Predictor:
             write_current(tdir, pdir.name)
         return row
 
-    def _enqueue(self, t: Target, fp: str, scores: dict, paths: dict) -> int:
+    def _enqueue(self, t: Target, fp: str, scores: dict, paths: dict, rebind: bool = False) -> int:
         """Hand a flagged prediction to the review sink (same prediction id -> same item) with
-        every file of its folder."""
+        every file of its folder; `rebind`: this run wrote them (a damaged folder predicted
+        again replaces its item, bound to bytes that are gone)."""
         keep = ("sequence", "plddt", "mean_plddt", "afdb_bands", "band", "very_low_fraction", "ptm",
                 "msa_depth", "msa_rows_used", "msa_coverage", "length", "num_recycles", "ensemble",
                 *COMPLEX_SCORE_KEYS)
@@ -448,7 +458,7 @@ class Predictor:
                                   {**{k: scores[k] for k in keep if k in scores},
                                    "checkpoint_sha256": self.checkpoints_digest},  # queue binds it
                                   paths, scores["reasons"],
-                                  details=scores["details"], actor="predictor")
+                                  details=scores["details"], actor="predictor", rebind=rebind)
 
     def _finish(self, t, seq, tdir, pid, fp, fasta, msa_files, msa_depth, hits, preds, timings,
                 coverage, row, template_record=None, built=None):
@@ -548,7 +558,7 @@ class Predictor:
         provenance["outputs_sha256"] = {n: sha256_file(build / n) for n in outputs.values()}
         write_json(build / PENDING_FILE, provenance)
         publish_build(build, pdir)
-        return self._complete_published(t, tdir, pdir, fp, provenance, scores)
+        return self._complete_published(t, tdir, pdir, fp, provenance, scores, rebind=True)
 
     def _finish_pending(self, t, tdir, pdir, fp) -> dict:
         """A published folder whose run stopped before the queue / completion mark."""
@@ -556,10 +566,11 @@ class Predictor:
         scores = json.loads((pdir / "scores.json").read_text())
         return self._complete_published(t, tdir, pdir, fp, provenance, scores)
 
-    def _complete_published(self, t, tdir, pdir, fp, provenance, scores) -> dict:
+    def _complete_published(self, t, tdir, pdir, fp, provenance, scores, rebind=False) -> dict:
         row = {**provenance["summary"], "index": t.index}
         if row["route"] == "needs_review":
-            row["review_item"] = self._enqueue(t, fp, scores, item_paths(row["paths"], pdir))
+            row["review_item"] = self._enqueue(t, fp, scores, item_paths(row["paths"], pdir),
+                                               rebind)
         provenance.update(review_queue=self.sink.display if "review_item" in row else None,
                           review_item=row.get("review_item"),
                           summary={k: v for k, v in row.items() if k != "gate"})

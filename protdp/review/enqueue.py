@@ -12,11 +12,18 @@ At enqueue the queue itself hashes every file of the item (`protdp.review.bindin
 prediction of the same target (another prediction id) marks every older item of that target
 `superseded_by` it, with a `superseded` event: such an item can no longer be claimed, decided
 or exported.
+
+The same prediction id is the same item, with one exception the caller asks for (`rebind`): it
+has just written the files itself (a damaged prediction folder set aside and predicted again)
+and the item's bound bytes are not those files. That item could never be approved (its bytes
+are gone), so the prediction is queued again as `<prediction id>~<n>`, which supersedes it. A
+plain re-enqueue (a rerun finding the prediction complete) never rebinds: files that changed
+under an item are refused at review, not taken on as new bytes.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import select, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -31,6 +38,9 @@ from protdp.review.roots import check_folder, read_roots
 from protdp.review.schema import items
 
 _UPSERT_INSERT = {"sqlite": sqlite_insert, "postgresql": pg_insert}
+REBIND_SEPARATOR = "~"
+"""`<prediction id>~<n>`: the n-th item of one prediction id, queued again with new bytes."""
+MAX_PREDICTION_ID = 500
 
 
 def _number(value, kind):
@@ -44,8 +54,8 @@ def item_row(prediction_id, target, scores, paths, reasons, details) -> dict:
     if not isinstance(prediction_id, str) or not prediction_id:
         raise InputError("must be a non-empty string", field="prediction_id")
     prediction_id = escape_controls(prediction_id)
-    if len(prediction_id) > 500:
-        raise InputError("longer than 500 characters", field="prediction_id")
+    if len(prediction_id) > MAX_PREDICTION_ID:
+        raise InputError(f"longer than {MAX_PREDICTION_ID} characters", field="prediction_id")
     if not isinstance(target, str):
         raise InputError("must be a string", field="target")
     if not isinstance(scores, dict):
@@ -86,8 +96,11 @@ class Enqueuer:
         self.display = self._db.safe_url
 
     def enqueue(self, prediction_id: str, target: str, scores: dict, paths: dict,
-                reasons: list[str], *, details: dict | None = None, actor: str = "gate") -> int:
-        """Add a prediction for review; the same `prediction_id` always maps to one item."""
+                reasons: list[str], *, details: dict | None = None, actor: str = "gate",
+                rebind: bool = False) -> int:
+        """Add a prediction for review; the same `prediction_id` maps to one item (the newest
+        of its `~n` items). `rebind`: the caller has just written these files, so an item whose
+        bound bytes differ is superseded by a new one (see the module docstring)."""
         if not isinstance(actor, str) or not NAME_RE.match(actor):
             raise InputError(f"actor {str(actor)[:40]!r} must be a plain name", field="actor")
         row = item_row(prediction_id, target, scores, paths, reasons, details)
@@ -96,13 +109,17 @@ class Enqueuer:
         with db.tx() as conn:
             check_folder(row["folder"], read_roots(conn, db))
             row["created_at"] = db.now(conn)
-            insert = (_UPSERT_INSERT[db.dialect](items).values(**row)
-                      .on_conflict_do_nothing(index_elements=["prediction_id"])
-                      .returning(items.c.id))
-            new_id = conn.execute(insert).scalar()
+            new_id = self._insert(conn, row)
             if new_id is None:
-                return conn.execute(select(items.c.id).where(
-                    items.c.prediction_id == row["prediction_id"])).scalar_one()
+                kin = _same_prediction(conn, row["prediction_id"])
+                newest_id, _, bound = kin[-1]
+                if not rebind or bound == row["file_sha256"]:
+                    return newest_id
+                row["prediction_id"] = rebound_id(row["prediction_id"], len(kin) + 1)
+                new_id = self._insert(conn, row)
+                if new_id is None:
+                    raise InputError(f"{row['prediction_id']!r} is queued already",
+                                     field="prediction_id")
             older = conn.execute(update(items).where(
                 items.c.target == row["target"], items.c.id != new_id,
                 items.c.superseded_by.is_(None)).values(superseded_by=new_id)
@@ -114,5 +131,33 @@ class Enqueuer:
                    "comment": f"by item {new_id}"} for old in sorted(older))])
             return new_id
 
+    def _insert(self, conn, row: dict) -> int | None:
+        """The new item's id; None when its prediction id is queued already."""
+        insert = (_UPSERT_INSERT[self._db.dialect](items).values(**row)
+                  .on_conflict_do_nothing(index_elements=["prediction_id"])
+                  .returning(items.c.id))
+        return conn.execute(insert).scalar()
+
     def close(self) -> None:
         self._db.close()
+
+
+def rebound_id(prediction_id: str, n: int) -> str:
+    """The prediction id of the n-th item of `prediction_id` (n >= 2)."""
+    out = f"{prediction_id}{REBIND_SEPARATOR}{n}"
+    if len(out) > MAX_PREDICTION_ID:
+        raise InputError(f"longer than {MAX_PREDICTION_ID} characters once queued again",
+                         field="prediction_id")
+    return out
+
+
+def _same_prediction(conn, prediction_id: str) -> list[tuple]:
+    """(id, prediction id, bound file digests) of every item of `prediction_id`: itself and its
+    `~n` items, oldest first."""
+    prefix = prediction_id + REBIND_SEPARATOR
+    rows = conn.execute(select(items.c.id, items.c.prediction_id, items.c.file_sha256).where(
+        or_(items.c.prediction_id == prediction_id,
+            items.c.prediction_id.startswith(prefix, autoescape=True)))
+        .order_by(items.c.id)).all()
+    return [(r.id, r.prediction_id, r.file_sha256) for r in rows
+            if r.prediction_id == prediction_id or r.prediction_id[len(prefix):].isdigit()]

@@ -111,10 +111,11 @@ class ReviewStore:
     # -- the doors: enqueue (anyone with the URL), reviewer / admin (a token) --------------
 
     def enqueue(self, prediction_id: str, target: str, scores: dict, paths: dict,
-                reasons: list[str], *, details: dict | None = None, actor: str = "gate") -> int:
+                reasons: list[str], *, details: dict | None = None, actor: str = "gate",
+                rebind: bool = False) -> int:
         """Add a prediction for review (see `Enqueuer.enqueue`)."""
         return self._enqueuer.enqueue(prediction_id, target, scores, paths, reasons,
-                                      details=details, actor=actor)
+                                      details=details, actor=actor, rebind=rebind)
 
     def reviewer(self, token: str | None = None, *, session: str | None = None,
                  checked: tuple[str, bool] | None = None) -> Reviewer:
