@@ -11,7 +11,9 @@
   complete. A folder without it was renamed into place but not yet handed to the queue: the
   rerun enqueues it again (idempotent per prediction id) without touching its files.
 - A published folder that lost a file (someone deleted it) is never written into: it is
-  renamed aside to `.<id>.damaged-<time>` (kept for audit) and the prediction redone.
+  renamed aside to `.<id>.damaged-<time>` (kept for audit) and the prediction redone; its
+  review item, bound to the bytes set aside, is superseded by a new one (`<queue id>~2`)
+  bound to the redone files (`protdp.review.enqueue`, rebind).
 - `OUT/targets/<target>/CURRENT` (one line: the prediction id) names the latest prediction.
 - The sha256 of every output is recorded at publish (`outputs_sha256`); a folder whose
   outputs are not those bytes, or are links, is not done (`outputs_intact`): it is set aside
