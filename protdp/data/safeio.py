@@ -264,3 +264,23 @@ def writable_folder(path: str | Path, what: str) -> Path:
         raise InputError(f"cannot create the {what}: {os_reason(exc)}", path=p) from None
     writable_output(p / ".protdp-write-probe", what)
     return p
+
+
+def save_structure(structure, directory: Path, name: str,
+                   kinds: tuple[str, ...] = ("pdb", "cif")) -> dict[str, Path]:
+    """Write a Biopython structure as `<name>.pdb` / `<name>.cif` (those of `kinds`), each
+    through a hidden per-process temporary renamed into place, so a crash never leaves half a
+    file under the final name; returns {kind: path}."""
+    from Bio.PDB import MMCIFIO, PDBIO
+    out = {}
+    for kind, io_cls in (("pdb", PDBIO), ("cif", MMCIFIO)):
+        if kind not in kinds:
+            continue
+        path = Path(directory) / f"{name}.{kind}"
+        writer = io_cls()
+        writer.set_structure(structure)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        writer.save(str(tmp))
+        os.replace(tmp, path)
+        out[kind] = path
+    return out

@@ -17,17 +17,16 @@ import hashlib
 import io
 import json
 import math
-import os
 import re
 from pathlib import Path
 from typing import Iterable
 
 import numpy as np
-from Bio.PDB import MMCIFIO, PDBIO
 from Bio.PDB.StructureBuilder import StructureBuilder
 
 from protdp.data.residue_constants import ATOM_TYPES, NUM_ATOM37, RESTYPE_ATOM37_MASK
 from protdp.data.residues import sequence_to_ids
+from protdp.data.safeio import save_structure
 from protdp.fileio import atomic_write_bytes
 from protdp.text import printable   # one definition (protdp/text.py); callers import it here
 
@@ -93,18 +92,7 @@ def write_structures(directory: Path, name: str, sequence: str, positions: np.nd
     if not np.all(np.isfinite(positions[mask > 0])):
         raise ValueError("cannot write non-finite coordinates")
     structure = _structure(name, sequence, positions, mask, round_plddt(plddt))
-    out = {}
-    for kind, io_cls in (("pdb", PDBIO), ("cif", MMCIFIO)):
-        if kind not in kinds:
-            continue
-        path = directory / f"{name}.{kind}"
-        writer = io_cls()
-        writer.set_structure(structure)
-        tmp = path.with_name(path.name + ".tmp")
-        writer.save(str(tmp))
-        os.replace(tmp, path)
-        out[kind] = path
-    return out
+    return save_structure(structure, directory, name, kinds)
 
 
 def _finite_or_none(obj):

@@ -15,17 +15,15 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 import numpy as np
-from Bio.PDB import MMCIFIO, PDBIO
 from Bio.PDB.StructureBuilder import StructureBuilder
 
 from protdp.data.residue_constants import ATOM_TYPES, NUM_ATOM37, ONE_TO_THREE, \
     RESTYPE_ATOM37_MASK
 from protdp.data.residues import sequence_to_ids
-from protdp.data.safeio import atomic_write_text
+from protdp.data.safeio import atomic_write_text, save_structure
 
 
 def chain_ranges(chains: list[tuple[str, str]]) -> list[dict]:
@@ -76,18 +74,7 @@ def write_complex_structures(directory: str | Path, name: str, chains: list[tupl
                            np.round(np.asarray(plddt, np.float64), 2))
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    out = {}
-    for kind, io_cls in (("pdb", PDBIO), ("cif", MMCIFIO)):
-        if kind not in kinds:
-            continue
-        path = directory / f"{name}.{kind}"
-        writer = io_cls()
-        writer.set_structure(structure)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        writer.save(str(tmp))
-        os.replace(tmp, path)
-        out[kind] = path
-    return out
+    return save_structure(structure, directory, name, kinds)
 
 
 def _plain(x):
