@@ -254,24 +254,32 @@ class _RecomputedAttention(torch.autograd.Function):
                 p = _row_probs(q[sl], k[sl], bias, drop[sl] if masked else None, acc)
                 out[sl] = torch.matmul(p.to(v.dtype), v[sl])
             ctx.chunks.append((masked, fused is not None))
-        ctx.save_for_backward(q, k, v, bias, drop, lse)
+        # `out` is kept by the gating product after this function anyway (no extra memory); it
+        # gives the softmax backward's row term rowsum(dP * P) = rowsum(dO * O) without a pass
+        # over the weights (FlashAttention-2's D)
+        ctx.save_for_backward(q, k, v, bias, drop, lse, out)
         ctx.rows, ctx.has_bias = rows, bias is not None
         return out
 
     @staticmethod
     def _backward(ctx, d_out):
-        q, k, v, bias, drop, lse = ctx.saved_tensors
+        q, k, v, bias, drop, lse, out = ctx.saved_tensors
         acc = _softmax_dtype(q.dtype)
         scale = 1.0 / math.sqrt(q.shape[-1])
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         d_bias = None if bias is None else torch.zeros(bias.shape, dtype=acc, device=bias.device)
+        work = _ChunkWork()
         for s, (masked, from_lse) in zip(range(0, q.shape[-4], ctx.rows), ctx.chunks):
             sl = (..., slice(s, s + ctx.rows), slice(None), slice(None), slice(None))
             drop_c = drop[sl] if masked else None
             if from_lse:
-                p = _probs_from_lse(q[sl], k[sl], bias, drop_c, lse[sl[:-1]], acc)
-            else:
-                p = _row_probs(q[sl], k[sl], bias, drop_c, acc)             # [*, r, H, Q, K]
+                grads = work.from_lse(q[sl], k[sl], v[sl], bias, drop_c, lse[sl[:-1]], out[sl],
+                                      d_out[sl], acc, scale)
+                dq[sl], dk[sl], dv[sl] = grads[:3]
+                if d_bias is not None:
+                    d_bias += grads[3].sum_to_size(d_bias.shape)   # every broadcast axis
+                continue
+            p = _row_probs(q[sl], k[sl], bias, drop_c, acc)                 # [*, r, H, Q, K]
             g = d_out[sl].to(acc)
             dv[sl] = torch.matmul(p.transpose(-1, -2), g).to(dv.dtype)
             dp = torch.matmul(g, v[sl].to(acc).transpose(-1, -2))
@@ -283,6 +291,44 @@ class _RecomputedAttention(torch.autograd.Function):
             dq[sl] = torch.matmul(ds, k[sl].to(acc)).mul_(scale).to(dq.dtype)
             dk[sl] = torch.matmul(ds.transpose(-1, -2), q[sl].to(acc)).mul_(scale).to(dk.dtype)
         return dq, dk, dv, (None if d_bias is None else d_bias.to(bias.dtype)), None, None
+
+
+class _ChunkWork:
+    """The backward of one row chunk whose weights come back from the logsumexp, on 3-D
+    [r*H, Q|K, c] operands: the [r*H, Q, K] weights and their gradient are written into two
+    buffers allocated once per backward and reused by every chunk (a fresh 16 MiB block per
+    chunk would be page-faulted in again each time), the 1/sqrt(c) scale rides in the GEMMs
+    (alpha), and the softmax backward's row term is rowsum(dO * O) from the saved output."""
+
+    def __init__(self):
+        self.p = self.dp = None
+
+    def _buffers(self, n: int, n_q: int, n_k: int, dtype, device):
+        if self.p is None or self.p.shape[0] < n or self.p.dtype != dtype:
+            self.p = torch.empty((n, n_q, n_k), dtype=dtype, device=device)
+            self.dp = torch.empty_like(self.p)
+        return self.p[:n], self.dp[:n]
+
+    def from_lse(self, q, k, v, bias, drop, lse, out, d_out, acc, scale):
+        """(dq, dk, dv, dS [*, r, H, Q, K]) of a chunk q [*, r, H, Q, c], k/v [*, r, H, K, c]."""
+        shape, (n_q, c), n_k = q.shape, q.shape[-2:], k.shape[-2]
+        q3, k3, v3, o3, g3 = (t.to(acc).reshape(-1, t.shape[-2], c)
+                              for t in (q, k, v, out, d_out))              # [r*H, Q|K, c]
+        p, dp = self._buffers(q3.shape[0], n_q, n_k, acc, q.device)          # [r*H, Q, K]
+        torch.baddbmm(p, q3, k3.transpose(1, 2), beta=0.0, alpha=scale, out=p)
+        p4 = p.view(shape[:-2] + (n_q, n_k))                                 # [*, r, H, Q, K]
+        if bias is not None:
+            p4 += bias.to(acc)
+        if drop is not None:
+            p4.masked_fill_(drop, MASK_NEG)
+        p4.sub_(lse.to(acc)[..., None]).exp_()                               # the weights
+        torch.bmm(g3, v3.transpose(1, 2), out=dp)                            # dP = dO v^T
+        row = (g3 * o3).sum(-1, keepdim=True)                                # [r*H, Q, 1]
+        dp.sub_(row).mul_(p)                                                 # dS, in place
+        dq = torch.bmm(dp, k3).mul_(scale).view(shape)
+        dk = torch.bmm(dp.transpose(1, 2), q3).mul_(scale).view(k.shape)
+        dv = torch.bmm(p.transpose(1, 2), g3).view(v.shape)
+        return dq, dk, dv, dp.view(p4.shape)
 
 
 def recompute_attention(q, k, v, mask, bias=None):
