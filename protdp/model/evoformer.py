@@ -103,8 +103,8 @@ class _OuterLinear(torch.autograd.Function):
     """y_ij = vec(sum_s a_si (x) b_sj) W^T + bias without storing the [*, I, J, c*d] outer
     products for backward: they are recomputed there a few rows i at a time. The outer
     products are laid out [c, I*J, d] (one GEMM of a^T [c*I, S] and b [S, J*d], no permuted
-    copy), so the projection is a sum over c of [I*J, d] x [d, C_z] GEMMs and the backward
-    GEMMs read contiguous operands (one permuted copy of the output gradient's projection)."""
+    copy), so the projection is a sum over c of [I*J, d] x [d, C_z] GEMMs, and the backward
+    writes the projection's gradient in the same layout, so its GEMMs read contiguous operands."""
 
     @staticmethod
     def forward(ctx, a_t, b, weight, bias):
@@ -145,6 +145,7 @@ class _OuterLinear(torch.autograd.Function):
         d_a = torch.empty_like(a_t).view(-1, n_i, n_s, c)
         d_b = torch.zeros_like(b).view(-1, n_s, n_j * d)
         d_w = torch.zeros_like(weight).view(n_z, c, d)
+        w_c = w.view(n_z, c, d).permute(1, 0, 2).contiguous()                        # [c, C_z, d]
         for n in range(a3.shape[0]):
             for start in range(0, n_i, rows):
                 i = min(rows, n_i - start)
@@ -155,8 +156,9 @@ class _OuterLinear(torch.autograd.Function):
                 d_w.add_(torch.bmm(outer.transpose(1, 2), d_rows.expand(c, *d_rows.shape))
                          .permute(2, 0, 1))
                 del outer
-                # d_outer [c*i, J*d] (the projection's gradient, one permuted copy)
-                d_outer = d_rows.mm(w).view(i * n_j, c, d).transpose(0, 1).reshape(c * i, n_j * d)
+                # d_outer [c, i*J, d] = [c*i, J*d], the projection's gradient written channels
+                # first by one batched GEMM (d_rows broadcast over c): no permuted copy
+                d_outer = torch.bmm(d_rows.expand(c, *d_rows.shape), w_c).view(c * i, n_j * d)
                 d_a[n, start:start + i].copy_(d_outer.mm(b3[n].t()).view(c, i, n_s).permute(1, 2, 0))
                 d_b[n].add_(a_ci.t().mm(d_outer))
         d_bias = d_y.reshape(-1, d_y.shape[-1]).sum(0, dtype=weight.dtype)
