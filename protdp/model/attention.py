@@ -312,8 +312,9 @@ class _ChunkWork:
     def from_lse(self, q, k, v, bias, drop, lse, out, d_out, acc, scale):
         """(dq, dk, dv, dS [*, r, H, Q, K]) of a chunk q [*, r, H, Q, c], k/v [*, r, H, K, c]."""
         shape, (n_q, c), n_k = q.shape, q.shape[-2:], k.shape[-2]
-        q3, k3, v3, o3, g3 = (t.to(acc).reshape(-1, t.shape[-2], c)
-                              for t in (q, k, v, out, d_out))              # [r*H, Q|K, c]
+        q3, k3, v3, g3 = (t.to(acc).reshape(-1, t.shape[-2], c)
+                          for t in (q, k, v, d_out))                       # [r*H, Q|K, c]
+        row = (d_out.to(acc) * out.to(acc)).sum(-1).reshape(-1, n_q, 1)    # [r*H, Q, 1]
         p, dp = self._buffers(q3.shape[0], n_q, n_k, acc, q.device)          # [r*H, Q, K]
         torch.baddbmm(p, q3, k3.transpose(1, 2), beta=0.0, alpha=scale, out=p)
         p4 = p.view(shape[:-2] + (n_q, n_k))                                 # [*, r, H, Q, K]
@@ -323,7 +324,6 @@ class _ChunkWork:
             p4.masked_fill_(drop, MASK_NEG)
         p4.sub_(lse.to(acc)[..., None]).exp_()                               # the weights
         torch.bmm(g3, v3.transpose(1, 2), out=dp)                            # dP = dO v^T
-        row = (g3 * o3).sum(-1, keepdim=True)                                # [r*H, Q, 1]
         dp.sub_(row).mul_(p)                                                 # dS, in place
         dq = torch.bmm(dp, k3).mul_(scale).view(shape)
         dk = torch.bmm(dp.transpose(1, 2), q3).mul_(scale).view(k.shape)
