@@ -150,3 +150,60 @@ def test_estimate_matches_measured_peak_memory():
     # recompute must show up in the measurement as in the estimate (~half here)
     by = {(m["config"], m["recompute"]): m["measured_bytes"] for m in measured}
     assert by[("small", True)] < 0.7 * by[("small", False)]
+
+
+def _saved_bytes_by_dtype(fn, skip) -> tuple[dict, object]:
+    """Bytes autograd keeps for backward during fn(), per dtype: each storage once (views and
+    tensors saved by several ops share one), leaving out the storages in `skip` (parameters,
+    the caller's masks: they exist without the step)."""
+    seen: dict[int, tuple] = {}
+
+    def pack(t):
+        st = t.untyped_storage()
+        if st.data_ptr() not in skip:
+            seen[st.data_ptr()] = (t.dtype, st.nbytes())
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn()
+    by: dict = {}
+    for dtype, n in seen.values():
+        by[dtype] = by.get(dtype, 0) + n
+    return by, out
+
+
+@pytest.mark.parametrize("global_column,backend", [(False, "auto"), (True, "auto"),
+                                                    (False, "explicit")])
+def test_block_saved_bytes_equal_autograd_in_fp32_and_bf16(global_column, backend):
+    """`memory.evoformer_block_saved` is what autograd keeps: the bytes it predicts for one
+    training block (Alg. 6, or Alg. 18 with global column attention) equal the bytes the saved
+    tensors hold, counted with saved_tensors_hooks, in fp32 and under bf16 autocast; and under
+    autocast the block keeps fewer bytes than in fp32, with only the fp32 terms of the
+    derivation (residual streams, statistics, softmax weights) left in fp32."""
+    from protdp.model.evoformer import EvoformerBlock
+    from protdp.model.primitives import set_attention_backend
+
+    cfg = _cfg("tiny", attention_backend=backend)
+    S, L = 5, 9
+    c_m = cfg.c_e if global_column else cfg.c_m
+    c_h = cfg.c_hidden_extra_att if global_column else cfg.c_hidden_msa_att
+    torch.manual_seed(0)
+    block = EvoformerBlock(cfg, c_m, c_h, global_column=global_column).train()
+    set_attention_backend(block, backend)
+    m0, z0 = torch.randn(1, S, L, c_m), torch.randn(1, L, L, cfg.c_z)
+    msa_mask, pair_mask = torch.ones(1, S, L), torch.ones(1, L, L)
+    msa_mask[0, -1, -2:] = 0                                 # masked keys take the masked path
+    skip = {t.untyped_storage().data_ptr() for t in [*block.parameters(), msa_mask, pair_mask]}
+    est = sum(memory.evoformer_block_saved(cfg, L, S, c_m, c_h, global_column).values(),
+              memory.Saved())
+    saved = {}
+    for bf16 in (False, True):
+        m, z = m0.clone().requires_grad_(), z0.clone().requires_grad_()
+
+        def step():
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                return block(m, z, msa_mask, pair_mask)
+        saved[bf16], out = _saved_bytes_by_dtype(step, skip)
+        assert sum(saved[bf16].values()) == est.bytes(bf16), (bf16, saved[bf16], est)
+        sum(o.float().sum() for o in out).backward()       # the graph is a real one
+    assert saved[True].get(torch.float32, 0) == 4 * est.fp32
+    assert sum(saved[True].values()) < 0.75 * sum(saved[False].values())

@@ -197,7 +197,8 @@ class OuterProductMean(nn.Module):
         a, b = norm_project(self.norm, [self.linear_a, self.linear_b], m)
         # mask in the projections' dtype: under autocast a, b stay bf16 (an fp32 mask would
         # promote them, and _OuterLinear would keep fp32 copies for backward)
-        a, b = a * mask.to(a.dtype), b * mask.to(b.dtype)             # [*, S, L, c]
+        mask = mask.to(a.dtype)
+        a, b = a * mask, b * mask                                     # [*, S, L, c]
         count = torch.einsum("...si,...sj->...ij", msa_mask, msa_mask)       # [*, L, L] shared rows
         return a.transpose(-2, -3), b, count
 
