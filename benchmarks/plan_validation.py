@@ -48,7 +48,7 @@ def main() -> int:
     rows = []
     for r in rss:
         cfg = load_config(ModelConfig, ROOT / r["path"])
-        est = train_step_bytes(cfg, Shape(r["L"], r["S"]), r["recompute"])
+        est = train_step_bytes(cfg, Shape(r["L"], r["S"]), r["recompute"], bf16=r["bf16"])
         key = r["config"] + str((r["L"], r["S"], r["recompute"], r["bf16"]))
         row = {k: r[k] for k in ("config", "L", "S", "recompute", "bf16")}
         row.update(estimated_bytes=est["total"], measured_rss_bytes=r["measured_bytes"],

@@ -101,7 +101,8 @@ def test_activation_terms_scale_as_documented():
 def test_recommendation_ladder():
     cfg = _cfg("af2")
     kw = dict(crop=256, dp=8, bf16=True, reserve=0.0)
-    act = {rc: memory.activation_bytes(cfg, memory.Shape(256, 128, 1024), rc)["peak"] for rc in (0, 1)}
+    act = {rc: memory.activation_bytes(cfg, memory.Shape(256, 128, 1024), rc, bf16=True)["peak"]
+           for rc in (0, 1)}
     st = {do: memory.state_bytes(parameter_count(cfg), 8, True, do)["total"] for do in (0, 1)}
 
     def strategy(budget, **extra):
