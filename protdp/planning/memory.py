@@ -13,7 +13,9 @@ protdp.parallel.DistributedOptimizer implements the same layout):
 Activations (bytes saved for backward, one example of crop L with S MSA rows) are counted per
 module from what autograd keeps in protdp's implementation (AF2 supplement Algorithms 6-23):
 layer-norm inputs, linear inputs, gate/ReLU outputs, attention weights where the backend keeps
-them. The dominant terms of an Evoformer block are the pair activations O(L^2 c_z) and the MSA
+them, each in the dtype it is kept in (`Saved`; fp32, or the trunk under bf16 autocast:
+`activation_bytes`). A block's count equals the bytes autograd holds for it, in fp32 and in
+bf16 (tests/test_plan.py counts them with saved-tensor hooks). The dominant terms of an Evoformer block are the pair activations O(L^2 c_z) and the MSA
 activations O(S L c_m); with the "explicit" attention backend also the triangle-attention
 weights O(h L^3) and the row-attention weights O(h S L^2) (the default backends keep q, k, v
 and a per-row logsumexp instead).
