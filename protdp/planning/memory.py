@@ -186,8 +186,9 @@ def evoformer_block_elements(cfg: ModelConfig, L: int, S: int, c_m: int, c_hidde
 
 
 def _trunk_linear_params(cfg: ModelConfig) -> int:
-    """Parameters of the embedders' Linears (run under autocast, their bf16 weight casts kept
-    by autograd; the blocks' casts are counted in `evoformer_block_saved`)."""
+    """Parameters of the embedders (their Linears run under autocast, whose bf16 weight casts
+    autograd keeps; an upper bound: their LayerNorm parameters are counted too). The blocks'
+    casts are counted in `evoformer_block_saved`."""
     parts = parameter_breakdown(cfg)
     return sum(v for k, v in parts.items() if k.endswith("_embedder"))
 
