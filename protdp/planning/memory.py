@@ -35,6 +35,7 @@ from protdp.planning.params import MSA_FEAT_DIM, parameter_breakdown, parameter_
 
 GIB = 1024 ** 3
 ALL_ATOM_FAPE_PAIRS = NUM_RIGID_GROUPS * NUM_ATOM14     # (frame, atom) pairs per residue pair
+FAPE_TERMS = 8   # fp32 elements FAPE keeps per (frame, point) pair: x - t, local diff [3] each, dist, clamp
 
 
 # ------------------------------------------------------------------------------ state
@@ -222,22 +223,26 @@ def activation_saved(cfg: ModelConfig, shape: Shape, recompute: bool) -> dict[st
     # probabilities, squared point distances [H, L, L] and the pair readout's own copy of the
     # [L, L, c_z] operand.
     out["structure_module"] = Saved(fp32=2 * P * cz + cfg.sm_layers * P * (2 * cfg.ipa_heads + cz))
-    # Distogram log-softmax [L, L, bins] (+ int64 targets), masked-MSA logits input and
-    # log-softmax [S, L, c_m + 23], backbone FAPE: ~15 [L, L] terms per layer (local points,
-    # differences, distances); the final all-atom FAPE: ~12 terms over 8 frames x 14 atoms of
-    # every residue pair (local points [.., 3] x 3, distances, clamp, masks).
-    out["heads_losses"] = Saved(fp32=P * (cfg.distogram_bins + 2) + M * (cm + 23)
-                                + 15 * P * cfg.sm_layers + 12 * P * ALL_ATOM_FAPE_PAIRS)
+    # Losses (fp32, §1.9): distogram log-softmax and its input [L, L, bins] (+ int64 targets),
+    # masked-MSA log-softmax and its input [S, L, 23], and FAPE (Alg. 28) keeping 8 terms per
+    # (frame, point) pair: the point offsets x - t and local differences [.., 3], the
+    # distance and the clamp's input; per structure-module layer over L x L backbone pairs, and
+    # once over the 8 frames x 14 atoms of every residue pair (all-atom FAPE of the last layer).
+    out["heads_losses"] = Saved(fp32=P * (2 * cfg.distogram_bins + 2) + M * (cm + 2 * 23)
+                                + FAPE_TERMS * P * (cfg.sm_layers + ALL_ATOM_FAPE_PAIRS))
     if recompute:
         out["recomputed_block"] = recomputed
-    # Working set on top of what is saved: the largest attention weights being formed / their
-    # gradient, fp32 in every backend (backends that keep no weights form them a chunk of
-    # RECOMPUTE_ELEMENTS at a time), and two gradients of the fp32 pair stream.
+    # Working sets on top of what is saved. Trunk backward: the largest attention weights being
+    # formed / their gradient, fp32 in every backend (backends that keep no weights form them a
+    # chunk of RECOMPUTE_ELEMENTS at a time), and two gradients of the fp32 pair stream. Start
+    # of backward (everything saved still alive): the all-atom FAPE's gradients of its 8 saved
+    # terms per (frame, point) pair.
     largest_probs = max(cfg.pair_heads * L ** 3, cfg.msa_heads * S * P, cfg.msa_heads * L * S * S,
                         cfg.ipa_heads * P)
     if not stores_attention_weights(cfg):
         largest_probs = min(largest_probs, RECOMPUTE_ELEMENTS)
     out["transient"] = Saved(fp32=largest_probs + 2 * P * cz)
+    out["loss_transient"] = Saved(fp32=FAPE_TERMS * P * ALL_ATOM_FAPE_PAIRS)
     return out
 
 
@@ -249,17 +254,20 @@ def activation_elements(cfg: ModelConfig, shape: Shape, recompute: bool) -> dict
 def peak_elements(elems: dict[str, float], grads: float = 0) -> float:
     """Peak live elements (or bytes) of forward+backward, parameter gradients `grads` included.
 
-    Without recompute everything saved is alive when backward starts; parameter gradients are
+    Without recompute everything saved is alive when backward starts (with the loss's working
+    set, 'loss_transient', or later the trunk's, 'transient'); parameter gradients are
     allocated block by block while larger saved activations are freed, so they do not add to
     that peak. With recompute the trunk's backward begins after the heads/structure-module/loss
-    tensors were freed; the peak is the larger of the end of forward and the recomputation of a
-    block late in backward, when nearly all parameter gradients exist. Block inputs and
+    tensors were freed; the peak is the larger of the start of backward and the recomputation
+    of a block late in backward, when nearly all parameter gradients exist. Block inputs and
     embedder tensors live throughout."""
+    trunk_ws, loss_ws = elems["transient"], elems.get("loss_transient", 0)
     if "recomputed_block" not in elems:
-        return max(sum(elems.values()), grads + elems["transient"])
+        saved = sum(v for k, v in elems.items() if k not in ("transient", "loss_transient"))
+        return max(saved + max(trunk_ws, loss_ws), grads + trunk_ws)
     base = sum(v for k, v in elems.items() if k in ("embedders", "extra_msa_stack", "evoformer"))
     tail = elems["structure_module"] + elems["heads_losses"]
-    return base + max(tail, elems["recomputed_block"] + grads) + elems["transient"]
+    return base + max(tail + loss_ws, elems["recomputed_block"] + grads + trunk_ws)
 
 
 def activation_bytes(cfg: ModelConfig, shape: Shape, recompute: bool,
