@@ -138,8 +138,10 @@ def test_cli_af2_json(capsys):
 
 
 def test_estimate_matches_measured_peak_memory():
-    """The planner check: estimate within TOLERANCE of the measured CPU peak (fresh process)."""
-    cases = ["tiny:64:16", "tiny:64:16:recompute", "small:64:16", "small:64:16:recompute"]
+    """The planner check: estimate within TOLERANCE of the measured CPU peak (fresh process),
+    in fp32 and with the trunk under bf16 autocast, which keeps less than fp32."""
+    cases = ["tiny:64:16", "tiny:64:16:recompute", "small:64:16", "small:64:16:recompute",
+             "tiny:64:16:bf16"]
     proc = subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "plan_measure.py"), *cases], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -147,12 +149,15 @@ def test_estimate_matches_measured_peak_memory():
     errors = {}
     for m in measured:
         cfg = _cfg(m["config"])
-        est = memory.train_step_bytes(cfg, memory.Shape(m["L"], m["S"]), m["recompute"])["total"]
-        errors[f"{m['config']} L{m['L']} rc={m['recompute']}"] = (est - m["measured_bytes"]) / m["measured_bytes"]
+        est = memory.train_step_bytes(cfg, memory.Shape(m["L"], m["S"]), m["recompute"],
+                                      bf16=m["bf16"])["total"]
+        errors[f"{m['config']} L{m['L']} rc={m['recompute']} bf16={m['bf16']}"] = \
+            (est - m["measured_bytes"]) / m["measured_bytes"]
     assert all(abs(e) <= TOLERANCE for e in errors.values()), errors
     # recompute must show up in the measurement as in the estimate (~half here)
-    by = {(m["config"], m["recompute"]): m["measured_bytes"] for m in measured}
-    assert by[("small", True)] < 0.7 * by[("small", False)]
+    by = {(m["config"], m["recompute"], m["bf16"]): m["measured_bytes"] for m in measured}
+    assert by[("small", True, False)] < 0.7 * by[("small", False, False)]
+    assert by[("tiny", False, True)] < 0.95 * by[("tiny", False, False)]
 
 
 def _saved_bytes_by_dtype(fn, skip) -> tuple[dict, object]:
