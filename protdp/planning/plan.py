@@ -71,7 +71,8 @@ def plan(cfg: ModelConfig, *, crop: int, gpu_mem: int, dp: int, bf16: bool = Fal
     out = {
         "model": {"parameters": n, "breakdown": parameter_breakdown(cfg)},
         "inputs": {"crop": crop, "msa_rows": msa_rows, "extra_msa_rows": shape.S_extra, "dp": dp,
-                   "bf16": bf16, "recompute": recompute, "gpu_mem_bytes": gpu_mem,
+                   "bf16": bf16, "activations_bf16": act_bf16, "recompute": recompute,
+                   "gpu_mem_bytes": gpu_mem,
                    "reserve": reserve, "budget_bytes": budget},
         "state": {"plain": state[False], "distributed_optimizer": state[True]},
         "activations": {"no_recompute": act[False], "recompute": act[True]},
@@ -243,7 +244,8 @@ def render(p: dict) -> str:
         s = p["state"][key]
         lines.append(f"  {label:<22}" + "".join(_gib(s[k]) + " " for k in
                                                  ("params", "grads", "optimizer", "total")))
-    lines += ["", "activation peak (one crop, fp32)  no recompute     recompute"]
+    dtype = "bf16" if inp.get("activations_bf16") else "fp32"
+    lines += ["", f"activation peak (one crop, {dtype})  no recompute     recompute"]
     for row in p["activations_by_crop"]:
         mark = " <" if row["crop"] == inp["crop"] else ""
         lines.append(f"  crop {row['crop']:<26}{_gib(row['no_recompute'])}  {_gib(row['recompute'])}{mark}")
