@@ -98,6 +98,7 @@ class Saved:
         return self.fp32 + self.compute + self.bytes1 // 4
 
     def bytes(self, bf16: bool) -> int:
+        """Bytes in fp32 (`bf16` False: every term 4 bytes, no casts) or under bf16 autocast."""
         if bf16:
             return 4 * self.fp32 + 2 * (self.compute + self.cast) + self.bytes1
         return 4 * (self.fp32 + self.compute) + self.bytes1
