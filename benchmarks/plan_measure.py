@@ -11,8 +11,10 @@ Two independent readings of the same step:
   at op granularity but ~20x slower; used by the validation benchmark as a cross-check.
 
 Parameters and the input batch exist before the step, so neither number includes them. Each
-case first runs once at a small crop (code pages, kernels and autograd machinery are loaded
-then, not inside the measured step). Run in a fresh process (`python benchmarks/plan_measure.py`)
+case first runs one step at its own shape (code pages, kernels and autograd machinery are
+loaded then, not inside the measured step: among them oneDNN's primitives, created once per
+GEMM shape and kept — for bf16 GEMMs ~25-30 MiB of resident memory at L64 that a first step at
+a new shape would count as its own). Run in a fresh process (`python benchmarks/plan_measure.py`)
 because the allocator settings stay for the life of the process.
 """
 
@@ -104,9 +106,9 @@ def measure_train_step(cfg: ModelConfig, L: int, n_seq: int, n_extra: int = 0,
     torch.manual_seed(seed)
     model = build_model(cfg, verbose=False).train()
     n_extra = n_extra if cfg.extra_msa else 0
-    _step(model, synthetic_batch(16, min(n_seq, 4), min(n_extra, 4), seed), cfg)     # warm-up
-    model.zero_grad(set_to_none=True)
     batch = synthetic_batch(L, n_seq, n_extra, seed)
+    _step(model, batch, cfg)                                      # warm-up at the same shapes
+    model.zero_grad(set_to_none=True)
     if method == "rss":
         _reset_peak_rss()
         base = _status_bytes("VmRSS")

@@ -137,7 +137,7 @@ def test_plan_proposes_dap_when_batch_caps_dp_and_when_nothing_fits():
     assert (cap["dp"], cap["dap_size"], cap["flag"]) == (128, 8, "--dap-size 8")
     assert plan(cfg, crop=256, gpu_mem=80 * 2**30, dp=64, gpus=64,
                 global_batch=128)["recommendation"]["batch_cap"]["dap_size"] == 1
-    act = memory.activation_bytes(cfg, memory.Shape(256, 128, 1024), True)["peak"]
+    act = memory.activation_bytes(cfg, memory.Shape(256, 128, 1024), True, bf16=True)["peak"]
     st = memory.state_bytes(parameter_count(cfg), 8, True, True)["total"]
     rec = plan(cfg, crop=256, gpu_mem=int(st + act / 3 + 1), dp=8, bf16=True,
                reserve=0.0)["recommendation"]

@@ -1,6 +1,7 @@
 """Evoformer (Alg. 6-15): odd shapes, identity at init, mask/padding invariance, chunking,
 recompute, triangle update definitions against explicit loops."""
 
+import pytest
 import torch
 
 from model_fixtures import pad_batch, random_batch, tiny_config, one_thread  # noqa: F401
@@ -200,13 +201,15 @@ def test_inplace_inference_block_equals_graph_path():
         assert torch.allclose(got_z, ref_z, atol=1e-5, rtol=1e-5)
 
 
-def test_fused_training_path_gives_the_module_path_gradients(monkeypatch):
+@pytest.mark.parametrize("global_column", [False, True])
+def test_fused_training_path_gives_the_module_path_gradients(monkeypatch, global_column):
     """Training stores less (LayerNorm outputs, gated triangle operands and outer products are
-    recomputed in backward): outputs and every gradient equal the plain module path (fp64)."""
+    recomputed in backward): outputs and every gradient equal the plain module path (fp64),
+    for the Evoformer block and the extra-MSA block (global column attention, Alg. 19)."""
     from protdp.model import evoformer, primitives
     torch.manual_seed(0)
     cfg = tiny_config()
-    block = EvoformerBlock(cfg, cfg.c_m, cfg.c_hidden_msa_att)
+    block = EvoformerBlock(cfg, cfg.c_m, cfg.c_hidden_msa_att, global_column=global_column)
     _randomize(block, scale=0.2, seed=4)
     block = block.double().eval()                 # no dropout; autograd on: the graph path
     m, z = torch.randn(2, 5, 9, cfg.c_m).double(), torch.randn(2, 9, 9, cfg.c_z).double()

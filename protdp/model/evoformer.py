@@ -75,23 +75,33 @@ class MSAColumnGlobalAttention(nn.Module):
         self.linear_o = Linear(c_hidden * n_heads, c_e, init="final")
 
     def _attend(self, e, mask):
-        # e [*, L, S, C_e] (columns as rows), mask [*, L, S]
+        # e [*, L, S, C_e] (LayerNorm-ed, columns as rows), mask [*, L, S]
+        return self._core(e, self.linear_k(e), self.linear_v(e), self.linear_g(e), mask)
+
+    def _core(self, e, k, v, g, mask):
+        """e [*, L, S, C_e] (LayerNorm-ed; read only by the query average), k, v [*, L, S, c]
+        and the gate's projection g [*, L, S, H*c] -> [*, L, S, C_e]."""
         mask_f = mask[..., None].to(e.dtype)
         q_avg = (e * mask_f).sum(-2) / (mask_f.sum(-2) + 1e-10)       # [*, L, C_e]
         q = rearrange(self.linear_q(q_avg), "... (h c) -> ... h c", h=self.n_heads)
         q = q / self.c_hidden ** 0.5                                  # [*, L, H, c]
-        k, v = self.linear_k(e), self.linear_v(e)                     # [*, L, S, c]
         logits = torch.einsum("...hc,...sc->...hs", q, k).float()    # [*, L, H, S]
         logits = logits.masked_fill(mask[..., None, :] == 0, MASK_NEG)
         w = torch.softmax(logits, -1).to(v.dtype)
         o = torch.einsum("...hs,...sc->...hc", w, v)                  # [*, L, H, c]
-        g = rearrange(torch.sigmoid(self.linear_g(e)), "... s (h c) -> ... s h c", h=self.n_heads)
+        g = rearrange(torch.sigmoid(g), "... s (h c) -> ... s h c", h=self.n_heads)
         o = rearrange(g * o[..., None, :, :], "... s h c -> ... s (h c)")
         return self.linear_o(o)                                       # [*, L, S, C_e]
 
     def forward(self, e, msa_mask, chunk_size=None):
-        e_t = self.norm(e.transpose(-2, -3))
-        out = chunk_rows(self._attend, e_t, msa_mask.transpose(-1, -2), chunk_size)
+        e_t, mask_t = e.transpose(-2, -3), msa_mask.transpose(-1, -2)   # [*, L, S, C_e], [*, L, S]
+        if fused_projection_enabled() and chunk_size is None:
+            # training: k, v, g from one fused LayerNorm -> projection, which keeps e (not
+            # LayerNorm(e) nor, under autocast, one bf16 copy of it per Linear) for backward;
+            # the query average reads LayerNorm(e) without keeping it (a masked sum)
+            k, v, g = norm_project(self.norm, [self.linear_k, self.linear_v, self.linear_g], e_t)
+            return self._core(self.norm(e_t), k, v, g, mask_t).transpose(-2, -3)
+        out = chunk_rows(self._attend, self.norm(e_t), mask_t, chunk_size)
         return out.transpose(-2, -3)
 
 
@@ -187,6 +197,9 @@ class OuterProductMean(nn.Module):
         row count [*, L, L]."""
         mask = msa_mask[..., None].to(m.dtype)                        # [*, S, L, 1]
         a, b = norm_project(self.norm, [self.linear_a, self.linear_b], m)
+        # mask in the projections' dtype: under autocast a, b stay bf16 (an fp32 mask would
+        # promote them, and _OuterLinear would keep fp32 copies for backward)
+        mask = mask.to(a.dtype)
         a, b = a * mask, b * mask                                     # [*, S, L, c]
         count = torch.einsum("...si,...sj->...ij", msa_mask, msa_mask)       # [*, L, L] shared rows
         return a.transpose(-2, -3), b, count

@@ -22,7 +22,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="training crop size (residues; the flag's name in train/preflight)")
     ap.add_argument("--gpu-mem", required=True, help="memory per GPU, e.g. 80GiB, 40GB")
     ap.add_argument("--dp", type=int, required=True, help="data-parallel size")
-    ap.add_argument("--bf16", action="store_true", help="bf16 params, fp32 main grads + master")
+    ap.add_argument("--bf16", action="store_true",
+                    help="bf16 params, fp32 main grads + master; trunk activations under bf16 autocast")
     ap.add_argument("--recompute", action="store_true", help="activation recompute already on")
     ap.add_argument("--max-msa-rows", "--msa-rows", dest="msa_rows", type=int, default=128,
                     help="MSA cluster rows (AF2 training: 128; as in train/preflight)")

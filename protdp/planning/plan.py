@@ -5,7 +5,9 @@
 
 Per rank it adds model/optimizer state (Megatron's distributed-optimizer accounting,
 `protdp.planning.memory`) and the activation peak of one crop (Evoformer pair activations
-O(L^2 c_z), MSA O(S L c_m), triangle-attention weights O(h L^3) if the backend keeps them; validated against
+O(L^2 c_z), MSA O(S L c_m), triangle-attention weights O(h L^3) if the backend keeps them;
+with --bf16 (or the model config's bf16) the trunk's activations as bf16 autocast keeps them;
+validated against
 measured CPU peaks of tiny/small/af2 in benchmarks/results/plan_validation.json), then walks the
 ladder pure DP -> DP + distributed optimizer -> + activation recompute -> model parallelism,
 and recommends the first rung that fits. Model parallelism for AF2-style models means splitting
@@ -54,7 +56,8 @@ def plan(cfg: ModelConfig, *, crop: int, gpu_mem: int, dp: int, bf16: bool = Fal
         bandwidth = network["busbw_Bps"]
     budget = gpu_mem * (1.0 - reserve)
     shape = Shape(crop, msa_rows, extra_msa_rows if cfg.extra_msa else 0)
-    act = {rc: activation_bytes(cfg, shape, rc) for rc in (False, True)}
+    act_bf16 = bf16 or cfg.bf16        # bf16 training runs the trunk under autocast
+    act = {rc: activation_bytes(cfg, shape, rc, act_bf16) for rc in (False, True)}
     state = {do: state_bytes(n, dp, bf16, do) for do in (False, True)}
     rungs = [(False, recompute), (True, recompute)] + ([] if recompute else [(True, True)])
     options = []
@@ -68,11 +71,12 @@ def plan(cfg: ModelConfig, *, crop: int, gpu_mem: int, dp: int, bf16: bool = Fal
     out = {
         "model": {"parameters": n, "breakdown": parameter_breakdown(cfg)},
         "inputs": {"crop": crop, "msa_rows": msa_rows, "extra_msa_rows": shape.S_extra, "dp": dp,
-                   "bf16": bf16, "recompute": recompute, "gpu_mem_bytes": gpu_mem,
+                   "bf16": bf16, "activations_bf16": act_bf16, "recompute": recompute,
+                   "gpu_mem_bytes": gpu_mem,
                    "reserve": reserve, "budget_bytes": budget},
         "state": {"plain": state[False], "distributed_optimizer": state[True]},
         "activations": {"no_recompute": act[False], "recompute": act[True]},
-        "activations_by_crop": activations_by_crop(cfg, crop, msa_rows, shape.S_extra),
+        "activations_by_crop": activations_by_crop(cfg, crop, msa_rows, shape.S_extra, act_bf16),
         "options": options,
         "communication": {
             "all_reduce": step_communication(n, dp, bf16, False, bandwidth),
@@ -134,10 +138,12 @@ def _dp_answer(rows: list[dict], dp: int) -> dict:
             "largest_efficient_dp": best, "reason": text}
 
 
-def activations_by_crop(cfg: ModelConfig, crop: int, msa_rows: int, extra_rows: int) -> list[dict]:
-    """Activation peak (bytes) with and without recompute over a range of crops."""
+def activations_by_crop(cfg: ModelConfig, crop: int, msa_rows: int, extra_rows: int,
+                        bf16: bool | None = None) -> list[dict]:
+    """Activation peak (bytes) with and without recompute over a range of crops (`bf16`: the
+    trunk under bf16 autocast, `memory.activation_bytes`)."""
     crops = sorted({64, 128, 256, 384, 512, crop})
-    return [{"crop": c, **{k: activation_bytes(cfg, Shape(c, msa_rows, extra_rows), rc)["peak"]
+    return [{"crop": c, **{k: activation_bytes(cfg, Shape(c, msa_rows, extra_rows), rc, bf16)["peak"]
                            for k, rc in (("no_recompute", False), ("recompute", True))}}
             for c in crops]
 
@@ -238,7 +244,8 @@ def render(p: dict) -> str:
         s = p["state"][key]
         lines.append(f"  {label:<22}" + "".join(_gib(s[k]) + " " for k in
                                                  ("params", "grads", "optimizer", "total")))
-    lines += ["", "activation peak (one crop, fp32)  no recompute     recompute"]
+    dtype = "bf16" if inp.get("activations_bf16") else "fp32"
+    lines += ["", f"activation peak (one crop, {dtype})  no recompute     recompute"]
     for row in p["activations_by_crop"]:
         mark = " <" if row["crop"] == inp["crop"] else ""
         lines.append(f"  crop {row['crop']:<26}{_gib(row['no_recompute'])}  {_gib(row['recompute'])}{mark}")
