@@ -237,7 +237,10 @@ class _RecomputedAttention(torch.autograd.Function):
     @staticmethod
     def _forward(ctx, q, k, v, bias, drop, rows):
         acc = _softmax_dtype(q.dtype)
-        out = torch.empty(q.shape[:-1] + v.shape[-1:], dtype=v.dtype, device=v.device)
+        # [*, R, H, Q, c] as a view of a [*, R, Q, H, c] buffer: the caller's [*, R, Q, H*c] is
+        # then a view of it too, so the gate product keeps this storage (no copy of it)
+        out = torch.empty(q.shape[:-3] + (q.shape[-2], q.shape[-3], v.shape[-1]), dtype=v.dtype,
+                          device=v.device).transpose(-2, -3)
         lse = torch.empty(q.shape[:-1], dtype=acc, device=q.device)          # [*, R, H, Q]
         # per chunk: (masked, from_lse); masked 0: no masked key; 1: masked keys get weight
         # exactly 0 (exp underflows), so their gradient is 0 without masking; 2: a fully masked
@@ -254,9 +257,9 @@ class _RecomputedAttention(torch.autograd.Function):
                 p = _row_probs(q[sl], k[sl], bias, drop[sl] if masked else None, acc)
                 out[sl] = torch.matmul(p.to(v.dtype), v[sl])
             ctx.chunks.append((masked, fused is not None))
-        # `out` is kept by the gating product after this function anyway (no extra memory); it
-        # gives the softmax backward's row term rowsum(dP * P) = rowsum(dO * O) without a pass
-        # over the weights (FlashAttention-2's D)
+        # `out` is kept by the gating product after this function anyway (its [*, R, Q, H*c]
+        # view: no extra memory); it gives the softmax backward's row term
+        # rowsum(dP * P) = rowsum(dO * O) without a pass over the weights (FlashAttention-2's D)
         ctx.save_for_backward(q, k, v, bias, drop, lse, out)
         ctx.rows, ctx.has_bias = rows, bias is not None
         return out
