@@ -5,8 +5,10 @@ OpenFold's tolerances for the same question (tests/test_deepspeed_evo_attention.
 fused kernel against stock attention, both under bf16 autocast): full-model final positions
 max |diff| < 0.5 Å; one Evoformer block, outputs after LayerNorm, mean |diff| < 4e-2 (bf16) and
 2e-2 (fp32); attention input/weight gradients max |diff| < 5e-4 (fp32, tests/config.py eps).
-Here the comparison is stricter in kind — bf16 against fp32, not kernel against kernel within
-bf16 — and on random weights, whose activations are not those of a trained model.
+`cases` asks a stricter question — bf16 against fp32, not kernel against kernel within bf16 —
+on random weights, whose activations are not those of a trained model; `kernels_vs_explicit_bf16`
+asks OpenFold's: protdp's fused ("auto": the CPU flash kernel) and "recompute" attention against
+its explicit attention, all under bf16 autocast.
 
     PYTHONPATH=. python3 benchmarks/bf16_reference.py [--out benchmarks/results/bf16_reference.json]
 """
@@ -61,6 +63,40 @@ def compare_case(model, root: Path, case: str) -> dict:
             "msa_layernormed_mean_abs": round((_ln(a["msa"]) - _ln(b["msa"])).abs().mean().item(), 5)}
 
 
+def compare_kernels_bf16(model, root: Path, case: str,
+                         backends: tuple[str, ...] = ("auto", "recompute")) -> dict:
+    """OpenFold's own question (a fused kernel against the stock attention, both under bf16
+    autocast): final positions max |diff| and LayerNorm-ed pair / MSA mean |diff| of each
+    backend in `backends` against the "explicit" backend, all under bf16 autocast."""
+    from protdp.model.primitives import set_attention_backend
+    from protdp.weights.compare import batch_from_features, read_npz
+
+    path = root / f"features_{case}.npz"
+    batch, passes = batch_from_features(read_npz(path), path)
+    before = model.config.attention_backend
+    outs = {}
+    model.config.bf16 = True
+    try:
+        for backend in ("explicit",) + tuple(backends):
+            set_attention_backend(model, backend)
+            with torch.no_grad():
+                outs[backend] = model(batch, num_recycles=passes - 1)
+    finally:
+        model.config.bf16 = False
+        set_attention_backend(model, before)
+    ref = outs["explicit"]
+    exists = ref["final_atom_mask"] > 0
+    res = {}
+    for backend in backends:
+        got = outs[backend]
+        dist = (got["final_atom_positions"] - ref["final_atom_positions"]).norm(dim=-1)[exists]
+        res[backend] = {
+            "positions_max_abs_A": round(dist.max().item(), 4),
+            "pair_layernormed_mean_abs": round((_ln(got["pair"]) - _ln(ref["pair"])).abs().mean().item(), 5),
+            "msa_layernormed_mean_abs": round((_ln(got["msa"]) - _ln(ref["msa"])).abs().mean().item(), 5)}
+    return res
+
+
 def training_step(config: str = "tiny", L: int = 24, N: int = 8) -> dict:
     """One loss + backward of the same model and batch in fp32 and under bf16 autocast."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -110,7 +146,9 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         model = import_fixture(Path(args.fixture), Path(tmp) / "ckpt")
         cases = {case: compare_case(model, Path(args.fixture), case) for case in CASES}
+        kernels = {case: compare_kernels_bf16(model, Path(args.fixture), case) for case in CASES}
     result = {"openfold_tolerances": OPENFOLD_TOLERANCES, "cases": cases,
+              "kernels_vs_explicit_bf16": kernels,
               "training_step_tiny": training_step(), "torch": torch.__version__,
               "attention_backend": model.config.attention_backend}
     out = Path(args.out)

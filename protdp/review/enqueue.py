@@ -109,17 +109,15 @@ class Enqueuer:
         with db.tx() as conn:
             check_folder(row["folder"], read_roots(conn, db))
             row["created_at"] = db.now(conn)
-            new_id = self._insert(conn, row)
-            if new_id is None:
-                kin = _same_prediction(conn, row["prediction_id"])
+            asked = row["prediction_id"]
+            while (new_id := self._insert(conn, row)) is None:
+                kin = _same_prediction(conn, asked)
                 newest_id, _, bound = kin[-1]
                 if not rebind or bound == row["file_sha256"]:
                     return newest_id
-                row["prediction_id"] = rebound_id(row["prediction_id"], len(kin) + 1)
-                new_id = self._insert(conn, row)
-                if new_id is None:
-                    raise InputError(f"{row['prediction_id']!r} is queued already",
-                                     field="prediction_id")
+                row["prediction_id"] = rebound_id(asked, 1 + max(
+                    int(pid.rpartition(REBIND_SEPARATOR)[2]) if pid != asked else 1
+                    for _, pid, _ in kin))
             older = conn.execute(update(items).where(
                 items.c.target == row["target"], items.c.id != new_id,
                 items.c.superseded_by.is_(None)).values(superseded_by=new_id)
