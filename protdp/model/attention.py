@@ -56,8 +56,13 @@ MASK_NEG = -1e9
 # multiple of 8, which the CUDA memory-efficient kernel wants for aligned loads
 MASK_CHANNELS = 8
 
-# logits computed at a time by the "recompute" backend (fp32 elements: 16 MiB)
-RECOMPUTE_ELEMENTS = 1 << 22
+# one transient working block of the training path (fp32 elements: 16 MiB): what the
+# "recompute" backend's logits, the outer product mean's outer products and a transition's
+# hidden layer are worked through at a time. Below glibc's largest dynamic mmap threshold
+# (32 MiB), so on CPU a freed block is reused from the heap instead of being mapped and
+# page-faulted in again on every allocation (benchmarks/results/model_vs_openfold.json)
+TRANSIENT_ELEMENTS = 1 << 22
+RECOMPUTE_ELEMENTS = TRANSIENT_ELEMENTS     # logits computed at a time by "recompute"
 
 # default block sizes of the low-memory backend (queries x keys per step)
 LOWMEM_Q_BLOCK = 256

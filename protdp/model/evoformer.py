@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 import torch.utils.checkpoint
 from einops import rearrange
 
+from protdp.model.attention import TRANSIENT_ELEMENTS
 from protdp.model.axial import run_blocks_axial
 from protdp.model.config import ModelConfig
 from protdp.model.evoformer_inference import inference_block
@@ -105,13 +105,14 @@ class MSAColumnGlobalAttention(nn.Module):
         return out.transpose(-2, -3)
 
 
-# outer-product elements recomputed at a time in _OuterLinear's backward (fp32: 16 MiB)
-OUTER_CHUNK_ELEMENTS = 1 << 22
+# outer-product elements formed at a time by _OuterLinear, forward and backward (fp32: 16 MiB)
+OUTER_CHUNK_ELEMENTS = TRANSIENT_ELEMENTS
 
 
 class _OuterLinear(torch.autograd.Function):
     """y_ij = vec(sum_s a_si (x) b_sj) W^T + bias without storing the [*, I, J, c*d] outer
-    products for backward: they are recomputed there a few rows i at a time. The outer
+    products for backward: they are formed a few rows i at a time, in forward and again in
+    backward. The outer
     products are laid out [c, I*J, d] (one GEMM of a^T [c*I, S] and b [S, J*d], no permuted
     copy), so the projection is a sum over c of [I*J, d] x [d, C_z] GEMMs, and the backward
     writes the projection's gradient in the same layout, so its GEMMs read contiguous operands."""
@@ -129,11 +130,15 @@ class _OuterLinear(torch.autograd.Function):
             a3 = a_t.to(dtype).reshape(-1, n_i, n_s, c)
             b3 = b.to(dtype).reshape(-1, n_s, n_j * d)
             y = a3.new_empty(a3.shape[0], n_i * n_j, n_z)
+            rows = max(1, OUTER_CHUNK_ELEMENTS // (n_j * c * d))
             for n in range(a3.shape[0]):
-                outer = _outer_channels_first(a3[n], b3[n], d)                      # [c, I*J, d]
-                torch.addmm(bias.to(dtype), outer[0], w_t[0], out=y[n])
-                for k in range(1, c):
-                    y[n].addmm_(outer[k], w_t[k])
+                for start in range(0, n_i, rows):       # a few rows i at a time, as backward
+                    i = min(rows, n_i - start)
+                    outer = _outer_channels_first(a3[n, start:start + i], b3[n], d)  # [c, i*J, d]
+                    y_rows = y[n, start * n_j:(start + i) * n_j]                      # [i*J, C_z]
+                    torch.addmm(bias.to(dtype), outer[0], w_t[0], out=y_rows)
+                    for k in range(1, c):
+                        y_rows.addmm_(outer[k], w_t[k])
         return y.view(a_t.shape[:-3] + (n_i, n_j, n_z))
 
     @staticmethod

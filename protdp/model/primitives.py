@@ -20,7 +20,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from einops import rearrange
 
-from protdp.model.attention import MASK_NEG, biased_attention, resolved_backend
+from protdp.model.attention import (MASK_NEG, TRANSIENT_ELEMENTS, biased_attention,
+                                     resolved_backend)
 from protdp.model.precision import active_autocast_dtype
 
 INIT_SCHEMES = ("default", "relu", "glorot", "gating", "final")
@@ -169,6 +170,14 @@ def norm_project(norm: nn.LayerNorm, linears, x: torch.Tensor,
                                        *(lin.weight for lin in linears), *biases))
 
 
+def transient_rows(row_elements: int) -> int:
+    """Rows of `row_elements` each that make one transient block (TRANSIENT_ELEMENTS; at least
+    one row): CPU training works through a transition's [*, R, Q, n*C] hidden layer this many
+    rows at a time, each block under glibc's mmap threshold (heap-reused, not page-faulted in
+    again), with the same saved tensors in total."""
+    return max(1, TRANSIENT_ELEMENTS // row_elements)
+
+
 def chunk_rows(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], x: torch.Tensor,
                mask: torch.Tensor, chunk_size: int | None) -> torch.Tensor:
     """Evaluate fn(x_rows, mask_rows) on slices of `chunk_size` rows (dim -3 of x, dim -2 of
@@ -261,6 +270,8 @@ class Transition(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, chunk_size: int | None = None) -> torch.Tensor:
         # x [*, R, Q, C], mask [*, R, Q] (only sets the chunk layout) -> [*, R, Q, C]
+        if chunk_size is None and torch.is_grad_enabled() and x.device.type == "cpu":
+            chunk_size = transient_rows(x.shape[-2] * self.linear_1.out_features)
         return chunk_rows(self._transition, x, mask, chunk_size)
 
 
