@@ -14,10 +14,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from protdp.errors import ProtdpError  # noqa: E402
 from protdp.inference.cli import main  # noqa: E402
+from protdp.parallel.env import leave_process  # noqa: E402
 
 if __name__ == "__main__":
     try:
-        sys.exit(main(sys.argv[1:]))
+        code = main(sys.argv[1:])
     except ProtdpError as exc:
         print(f"predict: error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        code = 2
+    leave_process(code)

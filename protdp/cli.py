@@ -78,4 +78,5 @@ def _main(argv: list[str] | None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from protdp.parallel.env import leave_process
+    leave_process(main())

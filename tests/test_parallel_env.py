@@ -1,4 +1,5 @@
-"""Launcher environments and ParallelConfig validation (no process group)."""
+"""Launcher environments and ParallelConfig validation (no process group), and how a launched
+process leaves (leave_process, in fresh interpreters)."""
 
 from __future__ import annotations
 
@@ -168,3 +169,28 @@ def test_device_check_script_runs_its_checks(tmp_path):
     assert all(res["checks"].values()), res["checks"]
     assert res["fp32_distopt"]["max_rel_norm_diff"] <= 1e-6
     assert res["nan_step"]["applied"].count(False) == 1
+
+
+def test_leave_process_runs_exit_handlers_then_exits_with_the_status():
+    """A process that joined a process group leaves through os._exit after its exit handlers
+    (the group destroyed, output flushed) with the command's status; one that did not exits
+    normally. Each run in a fresh interpreter, as a launched rank is."""
+    import subprocess
+    import sys
+
+    from protdp.paths import REPO_ROOT
+
+    script = ("import atexit, sys\n"
+              "from protdp.parallel.env import init_distributed, leave_process\n"
+              "import torch.distributed as dist\n"
+              "if sys.argv[1] == 'group':\n"
+              "    init_distributed(timeout=30)\n"
+              "atexit.register(lambda: print('handler ran; group', dist.is_initialized()))\n"
+              "print('done', end=' ')\n"
+              "leave_process(3)\n")
+    for mode in ("group", "plain"):
+        proc = subprocess.run([sys.executable, "-c", script, mode], capture_output=True,
+                              text=True, cwd=REPO_ROOT, timeout=120)
+        assert proc.returncode == 3, (mode, proc.stderr[-2000:])
+        # the handler registered last runs first, before the group is destroyed
+        assert proc.stdout == f"done handler ran; group {mode == 'group'}\n", (mode, proc.stdout)

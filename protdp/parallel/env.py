@@ -153,6 +153,30 @@ def _shutdown_at_exit() -> None:
         pass
 
 
+_joined_group = False
+"""Whether this process has created a default process group (init_distributed)."""
+
+
+def leave_process(code: int) -> None:
+    """End a command-line process with exit status `code`. A process that created a process
+    group runs its exit handlers (the group destroyed, the comm thread closed, logs flushed)
+    and then leaves with os._exit: C++ destructors run at interpreter finalization can abort a
+    finished rank whose gloo threads are still joinable ("terminate called without an active
+    exception", pytorch/pytorch#179291), turning a run that completed into a failed one. Any
+    other process exits normally (sys.exit)."""
+    import sys
+
+    if not _joined_group:
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):    # closed or broken pipe: nothing more to say there
+            pass
+    os._exit(code if isinstance(code, int) else 1)
+
+
 def init_distributed(timeout: float | timedelta | None = DEFAULT_TIMEOUT_S,
                      backend: str | None = None,
                      env: Mapping[str, str] | None = None) -> LaunchEnv:
@@ -165,10 +189,12 @@ def init_distributed(timeout: float | timedelta | None = DEFAULT_TIMEOUT_S,
     import torch
     import torch.distributed as dist
 
+    global _joined_group
     launch = detect_launch_env(env)
     if dist.is_initialized():
         return launch
     atexit.register(_shutdown_at_exit)  # runs after the comm thread's own atexit close
+    _joined_group = True
     backend = backend or default_backend()
     td = _as_timedelta(timeout)
     if "nccl" in backend:

@@ -4,11 +4,13 @@
 import sys
 
 from protdp.errors import ProtdpError
+from protdp.parallel.env import leave_process
 from protdp.train.cli import main
 
 if __name__ == "__main__":
     try:
-        sys.exit(main(sys.argv[1:]))
+        code = main(sys.argv[1:])
     except ProtdpError as exc:
         print(f"pretrain: error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        code = 2
+    leave_process(code)
