@@ -184,17 +184,6 @@ def _row_probs(q, k, bias, drop, acc):
     return torch.softmax(logits, dim=-1)
 
 
-def _probs_from_lse(q, k, bias, drop, lse, acc):
-    """The softmax weights rebuilt from the forward's per-row logsumexp: exp(logits - lse), no
-    max / sum reduction (a chunk without a fully masked row; masked keys get exactly 0)."""
-    logits = torch.matmul(q.to(acc) * (1.0 / math.sqrt(q.shape[-1])), k.to(acc).transpose(-1, -2))
-    if bias is not None:
-        logits += bias.to(acc)
-    if drop is not None:
-        logits.masked_fill_(drop, MASK_NEG)
-    return logits.sub_(lse.to(acc)[..., None]).exp_()
-
-
 def _flash_rows(q, k, v, bias, drop):
     """Forward of a chunk of rows through PyTorch's fused CPU flash kernel, which also returns
     the per-row logsumexp: (out [*, r, H, Q, c], lse [*, r, H, Q]), or None where it does not
