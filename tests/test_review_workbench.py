@@ -14,6 +14,7 @@ import re
 import shutil
 import time
 from pathlib import Path
+from urllib.parse import urlparse
 
 import gemmi
 import numpy as np
@@ -74,6 +75,15 @@ def _wait_text(page, selector: str, pattern: str, timeout_s: float = 15.0) -> st
         page.wait_for_timeout(100)
 
 
+def _wait_until(page, ready, what: str, timeout_s: float = 30.0) -> None:
+    """Poll `ready()` from Python until it is true (a string `wait_for_function` needs an eval
+    the page's CSP forbids, which fails whenever the predicate is not true at once)."""
+    deadline = time.time() + timeout_s
+    while not ready():
+        assert time.time() < deadline, f"{what} never happened"
+        page.wait_for_timeout(50)
+
+
 def _page(browser, base: str, token: str, problems: list):
     context = browser.new_context(viewport={"width": 1300, "height": 1000})
     page = context.new_page()
@@ -89,7 +99,8 @@ def _page(browser, base: str, token: str, problems: list):
 
 
 def _viewer_loaded(page) -> dict:
-    page.wait_for_function("document.getElementById('viewer').dataset.state !== 'loading'")
+    _wait_until(page, lambda: page.get_attribute("#viewer", "data-state") != "loading",
+                "the 3D viewer leaving its loading state")
     return page.eval_on_selector("#viewer", "el => ({...el.dataset})")
 
 
@@ -205,8 +216,8 @@ def _claim_next_together(pages) -> list[str]:
         p.evaluate("document.getElementById('claim-next').click()")
     for p in pages:
         p.wait_for_load_state()
-        p.wait_for_function("!location.pathname.startsWith('/queue') || "
-                            "location.search.includes('empty')")
+        _wait_until(p, lambda: not urlparse(p.url).path.startswith("/queue")
+                    or "empty" in urlparse(p.url).query, "claim next landing")
     return [p.url for p in pages]
 
 
@@ -246,7 +257,8 @@ def test_keyboard_shortcuts_lease_renewal_drafts_and_batch(bench, browser):
     base, store, tokens, shots = bench
     problems: list[str] = []
     page = _page(browser, base, tokens["alice"], problems)
-    page.wait_for_function("document.body.dataset.shortcuts === 'ready'")
+    _wait_until(page, lambda: page.get_attribute("body", "data-shortcuts") == "ready",
+                "the keyboard shortcuts being ready")
     page.keyboard.press("j")
     page.keyboard.press("j")
     assert page.locator("#queue tr.cursor").get_attribute("data-item-id") == "2"
