@@ -146,18 +146,20 @@ def claim_worker(url: str, token: str, barrier, out_path: str) -> None:
     Path(out_path).write_text(json.dumps({"claimed": claimed, "errors": errors, "busy": busy}))
 
 
-def open_worker(url: str, barrier, out_path: str) -> None:
-    """Open (and so create/migrate) the queue at `url` right after the others; write the outcome."""
+def open_worker(urls: list[str], barrier, out_paths: list[str]) -> None:
+    """For each url in turn: open (and so create/migrate) the queue right after the others (one
+    barrier per url); write the outcome to the matching out path."""
     from pathlib import Path
 
     from protdp.review.store import ReviewStore
 
-    barrier.wait()
-    try:
-        ReviewStore(url).close()
-        Path(out_path).write_text("ok")
-    except Exception as exc:  # recorded; the test fails on any
-        Path(out_path).write_text(f"error: {exc}")
+    for url, out_path in zip(urls, out_paths):
+        barrier.wait()
+        try:
+            ReviewStore(url).close()
+            Path(out_path).write_text("ok")
+        except Exception as exc:  # recorded; the test fails on any
+            Path(out_path).write_text(f"error: {exc}")
 
 
 def predict_into_queue(out_dir: Path, queue_url: str, data_dir: Path, *, pae_head: bool = True,

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from review_fixtures import (claim_worker, expire_leases, gated_item, open_worker,  # noqa: F401
@@ -385,15 +386,16 @@ def test_concurrent_first_opens_of_a_new_sqlite_queue(tmp_path):
     """Prediction ranks open one new SQLite file at once: none may fail with "database is
     locked" (switching a new file to WAL needs an exclusive lock and is not retried by SQLite)."""
     ctx = mp.get_context("forkserver")
-    failures = []
-    for trial in range(8):
-        url = f"sqlite:///{tmp_path / f'q{trial}.sqlite'}"
-        barrier = ctx.Barrier(6)
-        outs = [tmp_path / f"open{trial}_{k}.txt" for k in range(6)]
-        procs = [ctx.Process(target=open_worker, args=(url, barrier, str(o))) for o in outs]
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join(120)
-        failures += [o.read_text() for o in outs if o.read_text() != "ok"]
-    assert failures == []
+    trials, ranks = 40, 6                     # the same 6 processes race on 40 new files
+    urls = [f"sqlite:///{tmp_path / f'q{trial}.sqlite'}" for trial in range(trials)]
+    outs = [[str(tmp_path / f"open{trial}_{k}.txt") for trial in range(trials)]
+            for k in range(ranks)]
+    barrier = ctx.Barrier(ranks)
+    procs = [ctx.Process(target=open_worker, args=(urls, barrier, o)) for o in outs]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    failures = [Path(o).read_text() for rank in outs for o in rank
+                if Path(o).read_text() != "ok"]
+    assert failures == [], f"{len(failures)} of {trials * ranks} opens failed: {failures[:2]}"
