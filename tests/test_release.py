@@ -55,9 +55,26 @@ def _release(ckpt, store, policy_path) -> tuple[int, dict]:
     return rc, json.loads((ckpt.parent / "release.json").read_text())
 
 
-def test_verdict_follows_the_thresholds_and_binds_to_the_weights(ckpt, store, tmp_path, capsys):
+def _redteam_once(monkeypatch) -> None:
+    """Run the red-team suite for real once per checkpoint in this test; later releases of the
+    same weights under other thresholds reuse its result (the suite's own tests:
+    test_redteam.py)."""
+    import protdp.safety.release as release
+    real, results = release.run_suite, {}
+
+    def once(checkpoint, *args, **kwargs):
+        key = str(checkpoint)
+        if key not in results:
+            results[key] = real(checkpoint, *args, **kwargs)
+        return results[key]
+    monkeypatch.setattr(release, "run_suite", once)
+
+
+def test_verdict_follows_the_thresholds_and_binds_to_the_weights(ckpt, store, tmp_path, capsys,
+                                                                 monkeypatch):
     from protdp.inference.checkpoint import load_model_checkpoint
     sha = load_model_checkpoint(ckpt).sha256
+    _redteam_once(monkeypatch)
 
     rc, doc = _release(ckpt, store, _policy(tmp_path, **LAX))
     assert rc == 0 and doc["verdict"] == "released" and doc["checkpoint"]["sha256"] == sha
