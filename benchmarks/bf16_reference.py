@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from protdp.fileio import atomic_write_json  # noqa: E402
 from protdp.metrics import lddt_ca  # noqa: E402
 
 CASES = ("2p90_A02", "2jp1_A", "synthetic_L40")
@@ -153,10 +154,7 @@ def main(argv=None) -> int:
               "kernels_vs_explicit_bf16": kernels,
               "training_step_tiny": training_step(), "torch": torch.__version__,
               "attention_backend": model.config.attention_backend}
-    out = Path(args.out)
-    tmp_out = out.with_name(out.name + ".tmp")
-    tmp_out.write_text(json.dumps(result, indent=1) + "\n")
-    os.replace(tmp_out, out)
+    atomic_write_json(args.out, result, allow_nan=True)
     print(json.dumps(result, indent=1))
     return 0
 

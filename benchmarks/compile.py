@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from protdp.fileio import atomic_write_json  # noqa: E402
 from protdp.config import read_yaml  # noqa: E402
 from protdp.model.compile import compile_evoformer_blocks  # noqa: E402
 from protdp.model.config import ModelConfig  # noqa: E402
@@ -70,10 +70,7 @@ def main(argv=None) -> int:
               "compiled_over_eager_time": round(best["compiled"] / best["eager"], 3),
               "max_abs_diff": {n: float(f"{(a - b).abs().max().item():.3g}")
                                for n, a, b in zip(("msa", "pair", "d_msa", "d_pair"), got, ref)}}
-    out = Path(args.out)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=1) + "\n")
-    os.replace(tmp, out)
+    atomic_write_json(args.out, result, allow_nan=True)
     print(json.dumps(result, indent=1))
     return 0
 

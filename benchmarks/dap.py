@@ -29,6 +29,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from protdp.fileio import atomic_write_json  # noqa: E402
 from protdp.config import load_config, read_yaml  # noqa: E402
 from protdp.model.config import ModelConfig  # noqa: E402
 from protdp.paths import REPO_ROOT  # noqa: E402
@@ -129,10 +130,7 @@ def main() -> None:
     result = {"benchmark": "dap", "crop": args.crop, "msa_rows": args.msa_rows,
               "model": "af2 widths, one Evoformer block, fp32, training mode, no recompute",
               "device": "CPU, gloo, 1 thread per rank (2 shared cores)", "rows": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp_out = args.out.with_suffix(".json.tmp")
-    tmp_out.write_text(json.dumps(result, indent=1) + "\n")
-    os.replace(tmp_out, args.out)
+    atomic_write_json(args.out, result, allow_nan=True)
     print(f"wrote {args.out}")
 
 

@@ -25,8 +25,6 @@ RSS (monotone, so only the first growth per section is meaningful).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import platform
 import resource
 import sys
@@ -37,10 +35,11 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from protdp.fileio import atomic_write_json  # noqa: E402
 from protdp.config import read_yaml  # noqa: E402
 from protdp.model import build_model  # noqa: E402
-from protdp.model.attention import (biased_attention, explicit_attention,  # noqa: E402
-                                    resolved_backend, sdpa_attention)
+from protdp.model.attention import (explicit_attention, resolved_backend,  # noqa: E402
+                                    sdpa_attention)
 from protdp.model.config import ModelConfig  # noqa: E402
 from protdp.model.evoformer import EvoformerBlock  # noqa: E402
 from protdp.model.flops import evoformer_block_flops, training_step_flops  # noqa: E402
@@ -315,11 +314,7 @@ def main(argv=None) -> int:
         result["sections"][name] = fns[name](device, sizes, args.tiny, budget)
         result["sections"][name]["wall_s"] = round(time.monotonic() - t, 1)
         print(f"{name}: {result['sections'][name]['wall_s']} s", flush=True)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=1) + "\n")
-    os.replace(tmp, out)
+    atomic_write_json(args.out, result, allow_nan=True)
     return 0
 
 

@@ -45,6 +45,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from protdp.fileio import atomic_write_json  # noqa: E402
 
 STUB = '''"""Stub of OpenFold's CUDA-only softmax extension (never called on CPU)."""
 def forward_(*args, **kwargs):
@@ -328,10 +329,7 @@ def main(argv=None) -> int:
 
 def _write(path: str, result: dict) -> None:
     """Results so far (after every row: a long run that is cut short keeps its rows)."""
-    out = Path(path)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=1) + "\n")
-    os.replace(tmp, out)
+    atomic_write_json(path, result, allow_nan=True)
 
 
 def _keep_best(row: dict, impl: str, got: dict) -> None:

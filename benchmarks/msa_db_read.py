@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from msa_reference_reader import reference_records  # noqa: E402
+from protdp.fileio import atomic_write_json  # noqa: E402
 from protdp.msa.database import SequenceDatabase  # noqa: E402
 from protdp.msa.sanitize import DatabaseScan, protein_records  # noqa: E402
 
@@ -142,11 +143,7 @@ def main(argv=None) -> dict:
         "machine": {"python": platform.python_version(), "cpu_count": os.cpu_count(),
                     "note": "2 cores shared with other jobs; best of the interleaved repeats"},
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp_out = out.with_name(out.name + ".tmp")
-    tmp_out.write_text(json.dumps(result, indent=1) + "\n")
-    os.replace(tmp_out, out)
+    atomic_write_json(args.out, result, allow_nan=True)
     print(json.dumps({"seconds_best": best, "ratios": result["ratios"]}, indent=1))
     return result
 

@@ -44,7 +44,6 @@ from protdp.data.store import FamilyStore, build_store  # noqa: E402
 from protdp.inference.layout import current_prediction  # noqa: E402
 from protdp.metrics import lddt_ca, rmsd_ca  # noqa: E402
 from protdp.paths import data_root  # noqa: E402
-from protdp.relax import structure_violations  # noqa: E402
 from protdp.resources import config_file  # noqa: E402
 
 CHAINS = ("5awl_A", "7a4d_E", "2p90_A02", "2q2k_A", "2qke_E", "2jp1_A", "4qhf_A", "7a4d_A",

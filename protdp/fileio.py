@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import stat
@@ -183,3 +184,14 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def atomic_write_json(path: str | Path, obj, *, sort_keys: bool = False,
+                      allow_nan: bool = False) -> Path:
+    """`obj` as indented JSON (one trailing newline) through `atomic_write_bytes`; the parent
+    folder is made if missing. `allow_nan` only for reports that must keep a NaN they measured
+    (a benchmark's kernel check), never for files other tools read."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(obj, indent=1, sort_keys=sort_keys, allow_nan=allow_nan) + "\n"
+    return atomic_write_bytes(path, text.encode())

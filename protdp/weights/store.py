@@ -8,7 +8,6 @@ its reason, the configuration inferred). Every file is written to a temporary na
 
 from __future__ import annotations
 
-import json
 import os
 import zipfile
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from protdp.errors import InputError
-from protdp.fileio import replace_file
+from protdp.fileio import atomic_write_json, replace_file
 from protdp.train.checkpointing import IMPORTED_MODEL_FILE
 
 PROVENANCE_FILE = "provenance.json"
@@ -91,10 +90,8 @@ def write_npz(path: str | Path, arrays: dict[str, np.ndarray]) -> Path:
 
 
 def write_json(path: Path, obj: dict) -> Path:
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True, allow_nan=False) + "\n")
-    os.replace(tmp, path)
-    return path
+    """An import's provenance: sorted keys, strict JSON, written atomically."""
+    return atomic_write_json(path, obj, sort_keys=True)
 
 
 def model_file(checkpoint: str | Path) -> Path:
