@@ -187,11 +187,13 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
 
 
 def atomic_write_json(path: str | Path, obj, *, sort_keys: bool = False,
-                      allow_nan: bool = False) -> Path:
+                      allow_nan: bool = False, default=None) -> Path:
     """`obj` as indented JSON (one trailing newline) through `atomic_write_bytes`; the parent
     folder is made if missing. `allow_nan` only for reports that must keep a NaN they measured
-    (a benchmark's kernel check), never for files other tools read."""
+    (a benchmark's kernel check, a calibration's undefined correlation); `default` as in
+    `json.dumps`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(obj, indent=1, sort_keys=sort_keys, allow_nan=allow_nan) + "\n"
+    text = json.dumps(obj, indent=1, sort_keys=sort_keys, allow_nan=allow_nan,
+                      default=default) + "\n"
     return atomic_write_bytes(path, text.encode())

@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 from pathlib import Path
 
 import numpy as np
 
+from protdp.fileio import atomic_write_bytes
 from protdp.inference.writers import printable, write_json
 
 SUMMARY_CSV_COLUMNS = ("id", "model", "seed", "rank", "length", "msa_depth", "mean_plddt", "ptm",
@@ -116,11 +118,8 @@ def write_af_files(folder: Path, name: str, preds: dict[str, dict], order: list[
 
 
 def _write_json_list(path: Path, doc: list) -> Path:
-    import json
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, separators=(",", ":")))
-    os.replace(tmp, path)
-    return path
+    """AFDB's compact PAE JSON (no spaces), written atomically."""
+    return atomic_write_bytes(path, json.dumps(doc, separators=(",", ":")).encode())
 
 
 def write_summary_csv(path: Path, rows: list[dict]) -> Path:

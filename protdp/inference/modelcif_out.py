@@ -6,13 +6,14 @@ modelling protocol. Written atomically."""
 
 from __future__ import annotations
 
-import os
+import io
 from pathlib import Path
 
 import numpy as np
 
 from protdp import __version__
 from protdp.data.residue_constants import ATOM_TYPES
+from protdp.fileio import atomic_write_bytes
 
 
 def _classes():
@@ -107,8 +108,6 @@ def write_modelcif(path: Path, name: str, sequence: str, positions: np.ndarray, 
         name="prediction",
         details="; ".join(f"{k}={v}" for k, v in details.items())))
     system.protocols.append(protocol)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        modelcif.dumper.write(fh, [system])
-    os.replace(tmp, path)
-    return path
+    text = io.StringIO()
+    modelcif.dumper.write(text, [system])
+    return atomic_write_bytes(path, text.getvalue().encode())

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from protdp.errors import ConfigError
+from protdp.fileio import atomic_write_json
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,12 +65,6 @@ def _check(args) -> None:
         raise ConfigError(f"--timeout must be > 0, got {args.timeout}")
     if args.out is not None and not args.out.parent.is_dir():
         raise ConfigError(f"--out {args.out}: directory {args.out.parent} does not exist")
-
-
-def _write_json(path: Path, report: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(report, indent=1) + "\n")
-    os.replace(tmp, path)
 
 
 def _relaunch(argv: list[str], nproc: int) -> int:
@@ -121,7 +116,7 @@ def main(argv: list[str]) -> int:
                                link_bytes=int(args.link_mb * 2**20), device=device)
         if report is not None:
             if args.out is not None:
-                _write_json(args.out, report)
+                atomic_write_json(args.out, report)
             print(json.dumps(report, indent=1) if args.json else render(report), flush=True)
     finally:
         if dist.is_initialized():

@@ -21,13 +21,13 @@ turns it into a `GatePolicy` for `protdp.gating.route`.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 
 from protdp.errors import InputError
+from protdp.fileio import atomic_write_json
 from protdp.gating import AFDB_BANDS, band_of
 from protdp.gating.policy import CALIBRATION_FORMAT
 
@@ -230,8 +230,4 @@ def calibrate(checkpoint: str | Path, data: str | Path, out_dir: str | Path | No
            **report, "plot": png.name,
            "per_target": [{k: v for k, v in r.items() if k not in ("plddt", "true_lddt")}
                           for r in per_target]}
-    path = out_dir / "calibration.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
-    tmp.replace(path)
-    return path
+    return atomic_write_json(out_dir / "calibration.json", doc, allow_nan=True)

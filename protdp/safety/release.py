@@ -22,14 +22,13 @@ record names these checks and carries each complex's figures under "complexes".
 from __future__ import annotations
 
 import datetime as dt
-import json
 from pathlib import Path
 
 from protdp.config import from_dict
 from protdp.data.screening import ScreeningList
 from protdp.data.store import FamilyStore
 from protdp.errors import InputError
-from protdp.fileio import sha256_file
+from protdp.fileio import atomic_write_json, sha256_file
 from protdp.gating.bands import AFDB_BAND_FLOORS, AFDB_BANDS
 from protdp.gating.release import ReleasePolicy
 from protdp.inference.checkpoint import (MULTIMER_MODEL_FILE, LoadedModel, checkpoint_home,
@@ -216,12 +215,7 @@ def evaluate_release(checkpoint: str | Path, *, data: str | Path | None = None,
            "verdict": "released" if all(c["passed"] for c in checks) else "refused",
            "calibration": {k: report[k] for k in ("n_targets", "n_residues", "spearman", "ece",
                                                   "bands", "reliability")}, **extra}
-    home.mkdir(parents=True, exist_ok=True)
-    path = home / RELEASE_FILE
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(doc, indent=1, default=str) + "\n")
-    tmp.replace(path)
-    return path
+    return atomic_write_json(home / RELEASE_FILE, doc, allow_nan=True, default=str)
 
 
 def _multimer_checks(checkpoint, data, families, policy: ReleasePolicy, home: Path, device):

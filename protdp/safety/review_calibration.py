@@ -24,13 +24,13 @@ interface PAE, the same way (`interface_calibration`; the report's "complexes" s
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 
 from protdp.errors import InputError
+from protdp.fileio import atomic_write_json
 from protdp.gating import GatePolicy
 from protdp.gating.policy import REVIEWED_CALIBRATION_FORMAT
 
@@ -288,8 +288,5 @@ def calibrate_from_reviews(queue_url: str, out_dir: str | Path, *, floor: GatePo
     if doc["status"] == "ok":
         plot_reliability(doc, out_dir / "review_calibration.png")
         doc["plot"] = "review_calibration.png"
-    path = out_dir / "review_calibration.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
-    tmp.replace(path)                       # a crash never leaves a half-written report
-    return path
+    # a crash never leaves a half-written report
+    return atomic_write_json(out_dir / "review_calibration.json", doc, allow_nan=True)

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from protdp.errors import InputError
+from protdp.fileio import atomic_write_bytes
 from protdp.templates.featurize import Featurizer, TemplateResult
 from protdp.templates.hits import parse_hits
 from protdp.templates.search import search_templates
@@ -54,12 +55,6 @@ def a3m_to_search_stockholm(a3m: str, source: str | Path = "<a3m>") -> str:
     return "\n".join(lines) + "\n"
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
 def template_record(result: TemplateResult) -> dict:
     return {"templates": result.used, "warnings": result.warnings, "errors": result.errors}
 
@@ -69,16 +64,16 @@ def search_target(query: str, a3m_path: Path, database, featurizer: Featurizer,
     """Search, featurize and write the three files (atomically) for one target."""
     sto = a3m_to_search_stockholm(Path(a3m_path).read_text(), a3m_path)
     msa_path = out_dir / "template_search_msa.sto"
-    _atomic_write(msa_path, sto.encode())
+    atomic_write_bytes(msa_path, sto.encode())
     try:
         hits_text = search_templates(msa_path, database)
     finally:
         msa_path.unlink(missing_ok=True)
-    _atomic_write(out_dir / HITS_FILE, hits_text.encode())
+    atomic_write_bytes(out_dir / HITS_FILE, hits_text.encode())
     result = featurizer.get_templates(query, parse_hits(hits_text, query, out_dir / HITS_FILE))
     tmp = out_dir / (FEATURES_FILE + ".tmp.npz")
     feats = {k: (v.astype("S") if v.dtype == object else v) for k, v in result.features.items()}
     np.savez(tmp, **feats)
     os.replace(tmp, out_dir / FEATURES_FILE)
-    _atomic_write(out_dir / RECORD_FILE, json.dumps(template_record(result), indent=1).encode())
+    atomic_write_bytes(out_dir / RECORD_FILE, json.dumps(template_record(result), indent=1).encode())
     return result
