@@ -138,6 +138,27 @@ def test_real_world_mmcif_variants_and_bad_manifest_rows(tmp_path):
                 np.testing.assert_array_equal(a[arr], b[arr], err_msg=f"{name} {arr}")
 
 
+def test_binary_or_cr_manifest_is_one_clear_line(tmp_path, capsys):
+    """A binary file given as the manifest is one error line naming it (it was a _csv.Error
+    traceback); old-Mac CR line endings read as lines, so a bad row is named by its line."""
+    binary = tmp_path / "binary.tsv"
+    binary.write_bytes(b"\x7fELF\x02\x01\x01\x00\x00\r\x00\n\x00")
+    assert protdp_main(["complex", "store", "--manifest", str(binary),
+                        "--out", str(tmp_path / "b.h5")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"protdp complex: error: {binary}:1: not a text file: NUL byte at offset 7 "
+                   "(binary data)"], err
+    assert not (tmp_path / "b.h5").exists()
+    src = data_root() / "structures" / "4hhb.cif"
+    cr = tmp_path / "cr.tsv"
+    cr.write_bytes(f"complex_id\tstructure_file\tchain\tmsa_file\rshort\t{src}\tA\r".encode())
+    lines: list[str] = []
+    report = build_complex_store(cr, tmp_path / "cr.h5", log=lines.append)
+    assert report.built == [] and lines == [
+        f"rejected short (manifest line 2): {cr}:2: expected 4 non-empty tab-separated "
+        f"fields, got ['short', '{src}', 'A']"], lines
+
+
 @pytest.fixture
 def hostile_fasta(tmp_path):
     qa, qb = parse_msa(RAW / "hbA_1-36.a3m").query, parse_msa(RAW / "hbB_1-40.a3m").query
