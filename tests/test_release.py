@@ -265,7 +265,8 @@ def test_a_bad_family_list_is_one_line_naming_it(tmp_path, capsys):
     assert _families_arg(f"@{tmp_path / 'ok.txt'}") == ["2p90_A02", "5awl_A"]
     for name, why in (("bin.txt", "bin.txt:1: not a text file: NUL byte at offset 7"),
                       ("empty.txt", "empty.txt: family list names no family"),
-                      ("dir.txt", "dir.txt: a directory"), ("nope.txt", "nope.txt: file not found")):
+                      ("dir.txt", "dir.txt: a directory"),
+                      ("nope.txt", "nope.txt: file not found")):
         for cmd in (["release", str(tmp_path)],
                     ["calibrate", "--checkpoint", str(tmp_path), "--data", str(tmp_path / "s.h5")]):
             rc = protdp_main(cmd + ["--families", f"@{tmp_path / name}"])
