@@ -260,11 +260,15 @@ def test_verify_and_readers_on_hostile_stores(tmp_path, data_dir, capsys):
     with h5py.File(tmp_path / "v1.h5", "w") as h5:
         h5.attrs["format_version"] = 1
         h5.create_group("families")
-    cases = {"junk.h5": "cannot open the store", "dir.h5": "a directory, not a store file",
-             "missing.h5": "not found", "v1.h5": "rebuild it: protdp data build"}
+    (tmp_path / "seqs.fasta").write_text(">q\nMKV\n")      # another file given as the store
+    cases = {"junk.h5": "cannot open the store: damaged or unreadable; rebuild it with",
+             "dir.h5": "a directory, not a store file",
+             "missing.h5": "not found", "v1.h5": "rebuild it: protdp data build",
+             "seqs.fasta": "cannot open the store: not an HDF5 file"}
     for name, what in cases.items():
         for argv in (["data", "verify", str(tmp_path / name)],
                      ["data", "info", "--data", str(tmp_path / name)],
                      ["data", "shards", "--data", str(tmp_path / name), "--world-size", "2"]):
             rc, out, err = _cli(argv, capsys)
             assert rc == 2 and what in err and err.count("\n") == 1, (argv, err)
+            assert name != "seqs.fasta" or "--force" not in err, err   # never advise replacing it
