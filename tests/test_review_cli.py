@@ -50,6 +50,10 @@ def test_reviewer_management_needs_the_admin_token(sqlite_url, capsys, monkeypat
     admin = _init(capsys, url)
     code, _, err = run(capsys, "add-reviewer", "mallory", "--queue-url", url)
     assert code == 2 and "PROTDP_REVIEW_ADMIN_TOKEN" in err
+    monkeypatch.setenv("PROTDP_REVIEW_ADMIN_TOKEN", "pdr_wrong")    # names the admin token
+    code, _, err = run(capsys, "add-reviewer", "mallory", "--queue-url", url)
+    assert code == 2 and "admin token not recognised" in err, err
+    monkeypatch.delenv("PROTDP_REVIEW_ADMIN_TOKEN")
     code, _, err = run(capsys, "init-db", "--queue-url", url)
     assert code == 0 and "already there" in err       # no second admin from init-db
     alice = _add_reviewer(capsys, monkeypatch, url, "alice", admin)
