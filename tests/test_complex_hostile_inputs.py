@@ -159,6 +159,32 @@ def test_binary_or_cr_manifest_is_one_clear_line(tmp_path, capsys):
         f"fields, got ['short', '{src}', 'A']"], lines
 
 
+def test_complex_predict_bad_features_dir_and_files(tmp_path, ckpt, capsys):  # noqa: F811
+    """`complex predict --features-dir`: a missing folder, a file, or a folder without any
+    <complex>/features.npz was '0 complexes: 0 ok' with exit 0; a binary features.npz printed
+    numpy's advice to unpickle it, a folder named features.npz an IsADirectoryError."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "file").write_text("x")
+    for bad, why in (("nope", "not a folder"), ("file", "not a folder"),
+                     ("empty", "no <complex>/features.npz in this folder")):
+        rc = protdp_main(["complex", "predict", "--features-dir", str(tmp_path / bad),
+                          "--checkpoint", str(ckpt), "--out", str(tmp_path / "o")])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and err == [f"protdp complex: error: {tmp_path / bad}: {why}"
+                                   + err[0].split(why, 1)[1]], err
+    feats = tmp_path / "feats"
+    (feats / "bin").mkdir(parents=True)
+    (feats / "bin" / "features.npz").write_bytes(b"\x7fELF\x02\x01\x01\x00" * 8)
+    (feats / "dir" / "features.npz").mkdir(parents=True)
+    rc = protdp_main(["complex", "predict", "--features-dir", str(feats), "--checkpoint",
+                      str(ckpt), "--out", str(tmp_path / "o"), "--num-recycles", "0"])
+    cap = capsys.readouterr()
+    out = cap.out + cap.err
+    assert rc == 1 and "pickle" not in out, out
+    assert f"{feats / 'bin' / 'features.npz'}: not an .npz features file" in out, out
+    assert f"{feats / 'dir' / 'features.npz'}: a directory, not an .npz features file" in out
+
+
 @pytest.fixture
 def hostile_fasta(tmp_path):
     qa, qb = parse_msa(RAW / "hbA_1-36.a3m").query, parse_msa(RAW / "hbB_1-40.a3m").query
