@@ -56,6 +56,9 @@ def _save_npz(path: Path, arrays: dict) -> None:
 
 def run(fasta: str, msa_dir: str, out: str, pairing_db: str) -> list[dict]:
     out_dir = Path(out)
+    if not Path(msa_dir).is_dir():     # a typo: one line, not every complex rejected
+        raise InputError("MSA directory not found (give the --out folder of `protdp msa "
+                         "search --complexes`)", path=msa_dir)
     rows = []
     for t in read_complexes(fasta):
         row = {"index": t.index, "complex": printable(t.complex_id),
