@@ -146,6 +146,12 @@ def test_msa_search_cli_writes_templates_beside_the_msas(raw, tmp_path, capsys):
     fasta = tmp_path / "t.fasta"
     fasta.write_text((raw / "2q2k_A.fasta").read_text() + ">bad\nXXXXXXXXXXXXXXXXXXX\n")
     out = tmp_path / "msas"
+    from protdp.errors import ConfigError       # a template flag missing: refused before the
+    with pytest.raises(ConfigError, match="needs --mmcif-dir"):    # MSA search, not after it
+        msa_cli.main(["search", "--fasta", str(fasta), "--db", str(raw / "pdb_seqres.txt"),
+                      "--out", str(out), "--no-progress", "--templates-db",
+                      str(raw / "pdb_seqres.txt"), "--mmcif-dir", str(raw / "mmcif")])
+    assert not out.exists()
     rc = msa_cli.main(["search", "--fasta", str(fasta), "--db", str(raw / "pdb_seqres.txt"),
                        "--out", str(out), "--no-progress", "--templates-db",
                        str(raw / "pdb_seqres.txt"), "--mmcif-dir", str(raw / "mmcif"),
