@@ -337,3 +337,13 @@ def test_csv_row_over_the_field_limit_is_one_rejected_row(tmp_path):
         ("", f"{path}:2: unreadable CSV row (field larger than field limit (131072))"),
         ("ok", None)]
     assert targets[1].raw_sequence == SEQS["short"] and targets[1].line == 3
+
+
+def test_missing_fasta_leaves_no_output_folder(tmp_path, capsys):
+    """`predict --fasta` with a typo: one line naming it, and no empty --out folder made."""
+    from protdp.cli import main as protdp_main
+    rc = protdp_main(["predict", "--checkpoint", str(tmp_path / "ck"), "--fasta",
+                      str(tmp_path / "typo.fasta"), "--out", str(tmp_path / "preds")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err == [f"protdp predict: error: {tmp_path / 'typo.fasta'}: file not found"]
+    assert not (tmp_path / "preds").exists()
