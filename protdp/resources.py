@@ -21,7 +21,7 @@ def config_file(relpath: str | Path) -> Path:
     return path
 
 
-def resolve_config(path: str | Path, kind: str | None = None) -> Path:
+def resolve_config(path: str | Path, kind: str | None = None, what: str = "config file") -> Path:
     """A user's config path, else the packaged one it names.
 
     An existing file wins. Otherwise `configs/<rel>` (the repository's spelling) and `<kind>/<name>`
@@ -41,5 +41,5 @@ def resolve_config(path: str | Path, kind: str | None = None) -> Path:
         if packaged.is_file():
             return packaged
     if p.is_dir():
-        raise ConfigError(f"{path}: a directory, not a config file")
-    raise ConfigError(f"{path}: config file not found")
+        raise ConfigError(f"{path}: a directory, not a {what}")
+    raise ConfigError(f"{path}: {what} not found")

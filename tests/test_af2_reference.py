@@ -83,9 +83,23 @@ def test_compare_rejects_bad_inputs(imported, af2_reference, tmp_path):  # noqa:
                           str(tmp_path / "nofeat.npz"), "--reference",
                           str(af2_reference / "outputs_2p90_A02.npz")])
     (tmp_path / "junk.npz").write_bytes(b"\0" * 100)
-    with pytest.raises(InputError, match="junk.npz: not a readable .npz"):
+    with pytest.raises(InputError, match="junk.npz: not an .npz features file") as exc:
         weights_cli.main(["compare", "--checkpoint", str(imported), "--features",
                           str(tmp_path / "junk.npz"), "--reference", str(tmp_path / "junk.npz")])
+    assert "pickle" not in str(exc.value)     # np.load's advice to unpickle it is not passed on
+    np.save(tmp_path / "plain.npy", np.zeros(3))   # one .npy named .npz: was a TypeError
+    (tmp_path / "plain.npy").rename(tmp_path / "plain.npz")
+    ref = str(af2_reference / "outputs_2p90_A02.npz")
+    for bad, why in (("plain.npz", "not an .npz features file"),
+                     ("", "a directory, not an .npz features file"),
+                     ("nope.npz", "features file not found")):
+        with pytest.raises(InputError, match=why):
+            weights_cli.main(["compare", "--checkpoint", str(imported), "--features",
+                              str(tmp_path / bad), "--reference", ref])
+    feats_ok = str(af2_reference / "features_2p90_A02.npz")
+    with pytest.raises(InputError, match="plain.npz: not an .npz reference outputs file"):
+        weights_cli.main(["compare", "--checkpoint", str(imported), "--features", feats_ok,
+                          "--reference", str(tmp_path / "plain.npz")])
 
 
 def test_protdp_features_from_raw_inputs_reproduce_alphafold(imported, af2_reference):  # noqa: F811

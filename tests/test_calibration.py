@@ -133,6 +133,9 @@ def test_gate_loads_calibrated_policy(tmp_path):
     path.write_text("{not json")
     with pytest.raises(InputError, match="calibration.json:1"):
         load_calibrated_policy(path)
+    path.write_bytes(b"\x7fELF\x02\x01\x01\x00\xf0\x9f\x92")   # was a UnicodeDecodeError
+    with pytest.raises(InputError, match="calibration.json: not a calibration report: not UTF-8"):
+        load_calibrated_policy(path)
 
 
 def test_calibrate_rejects_unknown_family(small_store, tiny_checkpoint, tmp_path):

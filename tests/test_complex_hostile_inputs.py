@@ -138,6 +138,53 @@ def test_real_world_mmcif_variants_and_bad_manifest_rows(tmp_path):
                 np.testing.assert_array_equal(a[arr], b[arr], err_msg=f"{name} {arr}")
 
 
+def test_binary_or_cr_manifest_is_one_clear_line(tmp_path, capsys):
+    """A binary file given as the manifest is one error line naming it (it was a _csv.Error
+    traceback); old-Mac CR line endings read as lines, so a bad row is named by its line."""
+    binary = tmp_path / "binary.tsv"
+    binary.write_bytes(b"\x7fELF\x02\x01\x01\x00\x00\r\x00\n\x00")
+    assert protdp_main(["complex", "store", "--manifest", str(binary),
+                        "--out", str(tmp_path / "b.h5")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"protdp complex: error: {binary}:1: not a text file: NUL byte at offset 7 "
+                   "(binary data)"], err
+    assert not (tmp_path / "b.h5").exists()
+    src = data_root() / "structures" / "4hhb.cif"
+    cr = tmp_path / "cr.tsv"
+    cr.write_bytes(f"complex_id\tstructure_file\tchain\tmsa_file\rshort\t{src}\tA\r".encode())
+    lines: list[str] = []
+    report = build_complex_store(cr, tmp_path / "cr.h5", log=lines.append)
+    assert report.built == [] and lines == [
+        f"rejected short (manifest line 2): {cr}:2: expected 4 non-empty tab-separated "
+        f"fields, got ['short', '{src}', 'A']"], lines
+
+
+def test_complex_predict_bad_features_dir_and_files(tmp_path, ckpt, capsys):  # noqa: F811
+    """`complex predict --features-dir`: a missing folder, a file, or a folder without any
+    <complex>/features.npz was '0 complexes: 0 ok' with exit 0; a binary features.npz printed
+    numpy's advice to unpickle it, a folder named features.npz an IsADirectoryError."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "file").write_text("x")
+    for bad, why in (("nope", "not a folder"), ("file", "not a folder"),
+                     ("empty", "no <complex>/features.npz in this folder")):
+        rc = protdp_main(["complex", "predict", "--features-dir", str(tmp_path / bad),
+                          "--checkpoint", str(ckpt), "--out", str(tmp_path / "o")])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and err == [f"protdp complex: error: {tmp_path / bad}: {why}"
+                                   + err[0].split(why, 1)[1]], err
+    feats = tmp_path / "feats"
+    (feats / "bin").mkdir(parents=True)
+    (feats / "bin" / "features.npz").write_bytes(b"\x7fELF\x02\x01\x01\x00" * 8)
+    (feats / "dir" / "features.npz").mkdir(parents=True)
+    rc = protdp_main(["complex", "predict", "--features-dir", str(feats), "--checkpoint",
+                      str(ckpt), "--out", str(tmp_path / "o"), "--num-recycles", "0"])
+    cap = capsys.readouterr()
+    out = cap.out + cap.err
+    assert rc == 1 and "pickle" not in out, out
+    assert f"{feats / 'bin' / 'features.npz'}: not an .npz features file" in out, out
+    assert f"{feats / 'dir' / 'features.npz'}: a directory, not an .npz features file" in out
+
+
 @pytest.fixture
 def hostile_fasta(tmp_path):
     qa, qb = parse_msa(RAW / "hbA_1-36.a3m").query, parse_msa(RAW / "hbB_1-40.a3m").query

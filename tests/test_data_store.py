@@ -260,11 +260,38 @@ def test_verify_and_readers_on_hostile_stores(tmp_path, data_dir, capsys):
     with h5py.File(tmp_path / "v1.h5", "w") as h5:
         h5.attrs["format_version"] = 1
         h5.create_group("families")
-    cases = {"junk.h5": "cannot open the store", "dir.h5": "a directory, not a store file",
-             "missing.h5": "not found", "v1.h5": "rebuild it: protdp data build"}
+    (tmp_path / "seqs.fasta").write_text(">q\nMKV\n")      # another file given as the store
+    cases = {"junk.h5": "cannot open the store: damaged or unreadable; rebuild it with",
+             "dir.h5": "a directory, not a store file",
+             "missing.h5": "not found", "v1.h5": "rebuild it: protdp data build",
+             "seqs.fasta": "cannot open the store: not an HDF5 file"}
     for name, what in cases.items():
         for argv in (["data", "verify", str(tmp_path / name)],
                      ["data", "info", "--data", str(tmp_path / name)],
                      ["data", "shards", "--data", str(tmp_path / name), "--world-size", "2"]):
             rc, out, err = _cli(argv, capsys)
             assert rc == 2 and what in err and err.count("\n") == 1, (argv, err)
+            assert name != "seqs.fasta" or "--force" not in err, err   # never advise replacing it
+
+
+def test_pairs_tsv_is_split_on_tabs_only(tmp_path, capsys):
+    """`--pairs`: a cell over csv's 128 KiB field limit was a csv.Error traceback, a stray '"'
+    swallowed the rest of the file; an empty file said 'has None'; a row after a blank line
+    is named by its file line."""
+    from protdp.data.discover import read_pairs
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("msa_file\tstructure_file\tchain\n"
+                     f"{'x' * 200_000}.a3m\ts.pdb\tA\n"        # line 2: a huge cell
+                     '"q.a3m\tq.pdb\tB\n'                       # line 3: a stray quote
+                     "\n"
+                     "r.a3m\t\tC\n")                            # line 5: no structure_file
+    got = read_pairs(pairs)
+    assert [(s.family_id, s.chain, len(s.msa_files)) for s in got.specs] == [
+        ("s_A", "A", 1), ("q_B", "B", 1)]
+    assert got.specs[1].msa_files[0].endswith('/"q.a3m')
+    assert got.bad_rows == [(5, "empty structure_file", None)]
+    (tmp_path / "empty.tsv").write_text("")
+    rc, _, err = _cli(["data", "build", "--pairs", str(tmp_path / "empty.tsv"), "--out",
+                       str(tmp_path / "o.h5")], capsys)
+    err = err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].endswith("the file is empty"), err

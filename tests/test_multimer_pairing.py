@@ -197,6 +197,10 @@ def test_complex_features_cli_reproduces_alphafold_from_an_msa_folder(tmp_path, 
     sto = msas / "hb2_A" / "stockholm" / "uniprot.sto"
     first = next(ln.split()[0] for ln in sto.read_text().splitlines() if ln.startswith("tr|"))
     sto.write_text(sto.read_text().replace(first, "tr|BAD|HEADER_"))
+    rc = protdp_main(["complex", "features", "--fasta", str(inputs), "--msa-dir",
+                      str(tmp_path / "msa"), "--out", str(tmp_path / "out")])   # a typo
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and f"{tmp_path / 'msa'}: MSA directory not found" in err[0]
     rc = protdp_main(["complex", "features", "--fasta", str(inputs), "--msa-dir", str(msas),
                       "--out", str(tmp_path / "out")])
     cap = capsys.readouterr()

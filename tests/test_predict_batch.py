@@ -324,3 +324,26 @@ def test_imported_model_numbers_name_the_predictions(tmp_path):
                                                                tmp_path / "model_4"]))]
     assert names == ["model_3_seed_007", "model_3_seed_008", "model_4_seed_007", "model_4_seed_008"]
     assert [m.name for m in members(1, 0, 1)] == ["model_1_seed_000"]
+
+
+def test_csv_row_over_the_field_limit_is_one_rejected_row(tmp_path):
+    """A CSV cell over csv's 128 KiB field limit was a csv.Error traceback that stopped the
+    batch; now that row is rejected naming file and line, and the next row is read."""
+    from protdp.inference.inputs import read_inputs
+    path = tmp_path / "t.csv"
+    path.write_text(f"id,sequence\nbig,{'M' * 200_000}\nok,{SEQS['short']}\n")
+    targets, _ = read_inputs(path)
+    assert [(t.target_id, t.error) for t in targets] == [
+        ("", f"{path}:2: unreadable CSV row (field larger than field limit (131072))"),
+        ("ok", None)]
+    assert targets[1].raw_sequence == SEQS["short"] and targets[1].line == 3
+
+
+def test_missing_fasta_leaves_no_output_folder(tmp_path, capsys):
+    """`predict --fasta` with a typo: one line naming it, and no empty --out folder made."""
+    from protdp.cli import main as protdp_main
+    rc = protdp_main(["predict", "--checkpoint", str(tmp_path / "ck"), "--fasta",
+                      str(tmp_path / "typo.fasta"), "--out", str(tmp_path / "preds")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err == [f"protdp predict: error: {tmp_path / 'typo.fasta'}: file not found"]
+    assert not (tmp_path / "preds").exists()

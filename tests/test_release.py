@@ -269,3 +269,23 @@ def test_a_bad_threshold_is_one_line_naming_it(tmp_path, capsys, field, value):
     rc = protdp_main(["release", str(tmp_path), "--config", _policy(tmp_path, **{field: value})])
     err = capsys.readouterr().err
     assert rc == 2 and len(err.strip().splitlines()) == 1 and f"{field} must be a number" in err
+
+
+def test_a_bad_family_list_is_one_line_naming_it(tmp_path, capsys):
+    """`--families @FILE` of release / calibrate: binary data was a UnicodeDecodeError
+    traceback; a folder, a missing or an empty list is one line naming the file."""
+    (tmp_path / "bin.txt").write_bytes(b"\x7fELF\x02\x01\x01\x00\xf0\x9f")
+    (tmp_path / "empty.txt").write_text("# nothing\n\n")
+    (tmp_path / "dir.txt").mkdir()
+    (tmp_path / "ok.txt").write_text("2p90_A02\n# held out\n 5awl_A \n")
+    from protdp.safety.cli import _families_arg
+    assert _families_arg(f"@{tmp_path / 'ok.txt'}") == ["2p90_A02", "5awl_A"]
+    for name, why in (("bin.txt", "bin.txt:1: not a text file: NUL byte at offset 7"),
+                      ("empty.txt", "empty.txt: family list names no family"),
+                      ("dir.txt", "dir.txt: a directory"),
+                      ("nope.txt", "nope.txt: file not found")):
+        for cmd in (["release", str(tmp_path)],
+                    ["calibrate", "--checkpoint", str(tmp_path), "--data", str(tmp_path / "s.h5")]):
+            rc = protdp_main(cmd + ["--families", f"@{tmp_path / name}"])
+            err = capsys.readouterr().err.strip().splitlines()
+            assert rc == 2 and len(err) == 1 and why in err[0], (cmd, err)

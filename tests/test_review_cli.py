@@ -50,6 +50,10 @@ def test_reviewer_management_needs_the_admin_token(sqlite_url, capsys, monkeypat
     admin = _init(capsys, url)
     code, _, err = run(capsys, "add-reviewer", "mallory", "--queue-url", url)
     assert code == 2 and "PROTDP_REVIEW_ADMIN_TOKEN" in err
+    monkeypatch.setenv("PROTDP_REVIEW_ADMIN_TOKEN", "pdr_wrong")    # names the admin token
+    code, _, err = run(capsys, "add-reviewer", "mallory", "--queue-url", url)
+    assert code == 2 and "admin token not recognised" in err, err
+    monkeypatch.delenv("PROTDP_REVIEW_ADMIN_TOKEN")
     code, _, err = run(capsys, "init-db", "--queue-url", url)
     assert code == 0 and "already there" in err       # no second admin from init-db
     alice = _add_reviewer(capsys, monkeypatch, url, "alice", admin)
@@ -223,3 +227,14 @@ def test_console_script_entry_point(sqlite_url):
     res = subprocess.run([sys.executable, "-m", "protdp.cli", "review", "--help"],
                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
     assert res.returncode == 0 and "init-db" in res.stdout and "verify" in res.stdout
+
+
+@pytest.mark.parametrize("port", ["99999", "0", "http"])
+def test_serve_port_out_of_range_is_one_usage_line(tmp_path, capsys, port):
+    """`review serve --port 99999` was an OverflowError traceback from bind()."""
+    with pytest.raises(SystemExit) as exc:
+        run(capsys, "serve", "--queue-url", str(tmp_path / "q.sqlite"), "--port", port)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and err[-1] == (
+        f"protdp review serve: error: argument --port: '{port}' is not a TCP port (1 to 65535)")
+    assert not (tmp_path / "q.sqlite").exists()

@@ -330,6 +330,10 @@ def test_bad_urls_give_clear_errors(tmp_path):
         ReviewStore("postgresql://u:secret@127.0.0.1:1/db")
     with pytest.raises(InputError, match="does not exist"):
         ReviewStore(str(tmp_path / "missing" / "q.sqlite"))
+    (tmp_path / "dir.sqlite").mkdir()       # was "no review queue ... create it with init-db",
+    for create in (False, True):            # and init-db then "unable to open database file"
+        with pytest.raises(InputError, match="dir.sqlite is a directory, not a database file"):
+            ReviewStore(str(tmp_path / "dir.sqlite"), create=create)
     with pytest.raises(InputError, match="unsupported"):
         ReviewStore("mysql://u@h/db")
 

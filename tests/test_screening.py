@@ -65,6 +65,15 @@ def test_errors_and_pickling(tmp_path):
     bad.write_text("ACDE\n")
     with pytest.raises(InputError, match="before the first"):
         read_fasta(bad)
+    bad.write_bytes(b"\x7fELF\x02\x01\x01\x00\xf0\x9f")   # was a UnicodeDecodeError traceback
+    with pytest.raises(InputError, match="bad.fasta:1: not a text file: NUL byte"):
+        read_fasta(bad)
+    from protdp.data.filters import FilterConfig, load_screening
+    (tmp_path / "folder.fasta").mkdir()
+    for name, why in (("folder.fasta", "a directory, not a screening list"),
+                      ("nope.fasta", "screening list \\(FASTA\\) not found")):
+        with pytest.raises(ConfigError, match=f"{name}: {why}"):     # said "config file"
+            load_screening(FilterConfig(screening_fasta=str(tmp_path / name)))
     with pytest.raises(ConfigError):
         ScreeningList([("a", UBQ)], k=3)
     with pytest.raises(ConfigError):

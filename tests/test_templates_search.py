@@ -136,6 +136,23 @@ def test_bad_template_inputs_are_one_clear_error(raw, tmp_path):
     junk.write_text("this is not a structure\n")
     with pytest.raises(InputError, match="junk.cif: not a readable mmCIF"):
         read_structure(junk)
+    (tmp_path / "empty.cif").write_text("")              # was an IndexError traceback
+    with pytest.raises(InputError, match="empty.cif: not a readable mmCIF file: no data block"):
+        read_structure(tmp_path / "empty.cif")
+    import gemmi
+    assert read_structure(raw / "mmcif" / "4hhb.cif").release_date == dt.date(1984, 7, 17)
+    dates = "_pdbx_audit_revision_history.revision_date"
+    for value, expect in (("?", None), ("2020-99-01", "is not a date")):   # was a ValueError
+        doc = gemmi.cif.read(str(raw / "mmcif" / "4hhb.cif"))              # traceback
+        column = doc.sole_block().find_values(dates)
+        for i in range(len(column)):
+            column[i] = value
+        doc.write_file(str(tmp_path / "d.cif"))
+        if expect is None:
+            assert read_structure(tmp_path / "d.cif").release_date is None
+        else:
+            with pytest.raises(InputError, match=f"d.cif: {dates} '{value}' {expect}"):
+                read_structure(tmp_path / "d.cif")
     with pytest.raises(InputError, match=r"out.sto: hit 'x/1-5'"):
         parse_hits("# STOCKHOLM 1.0\n#=GS x/1-5 DE mol:protein length:5\nx/1-5 ACDEF\n//\n",
                    "ACDEF", "out.sto")
@@ -146,6 +163,12 @@ def test_msa_search_cli_writes_templates_beside_the_msas(raw, tmp_path, capsys):
     fasta = tmp_path / "t.fasta"
     fasta.write_text((raw / "2q2k_A.fasta").read_text() + ">bad\nXXXXXXXXXXXXXXXXXXX\n")
     out = tmp_path / "msas"
+    from protdp.errors import ConfigError       # a template flag missing: refused before the
+    with pytest.raises(ConfigError, match="needs --mmcif-dir"):    # MSA search, not after it
+        msa_cli.main(["search", "--fasta", str(fasta), "--db", str(raw / "pdb_seqres.txt"),
+                      "--out", str(out), "--no-progress", "--templates-db",
+                      str(raw / "pdb_seqres.txt"), "--mmcif-dir", str(raw / "mmcif")])
+    assert not out.exists()
     rc = msa_cli.main(["search", "--fasta", str(fasta), "--db", str(raw / "pdb_seqres.txt"),
                        "--out", str(out), "--no-progress", "--templates-db",
                        str(raw / "pdb_seqres.txt"), "--mmcif-dir", str(raw / "mmcif"),

@@ -126,6 +126,9 @@ def test_cli_puts_searched_hits_into_the_store(tmp_path, data_dir, af2_reference
                   Featurizer(raw / "mmcif", dt.date(2021, 11, 1)), good)
     (tmp_path / "msas" / "2q2k_A").mkdir()
     (tmp_path / "msas" / "2q2k_A" / "templates.npz").write_bytes((good / "templates.npz").read_bytes())
+    assert main(["templates", "add-to-store", "--store", str(path),       # a typo: one line
+                 "--msa-dir", str(tmp_path / "msa")]) == 2
+    assert f"{tmp_path / 'msa'}: not a folder" in capsys.readouterr().err
     assert main(["templates", "add-to-store", "--store", str(path),
                  "--msa-dir", str(tmp_path / "msas")]) == 0
     err = capsys.readouterr().err

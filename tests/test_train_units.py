@@ -288,3 +288,22 @@ def test_derive_seed_is_stable_and_distinct():
     assert derive_seed(1, 2, 3) == derive_seed(1, 2, 3)
     assert len({derive_seed(1234, it, m) for it in range(50) for m in range(4)}) == 200
     assert 0 <= derive_seed(2**40, -1) < 2**31
+
+
+def test_damaged_meta_json_is_one_line_naming_it(tmp_path):
+    """An iter_N/meta.json holding binary data or a JSON list was a UnicodeDecodeError /
+    TypeError traceback in `train --load` and `predict --checkpoint`."""
+    from protdp.parallel.checkpoint import _read_meta
+    meta = tmp_path / "iter_0000001" / "meta.json"
+    (meta.parent / checkpointing.ENGINE).mkdir(parents=True)
+    for data, why in ((b"\x7fELF\x02\x01\x01\x00\xf0\x9f", "invalid JSON"),
+                      (b"[1]", "a JSON list, expected the checkpoint's meta object")):
+        meta.write_bytes(data)
+        for read in (lambda: checkpointing.load_checkpoint(meta.parent, 0),
+                     lambda: checkpointing.read_weights(meta.parent),
+                     lambda: _read_meta(meta.parent)):
+            with pytest.raises(InputError, match=f"meta.json: {why}"):
+                read()
+    meta.write_text("{}")
+    with pytest.raises(InputError, match="meta.json: field 'iteration': no iteration"):
+        checkpointing.load_checkpoint(meta.parent, 0)

@@ -150,6 +150,11 @@ def test_bad_parameter_files_give_one_clear_error(fixture_params, tmp_path):
         import_params(tmp_path / "trunc.npz", "alphafold")
     with pytest.raises(InputError, match="parameter file not found"):
         import_params(tmp_path / "nope.npz", "alphafold")
+    (tmp_path / "folder.npz").mkdir()           # a folder is named as one ('not found' before)
+    with pytest.raises(InputError, match="folder.npz: a directory, not an .npz parameter file"):
+        import_params(tmp_path / "folder.npz", "alphafold")
+    with pytest.raises(InputError, match="folder.npz: a directory, not an OpenFold checkpoint"):
+        import_params(tmp_path / "folder.npz", "openfold")
     (tmp_path / "junk.pt").write_bytes(b"PK\x03\x04" + b"\0" * 64)
     with pytest.raises(InputError, match="junk.pt: not a readable checkpoint"):
         import_params(tmp_path / "junk.pt", "openfold")

@@ -11,7 +11,6 @@ hidden files and unknown extensions are skipped with the reason; two files of th
 
 from __future__ import annotations
 
-import csv
 import os
 import stat
 from dataclasses import dataclass, field
@@ -55,16 +54,21 @@ def read_pairs(pairs: str | Path) -> Inputs:
     """PAIRS TSV (columns msa_file, structure_file, chain; optional pair_id; paths relative to
     the TSV) -> one FamilySpec per pair_id (or structure_file + chain); MSAs are merged."""
     pairs = Path(pairs)
-    text = read_text(pairs)
-    reader = csv.DictReader(text.splitlines(), delimiter="\t")
+    lines = read_text(pairs).splitlines()
     need = {"msa_file", "structure_file", "chain"}
-    if reader.fieldnames is None or not need <= set(reader.fieldnames):
-        raise InputError(f"pairs TSV needs tab-separated columns {sorted(need)}, has "
-                         f"{reader.fieldnames}", path=pairs, line=1)
+    # plain tab splitting, no csv quoting: a stray '"' or a 200 KB cell is a cell, not a
+    # csv error traceback, and line numbers stay file line numbers across blank lines
+    header = lines[0].split("\t") if lines else []
+    if not need <= set(header):
+        has = f"has {header}" if lines else "the file is empty"
+        raise InputError(f"pairs TSV needs tab-separated columns {sorted(need)}, {has}",
+                         path=pairs, line=1)
     out = Inputs([], pairs.resolve().parent)
     groups: dict[tuple, FamilySpec] = {}
-    for lineno, row in enumerate(reader, 2):
-        if not any((v or "").strip() for v in row.values() if isinstance(v, str)):
+    for lineno, line in enumerate(lines[1:], 2):
+        cells = line.split("\t")
+        row = dict(zip(header, cells))          # a missing trailing cell reads as empty
+        if not any(v.strip() for v in cells):
             continue                                           # blank line
         struct_cell = (row.get("structure_file") or "").strip()
         if not struct_cell:

@@ -127,5 +127,6 @@ def load_screening(cfg: FilterConfig):
     from protdp.data.screening import ScreeningList
     from protdp.resources import resolve_config
 
-    path = resolve_config(cfg.screening_fasta)   # a path, or `configs/...` of the package
+    path = resolve_config(cfg.screening_fasta,   # a path, or `configs/...` of the package
+                          what="screening list (FASTA)")
     return ScreeningList.from_fasta(path, k=cfg.screening_k, mode=cfg.screening_mode)

@@ -42,11 +42,13 @@ def _clean(seq: str) -> str:
 
 def read_fasta(path: str | Path) -> list[tuple[str, str]]:
     """(id, sequence) records; clear InputError naming the file and line on malformed input."""
+    from protdp.data.safeio import os_reason, read_text
+
     path = Path(path)
-    try:
-        text = path.read_text()
+    try:           # a regular UTF-8 text file: binary data is one line (UnicodeDecodeError)
+        text = read_text(path)
     except OSError as exc:
-        raise InputError(f"cannot read screening list: {exc.strerror}", path=path) from None
+        raise InputError(f"cannot read screening list: {os_reason(exc)}", path=path) from None
     records: list[list] = []
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()

@@ -194,9 +194,16 @@ def open_store_h5(path: Path):
     try:
         return h5py.File(path, "r")
     except (OSError, ValueError):
-        raise InputError("cannot open the store: not an HDF5 file, damaged, or unreadable; "
-                         f"rebuild it with: {REBUILD_COMMAND.format(path=path)}",
-                         path=path) from None
+        pass
+    try:
+        hdf5 = h5py.is_hdf5(path)
+    except (OSError, ValueError):
+        hdf5 = True                    # unreadable: say so below, as before
+    if not hdf5:   # another file given as the store: no rebuild hint, whose --force replaces it
+        raise InputError("cannot open the store: not an HDF5 file (a store is the file "
+                         "`protdp data build --out` writes; was another file given?)", path=path)
+    raise InputError("cannot open the store: damaged or unreadable; "
+                     f"rebuild it with: {REBUILD_COMMAND.format(path=path)}", path=path)
 
 
 class FamilyStore:

@@ -116,6 +116,9 @@ def read_calibration_report(path: Path) -> dict:
         raise InputError(f"cannot read calibration report: {exc.strerror}", path=path) from None
     except json.JSONDecodeError as exc:
         raise InputError(f"invalid JSON: {exc.msg}", path=path, line=exc.lineno) from None
+    except UnicodeDecodeError as exc:       # binary data given as the report (was a traceback)
+        raise InputError(f"not a calibration report: not UTF-8 JSON (byte {exc.start})",
+                         path=path) from None
     if not isinstance(doc, dict) or doc.get("format") not in (CALIBRATION_FORMAT,
                                                               REVIEWED_CALIBRATION_FORMAT):
         raise InputError(f"not a calibration report (expected format '{CALIBRATION_FORMAT}' "

@@ -44,17 +44,36 @@ def _a3m_target(path: Path, index: int) -> Target:
     return t
 
 
+def _csv_rows(text: str) -> list[tuple[int, list[str] | None, str | None]]:
+    """(line number, cells or None, csv's complaint or None) per row: a row csv refuses (a
+    cell over its 128 KiB field limit) is that row's error, and the rows after it are read."""
+    reader, rows = csv.reader(io.StringIO(text)), []
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return rows
+        except csv.Error as exc:
+            rows.append((reader.line_num, None, str(exc)))
+        else:
+            rows.append((reader.line_num, row, None))
+
+
 def _csv_targets(path: Path, start: int) -> list[Target]:
-    reader = csv.reader(io.StringIO(_read_text(path)))
-    rows = list(reader)
+    rows = _csv_rows(_read_text(path))
     if not rows:
         raise InputError("empty CSV", path=path)
-    head = [h.strip().lower() for h in rows[0]]
+    head = [h.strip().lower() for h in rows[0][1] or []]
     if "id" not in head or "sequence" not in head:
         raise InputError("CSV needs a header with 'id' and 'sequence' columns", path=path, line=1)
     i_id, i_seq = head.index("id"), head.index("sequence")
     out = []
-    for lineno, row in enumerate(rows[1:], 2):
+    for lineno, row, refused in rows[1:]:
+        if refused is not None:
+            t = Target(start + len(out), "", "", "", lineno)
+            t.error = f"{path}:{lineno}: unreadable CSV row ({refused})"
+            out.append(t)
+            continue
         if not any(c.strip() for c in row):
             continue
         t = Target(start + len(out), row[i_id].strip() if len(row) > i_id else "", "", "", lineno)

@@ -157,15 +157,13 @@ def add_template_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--kalign-binary", default="kalign", help="kalign for realignments")
 
 
-def search_templates_for(queries, args, out_dir) -> list[tuple[Query, str]]:
-    """Template search per searched target; a bad target is reported, the others go on."""
+def template_inputs(args):
+    """(featurizer, template database) from the template flags, checked before any MSA search
+    (a missing flag or file is one line at once, not after hours of jackhmmer)."""
     import datetime as dt
     from pathlib import Path
 
-    from protdp.msa.database import database_name
-    from protdp.msa.run import a3m_path
     from protdp.templates.featurize import Featurizer, parse_obsolete
-    from protdp.templates.run import search_target
     from protdp.templates.search import read_database
 
     if not args.mmcif_dir or not args.max_template_date:
@@ -179,7 +177,18 @@ def search_templates_for(queries, args, out_dir) -> list[tuple[Query, str]]:
         raise ConfigError(f"--mmcif-dir {args.mmcif_dir}: not a folder")
     featurizer = Featurizer(Path(args.mmcif_dir), cutoff, kalign_binary=args.kalign_binary,
                             obsolete=parse_obsolete(args.obsolete_pdbs) if args.obsolete_pdbs else {})
-    database = read_database(args.templates_db)
+    return featurizer, read_database(args.templates_db)
+
+
+def search_templates_for(queries, args, out_dir, featurizer, database
+                         ) -> list[tuple[Query, str]]:
+    """Template search per searched target; a bad target is reported, the others go on."""
+    from pathlib import Path
+
+    from protdp.msa.database import database_name
+    from protdp.msa.run import a3m_path
+    from protdp.templates.run import search_target
+
     first_db = database_name(args.db[0])
     failed = []
     for q in queries:
@@ -205,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError(f"--max-length must be >= 1, got {args.max_length}")
     read = read_complex_queries if args.complexes else read_queries
     queries, rejected = read(args.fasta, max_length=args.max_length)
+    templates = template_inputs(args) if args.templates_db else None
     report = search_targets(queries, args.db, args.out, settings=settings, workers=args.workers,
                             batch_size=args.batch_size, progress=not args.no_progress,
                             force=args.force, failed=rejected)
@@ -213,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
           f"database(s): {c.get('searched', 0)} searched, {c.get('skipped', 0)} already done, "
           f"{c.get('error', 0)} rejected; summary: {report.summary_path}")
     if args.templates_db:
-        rejected += search_templates_for(queries, args, args.out)
+        rejected += search_templates_for(queries, args, args.out, *templates)
     for q, why in rejected:
         print(f"  rejected: {why}", file=sys.stderr)
     return 1 if rejected and not queries else 0

@@ -56,6 +56,9 @@ def _save_npz(path: Path, arrays: dict) -> None:
 
 def run(fasta: str, msa_dir: str, out: str, pairing_db: str) -> list[dict]:
     out_dir = Path(out)
+    if not Path(msa_dir).is_dir():     # a typo: one line, not every complex rejected
+        raise InputError("MSA directory not found (give the --out folder of `protdp msa "
+                         "search --complexes`)", path=msa_dir)
     rows = []
     for t in read_complexes(fasta):
         row = {"index": t.index, "complex": printable(t.complex_id),
@@ -149,17 +152,25 @@ def predict(features_dir: str, checkpoint: str, out: str, seed: int = 0,
     from protdp.gating.route import route
     from protdp.multimer.outputs import confidence_json, write_complex_structures
     from protdp.weights.multimer_checkpoint import load_multimer
+    from protdp.weights.store import read_npz
 
+    if not Path(features_dir).is_dir():
+        raise InputError("not a folder (give the --out folder of `protdp complex features`)",
+                         path=features_dir)
+    found = sorted(Path(features_dir).glob("*/features.npz"))
+    if not found:
+        raise InputError("no <complex>/features.npz in this folder (write them with `protdp "
+                         "complex features --out`)", path=features_dir)
     model = load_multimer(checkpoint)
     policy = load_gate_policy(gating)
     rows = []
-    for path in sorted(Path(features_dir).glob("*/features.npz")):
+    for path in found:
         name = path.parent.name
         row = {"complex": name, "status": "error", "detail": ""}
         rows.append(row)
-        try:
-            with np.load(path) as f:
-                feats = {k: torch.from_numpy(np.asarray(f[k])) for k in f.files}
+        try:        # no pickles; a folder or non-npz bytes is one line naming the file
+            feats = {k: torch.from_numpy(np.asarray(v))
+                     for k, v in read_npz(path, "features file").items()}
             chains = _chains_of(feats)
             gen = torch.Generator().manual_seed(seed)
             with torch.no_grad():

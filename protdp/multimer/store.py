@@ -37,7 +37,6 @@ is given; anything else (another file, a link to one, a folder, a device) is one
 
 from __future__ import annotations
 
-import csv
 import fcntl
 import hashlib
 import json
@@ -83,15 +82,21 @@ class ComplexBuildReport:
 
 
 def _manifest_lines(path: Path) -> list[tuple[int, str, str | None]]:
-    """(line number, text, why it is not UTF-8 or None) of every line; an unreadable file is
-    one InputError (a stray non-UTF-8 byte spoils only its own line)."""
+    """(line number, text, why it is not UTF-8 or None) of every line; an unreadable or binary
+    (NUL byte) file is one InputError (a stray non-UTF-8 byte spoils only its own line; CR, CRLF
+    and LF all end a line)."""
     from protdp.data.safeio import read_bytes
 
     data = read_bytes(path)
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        raise InputError(f"not a text file: NUL byte at offset {nul} (binary data)", path=path,
+                         line=data.count(b"\n", 0, nul) + 1)
     out = []
-    for n, raw in enumerate(data.replace(b"\r\n", b"\n").split(b"\n"), 1):
+    data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    for n, raw in enumerate(data.split(b"\n"), 1):
         try:
             out.append((n, raw.decode("utf-8"), None))
         except UnicodeDecodeError as exc:
@@ -111,7 +116,7 @@ def read_manifest(path: str | Path) -> tuple[list[ComplexSpec], list[str]]:
         lines = _manifest_lines(path)
     except OSError as exc:
         raise InputError(f"cannot read the manifest ({type(exc).__name__})", path=path) from None
-    header = next(csv.reader([lines[0][1]], delimiter="\t"), []) if lines else []
+    header = lines[0][1].split("\t") if lines else []
     if not lines or lines[0][2] or tuple(c.strip() for c in header) != MANIFEST_COLUMNS:
         raise InputError(f"line 1: the header must be {' '.join(MANIFEST_COLUMNS)} "
                          "(tab-separated)", path=path)

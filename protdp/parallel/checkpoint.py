@@ -99,8 +99,11 @@ def resolve_checkpoint(path: str | Path) -> Path:
 def _read_meta(path: Path) -> dict:
     try:
         meta = json.loads((path / META_FILE).read_text())
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:   # damaged, binary: one line
         raise InputError(f"invalid JSON: {exc}", path=path / META_FILE) from None
+    if not isinstance(meta, dict):
+        raise InputError(f"a JSON {type(meta).__name__}, expected the checkpoint's meta object",
+                         path=path / META_FILE)
     if meta.get("format") != CHECKPOINT_FORMAT:
         raise InputError(f"format {meta.get('format')!r}, expected {CHECKPOINT_FORMAT!r}",
                          path=path / META_FILE, field="format")

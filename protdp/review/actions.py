@@ -95,8 +95,9 @@ def authorize(conn: Connection, cred: Credential, now: float, *, admin: bool = F
             .where(sessions.c.token_sha256 == session_hash(conn, cred.secret),
                    sessions.c.revoked_at.is_(None),
                    sessions.c.expires_at > now, reviewers.c.active)).first()
-    if row is None:
-        raise AuthError("reviewer token not recognised, session ended, or reviewer removed")
+    if row is None:     # name the credential the command asked for (PROTDP_REVIEW_ADMIN_TOKEN)
+        raise AuthError(f"{'admin' if admin else 'reviewer'} token not recognised, session "
+                        "ended, or reviewer removed")
     if not _signed_reviewer(conn, row.name, row.token_sha256, row.is_admin):
         raise AuthError(f"reviewer '{row.name}' does not match its signed audit events "
                         "(a row written behind the server's back); run `protdp review verify`")

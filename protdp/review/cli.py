@@ -25,6 +25,17 @@ from protdp.review.store import (DEFAULT_QUEUE_URL, EXPORT_FORMATS, STATES, Auth
                                  ReviewStore, iso)
 
 
+def _tcp_port(text: str) -> int:
+    """--port: a TCP port 1..65535 (argparse's one usage line; 99999 was an OverflowError)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1 to 65535)")
+    return port
+
+
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--queue-url", default=os.environ.get("PROTDP_QUEUE_URL", DEFAULT_QUEUE_URL),
@@ -87,7 +98,7 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("serve", parents=[common], help="run the reviewer web UI")
     s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--port", type=int, default=8765)
+    s.add_argument("--port", type=_tcp_port, default=8765)
     s.add_argument("--files-root", action="append", type=Path, default=None,
                    help="serve prediction files only from folders under this root (repeatable; "
                         "narrows the queue's roots fixed at init-db)")

@@ -109,6 +109,9 @@ class Database:
                              field="queue-url")
         if not Path(db).parent.exists():
             raise InputError(f"directory of SQLite queue {db} does not exist", field="queue-url")
+        if Path(db).is_dir():
+            raise InputError(f"SQLite queue {db} is a directory, not a database file",
+                             field="queue-url")
         if not self.create and not Path(db).is_file():
             raise QueueError(f"no review queue at {db} (create it with `protdp review init-db "
                              f"--queue-url {db}`)")

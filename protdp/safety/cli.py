@@ -45,12 +45,17 @@ def _families_arg(text: str | None) -> list[str] | None:
     if text is None:
         return None
     if text.startswith("@"):
+        from protdp.data.safeio import os_reason, read_text
+
         path = Path(text[1:])
-        try:
-            lines = path.read_text().splitlines()
+        try:       # a regular UTF-8 text file: a folder or binary data is one line naming it
+            lines = read_text(path).splitlines()
         except OSError as exc:
-            raise InputError(f"cannot read family list: {exc.strerror}", path=path) from None
-        return [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
+            raise InputError(f"cannot read family list: {os_reason(exc)}", path=path) from None
+        ids = [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
+        if not ids:
+            raise InputError("family list names no family (one id per line)", path=path)
+        return ids
     return [f.strip() for f in text.split(",") if f.strip()]
 
 

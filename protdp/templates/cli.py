@@ -75,6 +75,9 @@ def _features(path: Path, length: int) -> dict:
 def add_to_store(store: Path, msa_dir: Path) -> int:
     import h5py
 
+    if not msa_dir.is_dir():
+        raise InputError("not a folder (give the --out folder of `protdp msa search "
+                         "--templates-db`)", path=msa_dir)
     with FamilyStore(store) as s:
         lengths = {fid: s.length(fid) for fid in s.family_ids}
     found = {fid: msa_dir / fid / FEATURES_FILE for fid in lengths

@@ -59,13 +59,24 @@ def read_structure(path: str | Path, file_id: str | None = None) -> TemplateStru
     path = Path(path)
     try:
         doc = gemmi.cif.read(str(path))
+        if len(doc) == 0:               # an empty file: sole_block() raises an IndexError
+            raise InputError("not a readable mmCIF file: no data block (empty file?)", path=path)
         block = doc.sole_block()
     except (RuntimeError, ValueError, OSError) as exc:
         raise InputError(f"not a readable mmCIF file: {str(exc).splitlines()[0][:200]}",
                          path=path) from None
     file_id = (file_id or path.stem).lower()
-    dates = [d for d in block.find_values("_pdbx_audit_revision_history.revision_date")]
-    release = min((dt.date.fromisoformat(gemmi.cif.as_string(d)) for d in dates), default=None)
+    release = None
+    for raw in block.find_values("_pdbx_audit_revision_history.revision_date"):
+        text = gemmi.cif.as_string(raw)
+        if not text:                                    # '?' / '.': unknown, not an error
+            continue
+        try:
+            day = dt.date.fromisoformat(text)
+        except ValueError:
+            raise InputError(f"_pdbx_audit_revision_history.revision_date {text[:40]!r} is not "
+                             "a date (YYYY-MM-DD)", path=path) from None
+        release = day if release is None else min(release, day)
     out = TemplateStructure(file_id, release)
 
     chem = {r[0]: r[1] for r in _loop(block, "_chem_comp.", ["id", "type"])}

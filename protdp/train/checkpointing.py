@@ -244,12 +244,26 @@ class Loaded:
         return int(self.meta["world_size"])
 
 
+def read_meta(meta_path: Path) -> dict:
+    """An iter_N folder's meta.json as a dict; damaged, binary or not an object: one line."""
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"invalid JSON: {exc}", path=meta_path) from None
+    if not isinstance(meta, dict):
+        raise InputError(f"a JSON {type(meta).__name__}, expected the checkpoint's meta object",
+                         path=meta_path)
+    return meta
+
+
 def load_checkpoint(path: Path, rank: int) -> Loaded:
     """Read the EMA and this rank's own state (model and optimizer are loaded by the engine)."""
     meta_path = path / META
     if not meta_path.exists():
         raise ConfigError(f"{path}: not a complete checkpoint (no meta.json)")
-    meta = json.loads(meta_path.read_text())
+    meta = read_meta(meta_path)
+    if "iteration" not in meta:
+        raise InputError("no iteration recorded", path=meta_path, field="iteration")
     rank_file = path / f"rank_{rank:05d}.pt"
     # onto the CPU: the saving rank's GPU may not exist here (RNG states are CPU tensors anyway;
     # the EMA moves itself onto the model's device)
@@ -336,11 +350,8 @@ def read_weights(path: str | Path) -> TrainedWeights:
     """Model weights (+ EMA) and meta of a run folder's newest, or one iter_N, checkpoint."""
     it_dir = resolve_iteration_dir(path)
     meta_path = it_dir / META
-    try:
-        meta = json.loads(meta_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise InputError(f"invalid JSON: {exc}", path=meta_path) from None
-    if not isinstance(meta, dict) or not isinstance((meta.get("config") or {}).get("model"), dict):
+    meta = read_meta(meta_path)
+    if not isinstance((meta.get("config") or {}).get("model"), dict):
         raise InputError("no model config recorded", path=meta_path, field="config.model")
     model_pt = it_dir / ENGINE / MODEL_FILE
     blob = load_cpu(model_pt)

@@ -122,8 +122,8 @@ def run_compare(checkpoint: str | Path, features_path: str | Path, reference_pat
     if dtype not in ("float32", "float64"):
         raise InputError(f"--dtype must be float32 or float64, got '{dtype}'")
     features_path, reference_path = Path(features_path), Path(reference_path)
-    batch, passes = batch_from_features(read_npz(features_path), features_path)
-    reference = read_npz(reference_path)
+    batch, passes = batch_from_features(read_npz(features_path, "features file"), features_path)
+    reference = read_npz(reference_path, "reference outputs file")
     loaded = load_model_checkpoint(checkpoint)
     model = loaded.model.to(getattr(torch, dtype)).eval()
     if num_recycles is None:

@@ -128,6 +128,8 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     """An OpenFold checkpoint's model tensors: a plain state dict, a Lightning checkpoint
     ('state_dict', keys prefixed 'model.') or an EMA file ('ema' -> 'params')."""
     path = Path(path)
+    if path.is_dir():
+        raise InputError("a directory, not an OpenFold checkpoint file (.pt)", path=path)
     if not path.is_file():
         raise InputError("OpenFold checkpoint not found", path=path)
     blob = load_cpu(path)          # truncated, foreign, pickled code: one clear line

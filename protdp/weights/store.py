@@ -21,17 +21,21 @@ from protdp.train.checkpointing import IMPORTED_MODEL_FILE
 PROVENANCE_FILE = "provenance.json"
 
 
-def read_npz(path: str | Path) -> dict[str, np.ndarray]:
-    """All arrays of an .npz file (no pickles); a missing, truncated or foreign file is one
-    clear error naming it."""
+def read_npz(path: str | Path, what: str = "parameter file") -> dict[str, np.ndarray]:
+    """All arrays of an .npz file (no pickles); a missing, truncated or foreign file (a folder,
+    a plain .npy, any non-zip bytes) is one clear error naming it as `what`."""
     path = Path(path)
+    if path.is_dir():
+        raise InputError(f"a directory, not an .npz {what}", path=path)
     if not path.is_file():
-        raise InputError("parameter file not found", path=path)
+        raise InputError(f"{what} not found", path=path)
     try:
+        if not zipfile.is_zipfile(path):    # else np.load reads .npy or offers to unpickle it
+            raise InputError(f"not an .npz {what} (not a zip archive of .npy arrays)", path=path)
         with np.load(path, allow_pickle=False) as data:
             return {key: data[key] for key in data.files}
     except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
-        raise InputError(f"not a readable .npz parameter file ({type(exc).__name__}: {exc})",
+        raise InputError(f"not a readable .npz {what} ({type(exc).__name__}: {exc})",
                          path=path) from None
 
 

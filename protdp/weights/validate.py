@@ -43,6 +43,8 @@ def npz_headers(path: str | Path) -> dict[str, tuple]:
     """{key: shape} of every array of an .npz from its member headers only, each checked: a
     float dtype, at least one axis, a declared size the member really holds, no duplicates."""
     path = Path(path)
+    if path.is_dir():
+        raise InputError("a directory, not an .npz parameter file", path=path)
     if not path.is_file():
         raise InputError("parameter file not found", path=path)
     shapes: dict[str, tuple] = {}
