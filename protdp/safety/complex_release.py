@@ -121,10 +121,12 @@ def evaluate_complexes(loaded: LoadedModel, store, complex_ids: list[str], max_m
     """Predict each complex whole and score it (module docstring); per complex: the monomer
     calibration record ('plddt', 'true_lddt' on observed residues, 'mean_plddt', 'lddt_ca')
     plus 'interface_lddt', 'iptm', 'interface_pae', 'chains'."""
+    from tqdm import tqdm
+
     from protdp.inference.complexes import run_complex_member
 
     out = []
-    for cid in complex_ids:
+    for cid in tqdm(complex_ids, desc="held-out complexes", unit="complex"):   # minutes each on CPU
         record = store.read(cid)
         x = complex_example(record, crop_size=store.length(cid), seed=0,
                             max_rows_per_chain=max_msa_rows)

@@ -22,6 +22,7 @@ record names these checks and carries each complex's figures under "complexes".
 from __future__ import annotations
 
 import datetime as dt
+import sys
 from pathlib import Path
 
 from protdp.config import from_dict
@@ -201,6 +202,7 @@ def evaluate_release(checkpoint: str | Path, *, data: str | Path | None = None,
         loaded = load_model_checkpoint(checkpoint, device=device)
         store, fams = held_out(meta, data, families)
         checks, report = calibration_checks(loaded, store, fams, policy)
+        _stage("red-team suite")
         red = run_suite(checkpoint, home / "release_redteam", device=device)
     misses = [c["name"] for c in red["cases"] + red["global_checks"] if not c["passed"]]
     checks.append(_check("redteam", len(misses), policy.max_redteam_failures, "<=",
@@ -216,6 +218,11 @@ def evaluate_release(checkpoint: str | Path, *, data: str | Path | None = None,
            "calibration": {k: report[k] for k in ("n_targets", "n_residues", "spearman", "ece",
                                                   "bands", "reliability")}, **extra}
     return atomic_write_json(home / RELEASE_FILE, doc, allow_nan=True, default=str)
+
+
+def _stage(what: str) -> None:
+    """One progress line on stderr: a release runs for minutes on a CPU."""
+    print(f"protdp release: {what} ...", file=sys.stderr, flush=True)
 
 
 def _multimer_checks(checkpoint, data, families, policy: ReleasePolicy, home: Path, device):
@@ -240,6 +247,7 @@ def _multimer_checks(checkpoint, data, families, policy: ReleasePolicy, home: Pa
     why = "" if enough else f"only {len(per_complex)} held-out complexes (< {policy.min_targets})"
     gate = load_gate_policy()
     checks += cr.interface_checks(per_complex, policy, gate, _check, enough, why)
+    _stage("complex red-team suite")
     red = run_complex_suite(loaded, home / "release_redteam", device=device)
     extra = {"complexes": {"gate": {"min_iptm": gate.min_iptm,
                                     "max_interface_pae": gate.max_interface_pae},
