@@ -15,7 +15,7 @@ import pytest
 from protdp.data.cli import main as data_main
 from protdp.data.residues import sequence_to_ids
 from protdp.data.store import FamilyStore, build_store, sha256_file
-from protdp.errors import InputError
+from protdp.errors import ConfigError, InputError
 
 
 def _pairs(data_dir):
@@ -165,6 +165,8 @@ def test_cli_strict_and_report(tmp_path, data_dir, capsys):
     assert rc == 0 and json.load(open(tmp_path / "r.json"))["accepted_families"] == 2
     assert data_main(["shards", "--data", str(tmp_path / "ok.h5"), "--world-size", "2"]) == 0
     assert "over 2 rank(s)" in capsys.readouterr().out
+    with pytest.raises(ConfigError, match="--world-size must be >= 1, got 0"):
+        data_main(["shards", "--data", str(tmp_path / "ok.h5"), "--world-size", "0"])
 
 
 def test_duplicate_chain_and_screening_filters(tmp_path, data_dir):

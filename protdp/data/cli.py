@@ -64,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if report.ok else 1
     if args.cmd == "shards":
         from protdp.data.sampler import sharding_summary
+        for flag, value in (("--world-size", args.world_size), ("--crop-size", args.crop_size)):
+            if value < 1:
+                raise ConfigError(f"{flag} must be >= 1, got {value}")
         from protdp.data.store import FamilyStore
         print(sharding_summary(FamilyStore(args.data), args.world_size,
                                micro_batch_size=args.micro_batch_size, crop_size=args.crop_size,
