@@ -339,11 +339,18 @@ def test_csv_row_over_the_field_limit_is_one_rejected_row(tmp_path):
     assert targets[1].raw_sequence == SEQS["short"] and targets[1].line == 3
 
 
-def test_missing_fasta_leaves_no_output_folder(tmp_path, capsys):
-    """`predict --fasta` with a typo: one line naming it, and no empty --out folder made."""
+def test_missing_fasta_or_checkpoint_leaves_no_output_folder(tmp_path, capsys):
+    """`predict --fasta` or `--checkpoint` with a typo: one line naming it, and no empty --out
+    folder made."""
     from protdp.cli import main as protdp_main
     rc = protdp_main(["predict", "--checkpoint", str(tmp_path / "ck"), "--fasta",
                       str(tmp_path / "typo.fasta"), "--out", str(tmp_path / "preds")])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and err == [f"protdp predict: error: {tmp_path / 'typo.fasta'}: file not found"]
+    assert not (tmp_path / "preds").exists()
+    (tmp_path / "one.fasta").write_text(">a\nMKV\n")                 # and a checkpoint typo
+    rc = protdp_main(["predict", "--checkpoint", str(tmp_path / "ck"), "--fasta",
+                      str(tmp_path / "one.fasta"), "--out", str(tmp_path / "preds")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err == [f"protdp predict: error: {tmp_path / 'ck'}: checkpoint not found"]
     assert not (tmp_path / "preds").exists()

@@ -254,8 +254,12 @@ def _search_complex_msas(args, config: PredictConfig, rank: int, world_size: int
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if not os.path.lexists(args.fasta):     # a typo: no empty --out folder left behind
+    # a typo: one line, and no empty --out folder left behind
+    if not os.path.lexists(args.fasta):
         raise InputError("file not found", path=args.fasta)
+    for path in args.checkpoint:
+        if not os.path.lexists(path):
+            raise InputError("checkpoint not found", path=path)
     writable_folder(args.out, "output folder (--out)")   # one clear line before any work
     try:
         config = PredictConfig(max_length=args.max_length, max_msa_rows=args.max_msa_rows,
