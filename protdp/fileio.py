@@ -197,3 +197,16 @@ def atomic_write_json(path: str | Path, obj, *, sort_keys: bool = False,
     text = json.dumps(obj, indent=1, sort_keys=sort_keys, allow_nan=allow_nan,
                       default=default) + "\n"
     return atomic_write_bytes(path, text.encode())
+
+
+def read_json_object(path: str | Path, what: str) -> dict:
+    """A JSON file that must hold an object (`what` names it in the error): damaged JSON, binary
+    data or another JSON type is one InputError naming the file."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"invalid JSON: {exc}", path=path) from None
+    if not isinstance(doc, dict):
+        raise InputError(f"a JSON {type(doc).__name__}, expected {what}", path=path)
+    return doc

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 from protdp.errors import InputError
-from protdp.fileio import torch_load_refusal
+from protdp.fileio import read_json_object, torch_load_refusal
 from protdp.parallel import collectives as coll
 from protdp.parallel.ddp import DataParallel
 from protdp.parallel.optimizer import DistributedOptimizer, merge_fragments
@@ -97,13 +97,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
 
 
 def _read_meta(path: Path) -> dict:
-    try:
-        meta = json.loads((path / META_FILE).read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:   # damaged, binary: one line
-        raise InputError(f"invalid JSON: {exc}", path=path / META_FILE) from None
-    if not isinstance(meta, dict):
-        raise InputError(f"a JSON {type(meta).__name__}, expected the checkpoint's meta object",
-                         path=path / META_FILE)
+    meta = read_json_object(path / META_FILE, "the checkpoint's meta object")
     if meta.get("format") != CHECKPOINT_FORMAT:
         raise InputError(f"format {meta.get('format')!r}, expected {CHECKPOINT_FORMAT!r}",
                          path=path / META_FILE, field="format")

@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 from protdp.errors import ConfigError, InputError
-from protdp.fileio import sha256_file, torch_load_refusal
+from protdp.fileio import read_json_object, sha256_file, torch_load_refusal
 from protdp.parallel.checkpoint import MODEL_FILE
 
 TRACKER = "latest_checkpointed_iteration.txt"
@@ -244,24 +244,12 @@ class Loaded:
         return int(self.meta["world_size"])
 
 
-def read_meta(meta_path: Path) -> dict:
-    """An iter_N folder's meta.json as a dict; damaged, binary or not an object: one line."""
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"invalid JSON: {exc}", path=meta_path) from None
-    if not isinstance(meta, dict):
-        raise InputError(f"a JSON {type(meta).__name__}, expected the checkpoint's meta object",
-                         path=meta_path)
-    return meta
-
-
 def load_checkpoint(path: Path, rank: int) -> Loaded:
     """Read the EMA and this rank's own state (model and optimizer are loaded by the engine)."""
     meta_path = path / META
     if not meta_path.exists():
         raise ConfigError(f"{path}: not a complete checkpoint (no meta.json)")
-    meta = read_meta(meta_path)
+    meta = read_json_object(meta_path, "the checkpoint's meta object")
     if "iteration" not in meta:
         raise InputError("no iteration recorded", path=meta_path, field="iteration")
     rank_file = path / f"rank_{rank:05d}.pt"
@@ -350,7 +338,7 @@ def read_weights(path: str | Path) -> TrainedWeights:
     """Model weights (+ EMA) and meta of a run folder's newest, or one iter_N, checkpoint."""
     it_dir = resolve_iteration_dir(path)
     meta_path = it_dir / META
-    meta = read_meta(meta_path)
+    meta = read_json_object(meta_path, "the checkpoint's meta object")
     if not isinstance((meta.get("config") or {}).get("model"), dict):
         raise InputError("no model config recorded", path=meta_path, field="config.model")
     model_pt = it_dir / ENGINE / MODEL_FILE

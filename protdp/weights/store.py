@@ -17,6 +17,7 @@ import numpy as np
 from protdp.errors import InputError
 from protdp.fileio import atomic_write_json, replace_file
 from protdp.train.checkpointing import IMPORTED_MODEL_FILE
+from protdp.weights.validate import npz_file
 
 PROVENANCE_FILE = "provenance.json"
 
@@ -24,11 +25,7 @@ PROVENANCE_FILE = "provenance.json"
 def read_npz(path: str | Path, what: str = "parameter file") -> dict[str, np.ndarray]:
     """All arrays of an .npz file (no pickles); a missing, truncated or foreign file (a folder,
     a plain .npy, any non-zip bytes) is one clear error naming it as `what`."""
-    path = Path(path)
-    if path.is_dir():
-        raise InputError(f"a directory, not an .npz {what}", path=path)
-    if not path.is_file():
-        raise InputError(f"{what} not found", path=path)
+    path = npz_file(path, what)
     try:
         if not zipfile.is_zipfile(path):    # else np.load reads .npy or offers to unpickle it
             raise InputError(f"not an .npz {what} (not a zip archive of .npy arrays)", path=path)

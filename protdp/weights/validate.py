@@ -39,14 +39,20 @@ def _header(fh) -> tuple[tuple, np.dtype, int]:
     return tuple(shape), dtype, fh.tell()
 
 
+def npz_file(path: str | Path, what: str = "parameter file") -> Path:
+    """`path` if it is a file; a folder or a missing path is one error naming it as `what`."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"a directory, not an .npz {what}", path=path)
+    if not path.is_file():
+        raise InputError(f"{what} not found", path=path)
+    return path
+
+
 def npz_headers(path: str | Path) -> dict[str, tuple]:
     """{key: shape} of every array of an .npz from its member headers only, each checked: a
     float dtype, at least one axis, a declared size the member really holds, no duplicates."""
-    path = Path(path)
-    if path.is_dir():
-        raise InputError("a directory, not an .npz parameter file", path=path)
-    if not path.is_file():
-        raise InputError("parameter file not found", path=path)
+    path = npz_file(path)
     shapes: dict[str, tuple] = {}
     try:
         with zipfile.ZipFile(path) as zf:
