@@ -1,5 +1,5 @@
-"""The README "Predict a proteome" recipe run on real chains of the shared data, with the
-shared AlphaFold2 reference weights (imported with `protdp weights import`) and with a small
+"""The "Predict a proteome" recipe (docs/prediction.md) run on real chains of the shared data, with
+the shared AlphaFold2 reference weights (imported with `protdp weights import`) and with a small
 checkpoint trained on the shared data (`--checkpoint`), every promised output checked.
 
 For each weight set, `protdp predict` (the CLI, as a user runs it) predicts the chains with

@@ -1,0 +1,160 @@
+"""Benchmark tables of the docs, generated from `benchmarks/results/*.json` (never typed by hand).
+
+A docs page asks for a table with a pair of HTML comments; everything between them is
+rewritten from the results files:
+
+    <!-- table: model_vs_openfold_train -->
+    ...generated...
+    <!-- /table -->
+
+`python benchmarks/tables.py` rewrites every page of `docs/` (not `docs/pending/`) in place;
+`--check` changes nothing and exits 1 naming each page whose tables are stale
+(`tests/test_docs.py` runs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+DOCS = ROOT / "docs"
+MARKER = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
+
+
+def _load(name: str) -> dict:
+    return json.loads((RESULTS / name).read_text())
+
+
+def _rows(header: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _x(ratio: float) -> str:
+    return f"{ratio:.2f}x"
+
+
+def model_vs_openfold_train() -> str:
+    """Training fwd+bwd, protdp vs OpenFold (peak RSS; time from the in-process A/B rounds)."""
+    doc = _load("model_vs_openfold.json")
+    ab = {(r["width"], r["blocks"], r["L"]): r for r in doc.get("in_process_ab_time", [])}
+    rows = []
+    for r in doc["train"]:
+        key = (r["width"], r["blocks"], r["L"])
+        time = ab[key]["median_time_ratio"] if key in ab else r["protdp_over_openfold_time"]
+        rows.append([f"{r['width']}, {r['blocks']} block{'s' if r['blocks'] > 1 else ''}",
+                     r["L"], f"{r['protdp']['peak_mib']:.0f} MiB",
+                     f"{r['openfold']['peak_mib']:.0f} MiB",
+                     _x(r["protdp_over_openfold_memory"]),
+                     _x(r["protdp_explicit_over_openfold_memory"]), _x(time)])
+    head = ["config", "L", "protdp peak", "OpenFold peak", "memory", "`explicit` memory", "time"]
+    return _rows(head, rows) + f"\n(protdp commit {doc['protdp_commit']}; " \
+        "`model_vs_openfold.json`)\n"
+
+
+def model_vs_openfold_infer() -> str:
+    """Inference peak of one Evoformer block, protdp vs OpenFold `inplace_safe`."""
+    doc = _load("model_vs_openfold_infer.json")
+    rows = []
+    for r in doc["infer"]:
+        p, o = r["protdp"], r["openfold"]
+        rows.append([r["L"], f"{p['peak_mib']:.0f} MiB", f"{o['peak_mib']:.0f} MiB",
+                     _x(r["protdp_over_openfold_memory"]),
+                     f"{_x(r['protdp_over_openfold_time'])} ({p['n']} run{'s' if p['n'] > 1 else ''}"
+                     f": {p['time_s']:.0f} s vs {o['time_s']:.0f} s)"])
+    head = ["L", "protdp", "OpenFold (`inplace_safe`)", "ratio memory",
+            "ratio time (median, shared CPU)"]
+    return _rows(head, rows) + "\n(`model_vs_openfold_infer.json`)\n"
+
+
+DDP_FILES = ["ddp.json", "ddp_b128.json", "ddp_netsim_1gbit.json", "ddp_netsim_4gbit.json",
+             "ddp_netsim_4gbit_b128.json", "ddp_netsim_1gbit_accel300.json",
+             "ddp_netsim_4gbit_accel60.json"]
+
+
+def ddp_step_ratios() -> str:
+    """Step time of each data-parallel engine over torch DDP's, one column per results file."""
+    docs = {f: _load(f) for f in DDP_FILES if (RESULTS / f).is_file()}
+    names: list[str] = []
+    for doc in docs.values():
+        names += [n for n in doc["configs"] if n not in names]
+    rows = []
+    for name in names:
+        cells = []
+        for doc in docs.values():
+            ratio = doc["configs"].get(name, {}).get("ratio_to_torch_ddp")
+            cells.append(_x(ratio) if ratio is not None else "")
+        rows.append([f"`{name}`"] + cells)
+    head = ["engine"] + [f"`{Path(f).stem}`" for f in docs]
+    return _rows(head, rows) + "\n(step time / torch DDP's step time; lower is faster)\n"
+
+
+def _script_of(result: Path) -> str:
+    """The benchmark script writing a results file: the longest script name it starts with."""
+    if result.stem.startswith("preflight_netsim"):
+        return "preflight_check.py"
+    stems = sorted((p.stem for p in (ROOT / "benchmarks").glob("*.py")), key=len, reverse=True)
+    return next((f"{s}.py" for s in stems if result.stem.startswith(s)), "?")
+
+
+def _summary(script: str) -> str:
+    path = ROOT / "benchmarks" / script
+    if not path.is_file():
+        return ""
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    return " ".join(doc.split("\n\n")[0].split()).replace("|", "\\|")
+
+
+def results_index() -> str:
+    """Every results file, the script that writes it and what that script measures."""
+    rows = []
+    for result in sorted(RESULTS.glob("*.json")):
+        script = _script_of(result)
+        rows.append([f"`{result.name}`", f"`{script}`", _summary(script)])
+    return _rows(["results", "script", "what it measures"], rows)
+
+
+TABLES = {f.__name__: f for f in (model_vs_openfold_train, model_vs_openfold_infer,
+                                  ddp_step_ratios, results_index)}
+
+
+def render(text: str, source: str = "") -> str:
+    """The page with every marked table regenerated; an unknown table name is an error."""
+    def fill(m: re.Match) -> str:
+        name = m.group("name")
+        if name not in TABLES:
+            raise SystemExit(f"{source}: unknown table '{name}' (known: {sorted(TABLES)})")
+        return m.group(1) + TABLES[name]() + m.group(4)
+    return MARKER.sub(fill, text)
+
+
+def pages() -> list[Path]:
+    return sorted(p for p in DOCS.rglob("*.md") if "pending" not in p.relative_to(DOCS).parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if stale")
+    args = ap.parse_args(argv)
+    stale = []
+    for page in pages():
+        text = page.read_text()
+        new = render(text, str(page))
+        if new != text:
+            stale.append(str(page.relative_to(ROOT)))
+            if not args.check:
+                page.write_text(new)
+    if stale:
+        print(("stale: " if args.check else "rewrote: ") + ", ".join(stale))
+    return 1 if stale and args.check else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
