@@ -1,7 +1,7 @@
-"""The floors of the package (README "Architecture"): a module never imports a higher floor, and
+"""The floors of the package (docs/architecture.md): a module never imports a higher floor, and
 the two packages on the inference floor (inference, review) never import each other. Checked on
-every import statement, including the ones inside functions. Also: every file the README's
-algorithm table names exists."""
+every import statement, including the ones inside functions. Also: every file the algorithm
+table of docs/architecture.md names exists."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from protdp.paths import REPO_ROOT
 
 PACKAGE = REPO_ROOT / "protdp"
 
-# floor of each top-level module / subpackage of protdp (README "Architecture")
+# floor of each top-level module / subpackage of protdp (docs/architecture.md)
 FLOORS = {
     "__init__": 0, "errors": 0, "config": 0, "resources": 0, "fileio": 0, "metrics": 0,
     "paths": 0, "text": 0,
@@ -81,9 +81,9 @@ def test_no_upward_or_sideways_imports():
     assert not problems, "\n".join(problems)
 
 
-def test_readme_architecture_table_names_real_files():
-    text = (REPO_ROOT / "README.md").read_text()
-    section = text.split("## Architecture", 1)[1].split("\n## ", 1)[0]
+def test_architecture_table_names_real_files():
+    text = (REPO_ROOT / "docs" / "architecture.md").read_text()
+    section = text.split("## Floors", 1)[1].split("\n## Naming", 1)[0]
     files = set(re.findall(r"`(protdp/[\w/]+\.py)`", section))
     assert len(files) >= 15, "the algorithm table lists the files"
     missing = sorted(f for f in files if not (REPO_ROOT / f).is_file())
