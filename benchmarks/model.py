@@ -30,6 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.model_params import param_counts  # noqa: E402
+
 
 def _rss_mib() -> float:
     with open("/proc/self/statm") as fh:
@@ -100,22 +102,6 @@ def run_case(case: dict) -> dict:
     if saved:  # checkpointed blocks keep only their inputs (not seen by this hook)
         result["saved_activations_mib"] = round(sum(saved.values()) / 2 ** 20, 1)
     return result
-
-
-def param_counts() -> dict:
-    """Parameter count of each configs/model/*.yaml (built on the meta device: no memory)."""
-    import torch
-
-    from protdp.config import load_config
-    from protdp.model import AlphaFoldModel, ModelConfig
-    from protdp.config import read_yaml
-    counts = {}
-    for path in sorted((ROOT / "configs" / "model").glob("*.yaml")):
-        if set(read_yaml(path)) <= {"loss"}:     # loss weights only (af2_finetune_loss.yaml)
-            continue
-        with torch.device("meta"):
-            counts[path.stem] = AlphaFoldModel(load_config(ModelConfig, path)).num_parameters()
-    return counts
 
 
 def measure(case: dict) -> dict:

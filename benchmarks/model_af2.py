@@ -233,7 +233,7 @@ def run_all(out: Path, quick: bool = False) -> int:
     summary.update({f"sm_all_atom_over_backbone_memory_L{L}":
                     round(sm[(L, True)]["peak_mib"] / max(sm[(L, False)]["peak_mib"], 1e-9), 2)
                     for L in {k[0] for k in sm} if (L, True) in sm and (L, False) in sm})
-    from benchmarks.model import param_counts
+    from benchmarks.model_params import param_counts
     doc = json.loads(out.read_text()) if out.is_file() else {}
     doc["parameters"] = param_counts()      # the current model's counts (cheap, meta device)
     doc["af2_compatibility"] = {"host_load_avg_1m_at_end": os.getloadavg()[0], "torch_threads": 1,

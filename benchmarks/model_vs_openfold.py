@@ -236,7 +236,7 @@ def _subprocess(case: dict, openfold: str, allocator_env: dict) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--openfold", help="folder holding the fetched openfold/ package")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "model_vs_openfold.json"))
@@ -261,6 +261,65 @@ def main(argv=None) -> int:
     ap.add_argument("--default-malloc", action="store_true",
                     help="glibc's default (dynamic) mmap threshold instead of MALLOC_ENV")
     ap.add_argument("--case", help=argparse.SUPPRESS)
+    return ap
+
+
+def _train_rows(args, result: dict, stub_dir: str, allocator_env: dict) -> None:
+    """Training fwd+bwd rows, peers alternated per round, then the in-process A/B."""
+    repeats = 1 if args.quick else 2
+    train_L = (64, 128) if args.quick else (128, 256)
+    for width, blocks in (("small", 2), ("full", 1)) if args.only != "infer" else ():
+        for L in train_L:
+            if args.train_rows is not None and f"{width}:{L}" not in args.train_rows:
+                continue
+            row = {"width": width, "blocks": blocks, "L": L}
+            big = (width, L) == ("full", 256)
+            for _ in range(1 if big else args.rounds):  # peers alternated: shared-CPU noise hits all
+                for impl, backend in TRAIN_IMPLS[:2] if args.no_explicit else TRAIN_IMPLS:
+                    _keep_best(row, impl, _subprocess(
+                        {"impl": impl.split("_")[0], "mode": "train", "width": width,
+                         "blocks": blocks, "L": L, "N": 32, "repeats": 1 if big else repeats,
+                         "backend": backend, "stub_dir": stub_dir}, args.openfold, allocator_env))
+            _ratios(row)
+            result["train"].append(row)
+            print(json.dumps(row), flush=True)
+            _write(args.out, result)
+            if args.ab_rounds:
+                ab = _subprocess({"impl": "both", "mode": "ab", "width": width, "blocks": blocks,
+                                  "L": L, "N": 32, "rounds": args.ab_rounds,
+                                  "profile": args.profile, "stub_dir": stub_dir},
+                                 args.openfold, AB_ALLOCATOR_ENV)
+                result.setdefault("in_process_ab_time", []).append(
+                    {"width": width, "blocks": blocks, "L": L, **ab})
+                print(json.dumps(result["in_process_ab_time"][-1]), flush=True)
+                _write(args.out, result)
+
+
+def _infer_rows(args, result: dict, stub_dir: str, allocator_env: dict) -> None:
+    """Inference rows (one block, chunk 4), peers alternated per round."""
+    infer_L = (256,) if args.quick else tuple(args.infer_L)
+    infer_L = () if args.only == "train" else infer_L
+    for L in infer_L:
+        row = {"width": "small", "blocks": 1, "L": L, "chunk": 4}
+        impls = (("openfold", "auto"), ("protdp", "auto"))
+        impls += (("protdp_lowmem", "lowmem"),) if L <= 512 else ()
+        if args.infer_impls is not None:
+            impls = tuple(i for i in impls if i[0] in args.infer_impls)
+        rounds = args.rounds if L <= 1024 or args.infer_rounds is None else args.infer_rounds
+        for _ in range(rounds):
+            for impl, backend in impls:
+                _keep_best(row, impl, _subprocess(
+                    {"impl": impl.split("_")[0], "mode": "infer", "width": "small", "blocks": 1,
+                     "L": L, "N": 32, "repeats": 1, "chunk": 4, "backend": backend,
+                     "stub_dir": stub_dir}, args.openfold, allocator_env))
+        _ratios(row)
+        result["infer"].append(row)
+        print(json.dumps(row), flush=True)
+        _write(args.out, result)
+
+
+def main(argv=None) -> int:
+    ap = _parser()
     args = ap.parse_args(argv)
     if args.case:
         print(json.dumps(run_case(json.loads(args.case))))
@@ -277,52 +336,8 @@ def main(argv=None) -> int:
         result = {"openfold": args.openfold, "protdp_commit": commit, "threads": 1, "n_seq": 32,
                   "allocator_env": allocator_env, "ab_allocator_env": AB_ALLOCATOR_ENV,
                   "same_outputs_max_rel": check_same_outputs(), "train": [], "infer": []}
-        repeats = 1 if args.quick else 2
-        train_L = (64, 128) if args.quick else (128, 256)
-        for width, blocks in (("small", 2), ("full", 1)) if args.only != "infer" else ():
-            for L in train_L:
-                if args.train_rows is not None and f"{width}:{L}" not in args.train_rows:
-                    continue
-                row = {"width": width, "blocks": blocks, "L": L}
-                big = (width, L) == ("full", 256)
-                for _ in range(1 if big else args.rounds):  # peers alternated: shared-CPU noise hits all
-                    for impl, backend in TRAIN_IMPLS[:2] if args.no_explicit else TRAIN_IMPLS:
-                        _keep_best(row, impl, _subprocess(
-                            {"impl": impl.split("_")[0], "mode": "train", "width": width,
-                             "blocks": blocks, "L": L, "N": 32, "repeats": 1 if big else repeats,
-                             "backend": backend, "stub_dir": stub_dir}, args.openfold, allocator_env))
-                _ratios(row)
-                result["train"].append(row)
-                print(json.dumps(row), flush=True)
-                _write(args.out, result)
-                if args.ab_rounds:
-                    ab = _subprocess({"impl": "both", "mode": "ab", "width": width, "blocks": blocks,
-                                      "L": L, "N": 32, "rounds": args.ab_rounds,
-                                      "profile": args.profile, "stub_dir": stub_dir},
-                                     args.openfold, AB_ALLOCATOR_ENV)
-                    result.setdefault("in_process_ab_time", []).append(
-                        {"width": width, "blocks": blocks, "L": L, **ab})
-                    print(json.dumps(result["in_process_ab_time"][-1]), flush=True)
-                    _write(args.out, result)
-        infer_L = (256,) if args.quick else tuple(args.infer_L)
-        infer_L = () if args.only == "train" else infer_L
-        for L in infer_L:
-            row = {"width": "small", "blocks": 1, "L": L, "chunk": 4}
-            impls = (("openfold", "auto"), ("protdp", "auto"))
-            impls += (("protdp_lowmem", "lowmem"),) if L <= 512 else ()
-            if args.infer_impls is not None:
-                impls = tuple(i for i in impls if i[0] in args.infer_impls)
-            rounds = args.rounds if L <= 1024 or args.infer_rounds is None else args.infer_rounds
-            for _ in range(rounds):
-                for impl, backend in impls:
-                    _keep_best(row, impl, _subprocess(
-                        {"impl": impl.split("_")[0], "mode": "infer", "width": "small", "blocks": 1,
-                         "L": L, "N": 32, "repeats": 1, "chunk": 4, "backend": backend,
-                         "stub_dir": stub_dir}, args.openfold, allocator_env))
-            _ratios(row)
-            result["infer"].append(row)
-            print(json.dumps(row), flush=True)
-            _write(args.out, result)
+        _train_rows(args, result, stub_dir, allocator_env)
+        _infer_rows(args, result, stub_dir, allocator_env)
     _write(args.out, result)
     return 0
 

@@ -5,7 +5,7 @@ checkpoint trained on the shared data (`--checkpoint`), every promised output ch
 For each weight set, `protdp predict` (the CLI, as a user runs it) predicts the chains with
 their real MSAs (links into ../shared/data/msa, merged per chain as `--msa-dir DIR/<id>/`),
 an ensemble of seeds, early stop, `--sort-queries-by-length` and `--relax`; then every file
-of the README's output table is read back (json, numpy, gemmi, Biopython, PNG headers), the
+of the output table (docs/prediction.md) is read back (json, numpy, gemmi, Biopython, PNG headers), the
 ranking is recomputed from the result files, the review queue is opened and counted, and the
 relaxation of each top-ranked model is reported (clashes and peptide-bond violations before /
 after, heavy-atom and Cα RMSD moved, AlphaFold's 1 Å safety check). Cα lDDT / RMSD against the
@@ -93,15 +93,10 @@ def experimental_ca(store: FamilyStore, family: str, length: int):
     return (pos, mask) if len(pos) == length else (None, None)
 
 
-def check_target(pdir: Path, target: str, summary_rows: list[dict], store) -> dict:
-    """Read back every file of the README's output table; returns the measured numbers and the
-    list of problems (empty when every promised output is there and consistent)."""
-    import gemmi
+def _check_ranking(pdir: Path, names: list[str], L: int, problems: list[str]):
+    """ranking_debug.json against the result files' mean pLDDT; ranked_K.pdb = unrelaxed_*.pdb.
+    Returns (ranking_debug, {name: result npz})."""
     from Bio.PDB import PDBParser
-    problems = []
-    scores = json.loads((pdir / "scores.json").read_text())
-    L = scores["length"]
-    names = [m["name"] for m in scores["ensemble"]]
     debug = json.loads((pdir / "ranking_debug.json").read_text())
     results = {n: np.load(pdir / f"result_{n}.npz") for n in names}
     means = {n: float(r["plddt"].mean()) for n, r in results.items()}
@@ -114,8 +109,14 @@ def check_target(pdir: Path, target: str, summary_rows: list[dict], store) -> di
             problems.append(f"ranked_{k}.pdb is not unrelaxed_{n}.pdb")
         if len(list(parser.get_structure(n, pdir / f"ranked_{k}.pdb").get_residues())) != L:
             problems.append(f"ranked_{k}.pdb: residue count != {L}")
-    top = results[debug["order"][0]]
-    has_pae = "predicted_aligned_error" in top.files    # a model with a PAE head (AF2 _ptm)
+    return debug, results
+
+
+def _check_pae_scores_plots(pdir: Path, target: str, top, names: list[str], L: int,
+                            problems: list[str]) -> bool:
+    """AFDB PAE JSON, ColabFold scores files and PNG plots; returns whether the model has a
+    PAE head (AF2 `_ptm`)."""
+    has_pae = "predicted_aligned_error" in top.files
     pae_file = pdir / f"{target}_predicted_aligned_error_v1.json"
     pae = json.loads(pae_file.read_text()) if has_pae else None
     if not has_pae:
@@ -138,6 +139,15 @@ def check_target(pdir: Path, target: str, summary_rows: list[dict], store) -> di
         png = pdir / f"{target}_{kind}.png"
         if not png.is_file() or png.read_bytes()[:8] != PNG_MAGIC:
             problems.append(f"{png.name} missing or not a PNG")
+    return has_pae
+
+
+def _check_records(pdir: Path, target: str, top, scores: dict, names: list[str],
+                   summary_rows: list[dict], problems: list[str]) -> dict:
+    """ModelCIF vs PDB vs pLDDT, provenance / pending / CURRENT / MSA copies, timings and
+    summary.csv rows; returns the target's summary.csv rows by member name."""
+    import gemmi
+    L = scores["length"]
     doc = gemmi.cif.read(str(pdir / f"{target}.cif")).sole_block()
     local = doc.find_values("_ma_qa_metric_local.metric_value")
     st = gemmi.read_structure(str(pdir / f"{target}.pdb"))
@@ -161,26 +171,46 @@ def check_target(pdir: Path, target: str, summary_rows: list[dict], store) -> di
     glob = {v: doc.find_values(f"_ma_qa_metric_global.{v}") for v in ("metric_id", "metric_value")}
     if not any(abs(float(v) - scores["mean_plddt"]) < 0.01 for v in glob["metric_value"]):
         problems.append("ModelCIF global pLDDT != scores.json mean pLDDT")
+    return rows
+
+
+def _relax_outcome(pdir: Path, problems: list[str]) -> dict:
+    """relax.json's outcome (with the Cα movement of a kept relaxation)."""
     relax = json.loads((pdir / "relax.json").read_text())
     relaxed_file = pdir / f"relaxed_{relax['model']}.pdb"
     if relax["relaxed"] != relaxed_file.is_file():
         problems.append("relax.json and relaxed_*.pdb disagree")
+    out = {k: relax.get(k) for k in ("relaxed", "reason", "heavy_atom_rmsd",
+                                     "outer_iterations", "energy_kcal", "seconds")}
+    for when in ("before", "after"):
+        v = relax.get(when) or {}
+        out[when] = {k: v[k] for k in ("clashes", "bond_violations") if k in v}
+    if relax["relaxed"]:
+        ca_u = _ca(pdir / f"unrelaxed_{relax['model']}.pdb")
+        ca_r = _ca(relaxed_file)
+        out["ca_rmsd_moved"] = round(float(np.sqrt(((ca_u - ca_r) ** 2).sum(-1).mean())), 3)
+    return out
+
+
+def check_target(pdir: Path, target: str, summary_rows: list[dict], store) -> dict:
+    """Read back every file of the output table (docs/prediction.md); returns the measured
+    numbers and the list of problems (empty when every promised output is there and
+    consistent)."""
+    problems = []
+    scores = json.loads((pdir / "scores.json").read_text())
+    L = scores["length"]
+    names = [m["name"] for m in scores["ensemble"]]
+    debug, results = _check_ranking(pdir, names, L, problems)
+    top = results[debug["order"][0]]
+    has_pae = _check_pae_scores_plots(pdir, target, top, names, L, problems)
+    rows = _check_records(pdir, target, top, scores, names, summary_rows, problems)
     out = {"length": L, "has_pae_head": has_pae, "msa_depth": scores["msa_depth"], "route": scores["route"],
            "reasons": scores["reasons"], "mean_plddt": scores["mean_plddt"],
            "ptm": round(scores["ptm"], 4) if scores.get("ptm") is not None else None,
            "num_recycles": scores["num_recycles"], "order": debug["order"],
            "ensemble_max_ca_rmsd": scores["ensemble_spread"]["max_ca_rmsd"],
            "seconds": {n: float(r["seconds"]) for n, r in rows.items()},
-           "relax": {k: relax.get(k) for k in ("relaxed", "reason", "heavy_atom_rmsd",
-                                               "outer_iterations", "energy_kcal", "seconds")},
-           "problems": problems}
-    for when in ("before", "after"):
-        v = relax.get(when) or {}
-        out["relax"][when] = {k: v[k] for k in ("clashes", "bond_violations") if k in v}
-    if relax["relaxed"]:
-        ca_u = _ca(pdir / f"unrelaxed_{relax['model']}.pdb")
-        ca_r = _ca(relaxed_file)
-        out["relax"]["ca_rmsd_moved"] = round(float(np.sqrt(((ca_u - ca_r) ** 2).sum(-1).mean())), 3)
+           "relax": _relax_outcome(pdir, problems), "problems": problems}
     true_ca, mask = experimental_ca(store, target, L)
     if true_ca is not None:
         pred_ca = np.asarray(top_positions(pdir / f"{target}.pdb"))
@@ -208,7 +238,7 @@ def top_positions(pdb: Path) -> np.ndarray:
 
 def run_recipe(label: str, weights: list[Path], fasta: Path, msa_dir: Path, out: Path,
                extra: tuple = ()) -> dict:
-    """`protdp predict` with the README recipe's flags, then every output read back."""
+    """`protdp predict` with the recipe's flags (docs/prediction.md), then every output read back."""
     from protdp.review.store import ReviewStore
     args = ["predict"]
     for w in weights:

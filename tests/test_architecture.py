@@ -88,3 +88,126 @@ def test_architecture_table_names_real_files():
     assert len(files) >= 15, "the algorithm table lists the files"
     missing = sorted(f for f in files if not (REPO_ROOT / f).is_file())
     assert not missing, missing
+
+
+# ---- import circles and long functions (issue 48) in protdp/, pipelines/, benchmarks/ ----
+
+CHECKED_TREES = ("protdp", "pipelines", "benchmarks")
+MAX_FUNCTION_LINES = 80
+
+
+def _python_files() -> list[Path]:
+    return sorted(p for tree in CHECKED_TREES for p in (REPO_ROOT / tree).rglob("*.py"))
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO_ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _resolve(name: str, modules: set[str]) -> str | None:
+    """The longest known module that `name` (a dotted import target) is or lies in."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> modules of the checked trees it imports (every import statement, lazy ones
+    included; `from a.b import c` is an edge to `a.b.c` when that is a module, else to `a.b`;
+    a package's own `__init__` is not counted as imported by its submodules' imports)."""
+    files = {module_name(p): p for p in _python_files()}
+    modules = set(files)
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([base] if base else []))
+                targets = [f"{base}.{a.name}" for a in node.names]
+            for target in targets:
+                hit = _resolve(target, modules)
+                if hit and hit != name:
+                    edges.add(hit)
+        graph[name] = edges
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    import sys
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10 * len(graph) + 100))
+    try:
+        for v in sorted(graph):
+            if v not in index:
+                visit(v)
+    finally:
+        sys.setrecursionlimit(limit)
+    return sorted(out)
+
+
+def test_no_import_circles():
+    """No two modules of protdp/, pipelines/, benchmarks/ import each other, directly or
+    through others (imports inside functions count: a circle hidden in a lazy import is
+    still a circle of responsibilities)."""
+    circles = import_circles(import_graph())
+    assert not circles, "\n".join(" <-> ".join(c) for c in circles)
+
+
+def test_the_circle_check_finds_a_circle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert import_circles(graph) == [["a", "b", "c"]]
+
+
+def long_functions() -> list[str]:
+    """Every function (def / async def, methods and nested ones included) longer than
+    MAX_FUNCTION_LINES, measured as `end_lineno - lineno + 1` of the def node (decorators not
+    counted; its docstring, comments and blank lines inside are)."""
+    out = []
+    for path in _python_files():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    out.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno} {node.name} {lines}")
+    return out
+
+
+def test_no_function_over_80_lines():
+    long = long_functions()
+    assert not long, "\n".join(long)

@@ -204,7 +204,7 @@ def calibrate(checkpoint: str | Path, data: str | Path, out_dir: str | Path | No
         raise InputError(f"target lDDT must be in (0, 1], got {target_lddt}", field="--target-lddt")
     loaded = load_model_checkpoint(checkpoint)
     if families is None:     # a training run: its validation split, as `protdp release` uses
-        from protdp.safety.release import held_out
+        from protdp.safety.heldout import held_out
         from protdp.train.checkpointing import read_any_weights
         meta = read_any_weights(checkpoint).meta
         if (meta.get("config") or {}).get("data"):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from protdp.gating import GatePolicy
-from protdp.safety.review_calibration import decided_table
+from protdp.safety.reviewed import decided_table
 
 INPUTS = ("iptm", "interface_pae")
 IPTM_STEP = 0.01                 # min_iptm grid
@@ -88,7 +88,7 @@ def _rate(mask: np.ndarray, y: np.ndarray) -> float | None:
 def fit_complex_report(records: list[dict], floor: GatePolicy, *, target: float) -> dict:
     """The complex part of the reviewed calibration (status "ok", "no_complexes" or
     "insufficient_reviews")."""
-    from protdp.safety.review_calibration import decision_counts, reliability, too_few_reviews
+    from protdp.safety.reviewed import decision_counts, reliability, too_few_reviews
 
     table = complex_table(records)
     X, y = table["X"], table["y"]

@@ -25,7 +25,6 @@ import datetime as dt
 import sys
 from pathlib import Path
 
-from protdp.config import from_dict
 from protdp.data.screening import ScreeningList
 from protdp.data.store import FamilyStore
 from protdp.errors import InputError
@@ -37,11 +36,10 @@ from protdp.inference.checkpoint import (MULTIMER_MODEL_FILE, LoadedModel, check
 from protdp.multimer.store import ComplexStore, is_complex_store
 from protdp.resources import resolve_config
 from protdp.safety.calibration import evaluate_families, summarize
+from protdp.safety.heldout import held_out  # noqa: F401  (callers import it from here too)
 from protdp.safety.redteam import run_suite
-from protdp.train.args import TrainArgs
 from protdp.train.checkpointing import DATA_KEYS, read_any_weights
 from protdp.train.release_record import RELEASE_FILE, RELEASE_FORMAT
-from protdp.train.trainer import split_families
 
 
 def _check(name: str, value, threshold, op: str, passed: bool, detail: str = "") -> dict:
@@ -56,30 +54,6 @@ def check_line(check: dict) -> str:
                                                          else str(value))
     return (f"{'pass' if check['passed'] else 'FAIL'}  {check['name']:<26} {shown:<10} "
             f"({check['op']} {check['threshold']}) {check['detail']}").rstrip()
-
-
-def held_out(trained_meta: dict, data: str | Path | None, families: list[str] | None,
-             open_store=FamilyStore) -> tuple[Path, list[str]]:
-    """(store, held-out ids): explicit ones, or the training run's validation split
-    (`open_store`: FamilyStore, or ComplexStore for a multimer checkpoint)."""
-    config = trained_meta.get("config") or {}
-    store = Path(data) if data else (Path(config["data"]) if config.get("data") else None)
-    if store is None:
-        raise InputError("no held-out data: give --data STORE (and --families) for a checkpoint "
-                         "that is not a training run", field="--data")
-    if families is not None:
-        return store, families
-    if not config.get("data"):
-        raise InputError("give --families: the checkpoint records no validation split",
-                         field="--families")
-    args = from_dict(TrainArgs, {k: v for k, v in config.items()
-                                 if k in TrainArgs.__dataclass_fields__}, source="meta.json")
-    with open_store(store) as s:
-        held = split_families(list(s.family_ids), args)[1]
-    if not held:
-        raise InputError("the training run held out nothing (--val-fraction 0 and no "
-                         "--val-families): give --families", field="--families")
-    return store, held
 
 
 def calibration_checks(loaded: LoadedModel, store: Path, families: list[str],

@@ -30,7 +30,7 @@ def main(argv: list[str]) -> int:
 
     import torch.distributed as dist
 
-    from protdp.train.trainer import pretrain
+    from protdp.train.run import pretrain
 
     try:
         pretrain(args)

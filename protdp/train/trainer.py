@@ -584,15 +584,3 @@ class Trainer:
         if val is not None:
             self.last_val = val
             self.logger.eval(val)
-
-
-def pretrain(args: TrainArgs) -> dict:
-    """Run pretraining in this process (one rank of a launched job, or a world of 1); a complex
-    store (`protdp complex store`) trains the multimer model (`protdp.train.complex`)."""
-    from protdp.multimer.store import is_complex_store
-
-    if args.data and is_complex_store(args.data):
-        from protdp.train.complex import ComplexTrainer
-
-        return ComplexTrainer(args).train()
-    return Trainer(args).train()
