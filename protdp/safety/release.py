@@ -36,7 +36,7 @@ from protdp.inference.checkpoint import (MULTIMER_MODEL_FILE, LoadedModel, check
 from protdp.multimer.store import ComplexStore, is_complex_store
 from protdp.resources import resolve_config
 from protdp.safety.calibration import evaluate_families, summarize
-from protdp.safety.heldout import held_out  # noqa: F401  (callers import it from here too)
+from protdp.safety.heldout import held_out
 from protdp.safety.redteam import run_suite
 from protdp.train.checkpointing import DATA_KEYS, read_any_weights
 from protdp.train.release_record import RELEASE_FILE, RELEASE_FORMAT
