@@ -71,7 +71,8 @@ def model_vs_openfold_infer() -> str:
                      f": {p['time_s']:.0f} s vs {o['time_s']:.0f} s)"])
     head = ["L", "protdp", "OpenFold (`inplace_safe`)", "ratio memory",
             "ratio time (median, shared CPU)"]
-    return _rows(head, rows) + "\n(`model_vs_openfold_infer.json`)\n"
+    note = doc["infer"][0].get("note") or doc.get("note") or ""
+    return _rows(head, rows) + f"\n(`model_vs_openfold_infer.json`: {note})\n"
 
 
 DDP_FILES = ["ddp.json", "ddp_b128.json", "ddp_netsim_1gbit.json", "ddp_netsim_4gbit.json",
@@ -94,6 +95,21 @@ def ddp_step_ratios() -> str:
         rows.append([f"`{name}`"] + cells)
     head = ["engine"] + [f"`{Path(f).stem}`" for f in docs]
     return _rows(head, rows) + "\n(step time / torch DDP's step time; lower is faster)\n"
+
+
+def scaling() -> str:
+    """Speed-up and efficiency vs one rank, measured beside the preflight's prediction."""
+    doc = _load("scaling.json")
+    rows = []
+    for name, r in doc["summary"].items():
+        flags = " ".join(doc["configs"].get(name, {}).get("flags", []))
+        pred = r.get("predicted_efficiency")
+        rows.append([f"`{name}`", r["dp"], f"`{flags}`" if flags else "", f"{r['speedup']:.2f}",
+                     f"{r['efficiency']:.2f}", f"{pred:.2f}" if pred is not None else "",
+                     f"{r['exposed_comm_fraction']:.3f}"])
+    head = ["config", "dp", "flags", "speed-up", "efficiency", "predicted efficiency",
+            "exposed comm fraction"]
+    return _rows(head, rows) + f"\n({doc['benchmark']}; `scaling.json`)\n"
 
 
 def _script_of(result: Path) -> str:
@@ -122,7 +138,7 @@ def results_index() -> str:
 
 
 TABLES = {f.__name__: f for f in (model_vs_openfold_train, model_vs_openfold_infer,
-                                  ddp_step_ratios, results_index)}
+                                  ddp_step_ratios, scaling, results_index)}
 
 
 def render(text: str, source: str = "") -> str:
