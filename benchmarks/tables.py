@@ -112,6 +112,29 @@ def scaling() -> str:
     return _rows(head, rows) + f"\n({doc['benchmark']}; `scaling.json`)\n"
 
 
+def dap() -> str:
+    """Activation memory per rank and bytes moved per block at each DAP size."""
+    doc = _load("dap.json")
+    rows = [[r["dap_size"], f"{r['activation_mib_per_rank']:.0f} MiB",
+             f"{r['activation_ratio_vs_dap1']:.2f}x", f"{r['ideal_ratio']:.2f}x",
+             f"{r['comm_bytes_measured_rank0']['total'] / 2 ** 20:.0f} MiB",
+             "yes" if r["comm_matches_formula"] else "NO"] for r in doc["rows"]]
+    head = ["dap", "saved activations per rank", "vs dap 1", "ideal", "bytes moved (rank 0)",
+            "= `dap_layout` formula"]
+    return _rows(head, rows) + (f"\n(crop {doc['crop']}, {doc['msa_rows']} MSA rows, "
+                                f"{doc['model']}; `dap.json`)\n")
+
+
+def predict_memory() -> str:
+    """The predictor's memory model against the measured peak of one inference pass."""
+    doc = _load("predict_memory.json")
+    rows = [[r["length"], r["msa_rows"], r["chunk"] or "none", f"{r['measured_mib']:.1f} MiB",
+             f"{r['predicted_mib']:.1f} MiB", f"{r['predicted_over_measured']:.2f}"]
+            for r in doc["rows"]]
+    head = ["L", "MSA rows", "chunk", "measured", "predicted", "predicted / measured"]
+    return _rows(head, rows) + f"\n({doc['device']}; `predict_memory.json`)\n"
+
+
 def _script_of(result: Path) -> str:
     """The benchmark script writing a results file: the longest script name it starts with."""
     if result.stem.startswith("preflight_netsim"):
@@ -138,7 +161,8 @@ def results_index() -> str:
 
 
 TABLES = {f.__name__: f for f in (model_vs_openfold_train, model_vs_openfold_infer,
-                                  ddp_step_ratios, scaling, results_index)}
+                                  ddp_step_ratios, scaling, dap, predict_memory,
+                                  results_index)}
 
 
 def render(text: str, source: str = "") -> str:
