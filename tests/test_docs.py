@@ -4,8 +4,9 @@ marked `<!-- runnable -->` are run; the site builds with `mkdocs build --strict`
 tables are the ones `benchmarks/tables.py` generates from benchmarks/results/*.json.
 
 How a command is checked. Code blocks: continuation lines are joined, comments dropped, the
-launcher (`torchrun ...`, `mpirun ...`, `python`, `-m protdp.cli`, `-m protdp.train`) and
-leading `VAR=value` words skipped; the subcommand's parser is obtained by calling its entry point
+launcher (`torchrun ...`, `mpirun ...`, `python`, `-m protdp.cli`, `-m protdp.train`; `sbatch
+examples/slurm/pretrain.sbatch ARGS` passes ARGS to the trainer) and leading `VAR=value` words
+skipped; the subcommand's parser is obtained by calling its entry point
 with `ArgumentParser.parse_args` patched to hand back the parser instead of parsing (nothing
 runs), then the words are parsed by it (unknown subcommand or flag, missing required argument,
 bad choice: the test names file and line). Every `--flag` must be spelled in full (argparse
@@ -36,6 +37,7 @@ DOCS = REPO_ROOT / "docs"
 FENCE = re.compile(r"^(?P<indent> *)```(?P<info>[^\n]*)\n(?P<body>.*?)^(?P=indent)```", re.M | re.S)
 RUNNABLE = "<!-- runnable -->"
 LAUNCHERS = {"torchrun", "mpirun", "srun", "python", "python3"}
+SLURM_SCRIPT = "examples/slurm/pretrain.sbatch"
 # entry points of `python <script>` / `python -m <module>` -> the module:function behind them
 SCRIPTS = {
     "pipelines/pretrain.py": "protdp.train.cli", "protdp.train": "protdp.train.cli",
@@ -76,6 +78,8 @@ def _command_words(words: list[str]) -> list[str] | None:
         return None
     if words[0] == "protdp":
         return words[1:]
+    if words[0] == "sbatch" and SLURM_SCRIPT in words:    # extra arguments go to the trainer
+        return ["python", "pipelines/pretrain.py"] + words[words.index(SLURM_SCRIPT) + 1:]
     if words[0] not in LAUNCHERS:
         return None
     for i, w in enumerate(words):
