@@ -299,3 +299,13 @@ def test_mkdocs_builds_strict(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     assert (tmp_path / "site" / "training" / "index.html").is_file()
     assert not (tmp_path / "site" / "pending").exists()
+
+
+def test_readme_is_a_five_minute_read_pointing_at_real_pages():
+    """README.md stays short (issue 48: at most 200 lines) and every page it links exists."""
+    text = (REPO_ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 200, len(text.splitlines())
+    links = re.findall(r"\]\((docs/[^)#]+)", text)
+    assert len(set(links)) >= 8, links
+    missing = sorted({link for link in links if not (REPO_ROOT / link).is_file()})
+    assert not missing, missing
