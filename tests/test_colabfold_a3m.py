@@ -283,3 +283,47 @@ def test_predict_reads_the_colabfold_file_per_complex(tmp_path):
     assert [p.name for p in built["hb"]["files"]] == ["hb.a3m"]
     assert {p.name for p in built["hb2"]["files"]} == {"bfd.a3m", "uniprot.sto"}
     _assert_equal_features(built["hb"]["features"], built["hb2"]["features"])
+
+
+def test_msa_search_writes_colabfold_a3m_that_gives_the_same_features(tmp_path, capsys):
+    """`protdp msa search --complexes --format colabfold`: <out>/<complex>.a3m for the
+    heterodimer and the homodimer; `protdp complex features` from a folder holding only those
+    files equals the features from the search's per-chain folders."""
+    import random
+
+    from test_multimer_search import _records
+
+    rng = random.Random(0)
+    records = _records("hbA_1-36") + _records("hbB_1-40")
+    decoys = [(f"decoy{i}", "".join(rng.sample(s, len(s)))) for i, (_, s) in enumerate(records)]
+    db = tmp_path / "uniprot.fasta"
+    db.write_text("".join(f">{n}\n{s}\n" for n, s in records + decoys))
+    uniref = tmp_path / "uniref90.fasta"
+    uniref.write_text(db.read_text())
+    qa, qb = (parse_msa(RAW / f"{c}.a3m").query for c in ("hbA_1-36", "hbB_1-40"))
+    fasta = tmp_path / "complexes.fasta"
+    fasta.write_text(f">hb\n{qa}:{qb}\n>homo\n{qa}:{qa}\n")
+    out = tmp_path / "msas"
+    assert protdp_main(["msa", "search", "--complexes", "--fasta", str(fasta), "--db", str(db),
+                        "--db", str(uniref), "--out", str(out), "--iterations", "1",
+                        "--max-sequences", "50000", "--no-progress", "--search-workers", "1",
+                        "--format", "colabfold"]) == 0, capsys.readouterr()
+    assert (out / "hb.a3m").read_text().startswith(f"#{len(qa)},{len(qb)}\t1,1\n>101\t102\n")
+    assert (out / "homo.a3m").read_text().startswith(f"#{len(qa)}\t2\n>101\n{qa}\n")
+    only = tmp_path / "only_a3m"
+    only.mkdir()
+    for name in ("hb", "homo"):
+        shutil.move(out / f"{name}.a3m", only / f"{name}.a3m")
+    for label, msa_dir in (("folders", out), ("colabfold", only)):
+        assert protdp_main(["complex", "features", "--fasta", str(fasta), "--msa-dir",
+                            str(msa_dir), "--out", str(tmp_path / label)]) == 0
+    for name in ("hb", "homo"):
+        want = dict(np.load(tmp_path / "folders" / name / "features.npz"))
+        _assert_equal_features(dict(np.load(tmp_path / "colabfold" / name / "features.npz")),
+                               want)
+    assert int(want["num_alignments"]) > 1
+    capsys.readouterr()
+    assert protdp_main(["msa", "search", "--fasta", str(fasta), "--db", str(db), "--out",
+                        str(out), "--format", "colabfold"]) == 2
+    assert capsys.readouterr().err.strip() == ("protdp msa: error: --format colabfold writes "
+                                               "complexes' a3m: add --complexes")

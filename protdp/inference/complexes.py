@@ -74,13 +74,15 @@ def _query_msa(seq: str) -> Msa:
 
 def chain_inputs(t: ComplexTarget, msa_dir: Path | None, *, pairing_db: str = PAIRING_DB,
                  max_length: int, max_unknown_fraction: float,
-                 pair_mode: str = DEFAULT_PAIR_MODE) -> tuple[list[ChainInput], list[Path]]:
+                 pair_mode: str = DEFAULT_PAIR_MODE, colabfold_file: bool = True
+                 ) -> tuple[list[ChainInput], list[Path]]:
     """Each chain's sequence, MSA (query first) and pairing alignment -> (ChainInputs, every
     MSA file read), restricted to `pair_mode` (`protdp.multimer.pair_modes`). `msa_dir` None:
     every chain is its query alone. `<msa_dir>/<complex>.a3m` present: the complex's MSAs in
     ColabFold's layout, paired rows as given (`protdp.multimer.colabfold_a3m`); else the
-    folders `protdp msa search --complexes` writes. A chain whose MSA is missing or is not of
-    its sequence is one InputError naming the complex and chain."""
+    folders `protdp msa search --complexes` writes (always, with `colabfold_file` False). A
+    chain whose MSA is missing or is not of its sequence is one InputError naming the complex
+    and chain."""
     names = chain_msa_names(t)
     out, files_read = [], []
     seqs = {}
@@ -91,7 +93,8 @@ def chain_inputs(t: ComplexTarget, msa_dir: Path | None, *, pairing_db: str = PA
         except InputError as exc:
             raise InputError(f"complex '{t.complex_id}' chain {c.chain_id}: {exc}",
                              path=t.path, line=c.line) from None
-    given = find_complex_a3m(msa_dir, safe_name(t.complex_id)) if msa_dir else None
+    given = (find_complex_a3m(msa_dir, safe_name(t.complex_id))
+             if msa_dir and colabfold_file else None)
     if given is not None:
         inputs = chain_inputs_from_a3m(read_complex_a3m(given, chains=list(seqs.items())),
                                        list(seqs.items()))

@@ -399,8 +399,9 @@ def write_complex_a3m(path: str | Path, a3m: ComplexA3m) -> Path:
 
 def complex_a3m_from_chains(chains: list[ChainInput]) -> ComplexA3m:
     """Our own inputs of a complex (input order) -> ColabFold's layout: each distinct chain's
-    MSA as its unpaired rows and, for a heteromer, our species pairing of the chains' UniProt
-    alignments (AlphaFold-Multimer's, over every copy) as the paired block. The copies of a
+    MSA as its unpaired rows and, for a heteromer, the chains' rows paired before
+    (`ChainInput.paired`, when every chain has them) or else our species pairing of the
+    chains' UniProt alignments (AlphaFold-Multimer's, over every copy) as the paired block. The copies of a
     repeated chain always get equal paired rows (equal alignments pair alike), which is what
     lets ColabFold's one-part-per-distinct-chain rows hold them."""
     queries, counts = distinct_chains([c.sequence for c in chains])
@@ -409,11 +410,14 @@ def complex_a3m_from_chains(chains: list[ChainInput]) -> ComplexA3m:
         first.setdefault(c.sequence, c)
     paired = None
     if len(queries) > 1:
-        missing = [c.chain_id for c in chains if c.uniprot is None]
+        missing = [c.chain_id for c in chains if c.uniprot is None and c.paired is None]
         if missing:
             raise ValueError(f"chain {missing[0]}: a heteromer needs every chain's UniProt "
                              f"alignment for the paired block")
-        msas = species_paired_msas([c.uniprot for c in chains])
+        if all(c.paired is not None for c in chains):        # paired before: kept as given
+            msas = [c.paired for c in chains]
+        else:
+            msas = species_paired_msas([c.uniprot for c in chains])
         by_seq: dict[str, Msa] = {}
         for c, m in zip(chains, msas):
             prev = by_seq.setdefault(c.sequence, m)
