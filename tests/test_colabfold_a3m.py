@@ -273,16 +273,34 @@ def test_predict_reads_the_colabfold_file_per_complex(tmp_path):
     from protdp.inference.complexes import build_features
     from protdp.multimer.inputs import read_complexes
 
-    fasta, ours, cf, _ = _layouts(tmp_path)
+    fasta, ours, cf, chains = _layouts(tmp_path)
     shutil.copytree(ours, cf, dirs_exist_ok=True)
-    (fasta / "hb2.fasta").write_text((fasta / "hb.fasta").read_text())
+    for other in ("hb2", "hb3"):
+        (fasta / f"{other}.fasta").write_text((fasta / "hb.fasta").read_text())
     for cid in "AB":
         shutil.move(cf / f"hb_{cid}", cf / f"hb2_{cid}")
+    _write_user_pairing(cf / "hb3", chains)
     built = {t.complex_id: build_features(t, cf, max_length=1000, max_unknown_fraction=0.5)
              for t in read_complexes(fasta)}
     assert [p.name for p in built["hb"]["files"]] == ["hb.a3m"]
     assert {p.name for p in built["hb2"]["files"]} == {"bfd.a3m", "uniprot.sto"}
-    _assert_equal_features(built["hb"]["features"], built["hb2"]["features"])
+    assert [p.parent.name for p in built["hb3"]["files"]] == ["paired", "unpaired"] * 2
+    for other in ("hb2", "hb3"):
+        _assert_equal_features(built["hb"]["features"], built[other]["features"])
+
+
+def test_predict_parser_takes_the_pair_mode(capsys):
+    from protdp.inference.cli import build_parser
+    from protdp.inference.predictor import LATER_SETTINGS, PredictConfig
+
+    base = ["--checkpoint", "c", "--fasta", "f", "--out", "o"]
+    assert build_parser().parse_args(base).pair_mode == "unpaired_paired"
+    assert build_parser().parse_args(base + ["--pair-mode", "paired"]).pair_mode == "paired"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(base + ["--pair-mode", "pairwise"])
+    assert "invalid choice: 'pairwise'" in capsys.readouterr().err
+    # the default leaves resume fingerprints of older prediction folders unchanged
+    assert LATER_SETTINGS["pair_mode"] == PredictConfig().pair_mode
 
 
 def test_msa_search_writes_colabfold_a3m_that_gives_the_same_features(tmp_path, capsys):
@@ -327,3 +345,79 @@ def test_msa_search_writes_colabfold_a3m_that_gives_the_same_features(tmp_path, 
                         str(out), "--format", "colabfold"]) == 2
     assert capsys.readouterr().err.strip() == ("protdp msa: error: --format colabfold writes "
                                                "complexes' a3m: add --complexes")
+
+
+def _write_user_pairing(folder, chains, *, unpaired=True):
+    """Our species pairing of `chains` as the user's per-chain paired files (row i of every
+    file together; gap-only rows marked '>no_partner'), their a3m as unpaired files."""
+    from protdp.multimer.colabfold_a3m import a3m_row
+    from protdp.multimer.pairing import species_paired_msas
+
+    (folder / "paired").mkdir(parents=True)
+    (folder / "unpaired").mkdir()
+    for c, m in zip(chains, species_paired_msas([c.uniprot for c in chains])):
+        text = "".join(f">{n or 'no_partner'}\n{a3m_row(s, d)}\n"
+                       for n, s, d in zip(m.names, m.sequences, m.deletion_matrix))
+        (folder / "paired" / f"{c.chain_id}.a3m").write_text(text)
+        if unpaired:
+            src = [p for p in c.msa.sources if p.endswith(".a3m")][0]
+            shutil.copy(src, folder / "unpaired" / f"{c.chain_id}.a3m")
+
+
+def test_user_paired_files_give_alphafold_features(tmp_path):
+    """Deliverable 3: AlphaFold's pairing of the fixture as the user's own paired files (one
+    per chain, row order = pairing) + unpaired a3m per chain -> DeepMind's features (the
+    fixture's templates added back); a heterotrimer whose third chain has no partner in any
+    row (gap rows '>no_partner') equals our pairing."""
+    from protdp.multimer.given_msas import given_complex_inputs
+
+    name = "4hhb_hbA1-36_hbB1-40"
+    chains = _chains(CASES[name])
+    _write_user_pairing(tmp_path / "hb", chains)
+    got, files = given_complex_inputs(tmp_path, "hb", [(c.chain_id, c.sequence) for c in chains])
+    assert [f.name for f in files] == ["A.a3m", "A.a3m", "B.a3m", "B.a3m"]
+    got = [replace(g, templates=c.templates) for g, c in zip(got, chains)]
+    ref = np.load(FIXTURE / f"features_{name}.npz")
+    _assert_equal_features(complex_features(got).features, {k: ref[k] for k in ref.files})
+
+    a, b, p = _chains([("hbA_1-36", True), ("hbB_1-40", True), ("2p90_A02", False)])
+    p = replace(p, uniprot=query_msa(p.sequence))
+    _write_user_pairing(tmp_path / "abp", [a, b, p])
+    text = (tmp_path / "abp" / "paired" / "C.a3m").read_text()
+    assert text.count(">no_partner\n" + "-" * len(p.sequence) + "\n") == 22
+    got, _ = given_complex_inputs(tmp_path, "abp", [(c.chain_id, c.sequence) for c in (a, b, p)])
+    got = [replace(g, templates=c.templates) for g, c in zip(got, (a, b, p))]
+    _assert_equal_features(complex_features(got).features, complex_features([a, b, p]).features)
+
+
+def test_user_paired_files_bad_rows_are_one_line(tmp_path):
+    from protdp.multimer.given_msas import given_complex_inputs
+
+    chains = _chains(CASES["4hhb_hbA1-36_hbB1-40"])
+    ids = [(c.chain_id, c.sequence) for c in chains]
+    folder = tmp_path / "hb"
+    _write_user_pairing(folder, chains, unpaired=False)
+    b = folder / "paired" / "B.a3m"
+    good = b.read_text()
+    b.write_text(good + ">extra\n" + "-" * len(chains[1].sequence) + "\n")
+    with pytest.raises(InputError, match=re.escape(str(b)) + r": 24 rows, chain A's paired "
+                                         r"file has 23: row i of every chain's file"):
+        given_complex_inputs(tmp_path, "hb", ids)
+    lines = good.split("\n")
+    lines[5] = lines[5] + "A"
+    b.write_text("\n".join(lines))
+    with pytest.raises(InputError, match=re.escape(str(b)) + r":6: row '.*' has 41 aligned "
+                                         r"columns \(upper-case letters and '-'\); the chain's "
+                                         r"query has 40$"):
+        given_complex_inputs(tmp_path, "hb", ids)
+    b.write_text("\n".join(good.split("\n")[2:]))
+    with pytest.raises(InputError, match=re.escape(str(b)) + r":2: row 0 \('.*'\) is not the "
+                                         r"chain's query sequence"):
+        given_complex_inputs(tmp_path, "hb", ids)
+    b.unlink()
+    with pytest.raises(InputError, match=r"chain B: no paired file B.a3m"):
+        given_complex_inputs(tmp_path, "hb", ids)
+    # without unpaired files every chain's unpaired MSA is its query alone
+    b.write_text(good)
+    got, _ = given_complex_inputs(tmp_path, "hb", ids)
+    assert [g.msa.depth for g in got] == [1, 1] and [g.paired.depth for g in got] == [23, 23]

@@ -43,7 +43,7 @@ def export_colabfold_a3m(fasta: str | Path, msa_dir: str | Path, *, max_length: 
             inputs, _ = chain_inputs(t, Path(msa_dir), pairing_db=pairing_db,
                                      max_length=max_length,
                                      max_unknown_fraction=max_unknown_fraction,
-                                     pair_mode=pair_mode, colabfold_file=False)
+                                     pair_mode=pair_mode, user_msas=False)
             path = write_complex_a3m(Path(msa_dir) / f"{safe_name(t.complex_id)}.a3m",
                                      complex_a3m_from_chains(inputs))
             out.append(Exported(t.complex_id, path))

@@ -32,8 +32,7 @@ from protdp.fileio import sha256_file
 from protdp.inference.targets import (Target, _assign_names, clean_sequence, find_msa_files,
                                       load_msa)
 from protdp.inference.writers import safe_name
-from protdp.multimer.colabfold_a3m import (chain_inputs_from_a3m, find_complex_a3m,
-                                           read_complex_a3m)
+from protdp.multimer.given_msas import given_complex_inputs
 from protdp.multimer.features import ChainInput, complex_features
 from protdp.multimer.pair_modes import DEFAULT_PAIR_MODE, apply_pair_mode, needs_pairing_alignment
 from protdp.multimer.inputs import FASTA_SUFFIXES, ComplexTarget, chain_msa_names, read_complexes
@@ -74,13 +73,14 @@ def _query_msa(seq: str) -> Msa:
 
 def chain_inputs(t: ComplexTarget, msa_dir: Path | None, *, pairing_db: str = PAIRING_DB,
                  max_length: int, max_unknown_fraction: float,
-                 pair_mode: str = DEFAULT_PAIR_MODE, colabfold_file: bool = True
+                 pair_mode: str = DEFAULT_PAIR_MODE, user_msas: bool = True
                  ) -> tuple[list[ChainInput], list[Path]]:
     """Each chain's sequence, MSA (query first) and pairing alignment -> (ChainInputs, every
     MSA file read), restricted to `pair_mode` (`protdp.multimer.pair_modes`). `msa_dir` None:
-    every chain is its query alone. `<msa_dir>/<complex>.a3m` present: the complex's MSAs in
-    ColabFold's layout, paired rows as given (`protdp.multimer.colabfold_a3m`); else the
-    folders `protdp msa search --complexes` writes (always, with `colabfold_file` False). A
+    every chain is its query alone. MSAs the user gave for the complex (ColabFold's
+    `<complex>.a3m`, or `<complex>/paired/<chain>.a3m`: `protdp.multimer.given_msas`) come
+    first, paired rows as given; else the folders `protdp msa search --complexes` writes
+    (always, with `user_msas` False). A
     chain whose MSA is missing or is not of its sequence is one InputError naming the complex
     and chain."""
     names = chain_msa_names(t)
@@ -93,12 +93,10 @@ def chain_inputs(t: ComplexTarget, msa_dir: Path | None, *, pairing_db: str = PA
         except InputError as exc:
             raise InputError(f"complex '{t.complex_id}' chain {c.chain_id}: {exc}",
                              path=t.path, line=c.line) from None
-    given = (find_complex_a3m(msa_dir, safe_name(t.complex_id))
-             if msa_dir and colabfold_file else None)
+    given = (given_complex_inputs(msa_dir, safe_name(t.complex_id), list(seqs.items()))
+             if msa_dir and user_msas else None)
     if given is not None:
-        inputs = chain_inputs_from_a3m(read_complex_a3m(given, chains=list(seqs.items())),
-                                       list(seqs.items()))
-        return apply_pair_mode(inputs, pair_mode), [given]
+        return apply_pair_mode(given[0], pair_mode), given[1]
     for c in t.chains:
         where = f"complex '{t.complex_id}' chain {c.chain_id}"
         seq = seqs[c.chain_id]

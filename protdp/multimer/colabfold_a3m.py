@@ -117,18 +117,19 @@ def _parse_header(first: str, path: Path) -> tuple[list[int], list[int]]:
     return lengths, counts
 
 
-def _records(lines: list[str], path: Path) -> list[tuple[str, str, int]]:
-    """(header, sequence, first sequence line) per '>' record after the cardinality line."""
+def _records(lines: list[str], path: Path, first: int = 1) -> list[tuple[str, str, int]]:
+    """(header, sequence, first sequence line) per '>' record from line index `first` on
+    (after the cardinality line)."""
     out: list[list] = []
-    for n, raw in enumerate(lines[1:], 2):
+    for n, raw in enumerate(lines[first:], first + 1):
         line = raw.strip()
         if not line:
             continue
         if line.startswith(">"):
             out.append([raw.rstrip("\n")[1:], [], n, n])
         elif line.startswith("#") or not out:
-            raise InputError("expected a '>' header (a ColabFold a3m has one '#' line, the "
-                             "first)", path=path, line=n)
+            raise InputError("expected a '>' header (only a ColabFold complex a3m has a '#' "
+                             "line, its first)", path=path, line=n)
         else:
             if not out[-1][1]:
                 out[-1][3] = n
@@ -149,11 +150,25 @@ def _decode(header: str, seq: str, line: int, lengths: list[int], path: Path) ->
     is_ins = (b >= ord("a")) & (b <= ord("z"))
     cols = np.flatnonzero(~is_ins)
     if len(cols) != sum(lengths):
+        need = (f"the header's chains need {sum(lengths)} ({'+'.join(map(str, lengths))})"
+                if len(lengths) > 1 else f"the chain's query has {lengths[0]}")
         raise InputError(f"row '{header[:40]}' has {len(cols)} aligned columns (upper-case "
-                         f"letters and '-'); the header's chains need {sum(lengths)} "
-                         f"({'+'.join(map(str, lengths))})", path=path, line=line)
+                         f"letters and '-'); {need}", path=path, line=line)
     before = np.cumsum(is_ins, dtype=np.int64)[cols]                # insertions before each col
     return _Row(header, line, _NORM[b[cols]], np.diff(before, prepend=0))
+
+
+def decode_rows(text: str, path: str | Path, length: int
+                ) -> list[tuple[str, str, np.ndarray, int]]:
+    """Every record of a plain a3m kept in file order, not deduplicated: (name, aligned letters
+    of `length` columns, deletions int64 [length], sequence line); the rows of a user's paired
+    file (`protdp.multimer.given_msas`)."""
+    path = Path(path)
+    out = []
+    for h, s, n in _records(text.split("\n"), path, first=0):
+        r = _decode(h, s, n, [length], path)
+        out.append(((h.split() or [""])[0], r.aligned.tobytes().decode(), r.deletions, n))
+    return out
 
 
 def _segments(lengths: list[int]) -> list[slice]:
@@ -361,7 +376,7 @@ def chain_inputs_from_a3m(a3m: ComplexA3m, chains: list[tuple[str, str]]) -> lis
 
 
 # ------------------------------------------------------------------------------------ writing
-def _a3m_row(seq: str, dels: np.ndarray) -> str:
+def a3m_row(seq: str, dels: np.ndarray) -> str:
     """Aligned row + deletion counts -> a3m text (INSERTION_LETTER for each deleted residue)."""
     if not np.any(dels):
         return seq
@@ -376,7 +391,7 @@ def format_complex_a3m(a3m: ComplexA3m) -> str:
             labels = [str(QUERY_LABEL_BASE + k) if r == 0 else m.names[r].replace("\t", " ")
                       for k, m in enumerate(a3m.paired)]
             out.append(">" + "\t".join(labels))
-            out.append("".join(_a3m_row(m.sequences[r], m.deletion_matrix[r])
+            out.append("".join(a3m_row(m.sequences[r], m.deletion_matrix[r])
                                for m in a3m.paired))
     for k, m in enumerate(a3m.unpaired):
         if m is None:
@@ -386,7 +401,7 @@ def format_complex_a3m(a3m: ComplexA3m) -> str:
         for r in range(m.depth):
             name = str(QUERY_LABEL_BASE + k) if r == 0 else (m.names[r].split() or [""])[0]
             out.append(f">{name}")
-            out.append(left + _a3m_row(m.sequences[r], m.deletion_matrix[r]) + right)
+            out.append(left + a3m_row(m.sequences[r], m.deletion_matrix[r]) + right)
     return "\n".join(out) + "\n"
 
 
