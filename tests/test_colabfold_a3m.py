@@ -145,6 +145,21 @@ def test_colabfold_written_by_colabfold_rules_is_read(tmp_path):
     back = parse_complex_a3m(format_complex_a3m(a3m), "u.a3m")
     for m, n in zip(a3m.paired + a3m.unpaired, back.paired + back.unpaired):
         assert m.sequences == n.sequences and np.array_equal(m.deletion_matrix, n.deletion_matrix)
+    # ColabFold's `unpaired` mode writes no paired block: the queries' row is then the paired
+    # block (as ColabFold feeds the model), each chain's rows unpaired
+    flat = parse_complex_a3m("#4,3\t1,1\n>101\nMKVL---\n>a1\nMRVL---\n>102\n----GSH\n", "v")
+    assert flat.paired is None and [m.sequences for m in flat.unpaired] == [["MKVL", "MRVL"],
+                                                                             ["GSH"]]
+    ins = chain_inputs_from_a3m(flat, [("A", "MKVL"), ("B", "GSH")])
+    assert [i.paired.sequences for i in ins] == [["MKVL"], ["GSH"]]
+    f = complex_features(ins).features
+    assert int(f["num_alignments"]) == 2 and f["msa"][1, 4:].tolist() == [GAP_ID] * 3
+    # a homomer as ColabFold writes it: the query twice (paired block of one row, then the
+    # unpaired block), read once; the copies side by side (AlphaFold merges a homomer densely)
+    homo = parse_complex_a3m("#4\t3\n>101\nMKVL\n>101\nMKVL\n>h\nMRVL\n", "h")
+    assert homo.paired is None and homo.unpaired[0].sequences == ["MKVL", "MRVL"]
+    f = complex_features(chain_inputs_from_a3m(homo, [("A", "MKVL")] * 3)).features
+    assert int(f["num_alignments"]) == 2 and f["asym_id"].tolist() == [1] * 4 + [2] * 4 + [3] * 4
 
 
 def _layouts(tmp_path):
@@ -156,7 +171,8 @@ def _layouts(tmp_path):
     for cid, name in (("A", "hbA_1-36"), ("B", "hbB_1-40")):
         (ours / f"hb_{cid}" / "stockholm").mkdir(parents=True)
         shutil.copy(RAW / f"{name}.a3m", ours / f"hb_{cid}" / "bfd.a3m")
-        shutil.copy(RAW / f"{name}.uniprot_hits.sto", ours / f"hb_{cid}" / "stockholm" / "uniprot.sto")
+        shutil.copy(RAW / f"{name}.uniprot_hits.sto",
+                    ours / f"hb_{cid}" / "stockholm" / "uniprot.sto")
     cf.mkdir()
     chains = _chains(CASES["4hhb_hbA1-36_hbB1-40"])
     write_complex_a3m(cf / "hb.a3m", complex_a3m_from_chains(chains))
@@ -421,3 +437,44 @@ def test_user_paired_files_bad_rows_are_one_line(tmp_path):
     b.write_text(good)
     got, _ = given_complex_inputs(tmp_path, "hb", ids)
     assert [g.msa.depth for g in got] == [1, 1] and [g.paired.depth for g in got] == [23, 23]
+
+
+def test_protdp_predict_with_a_colabfold_file_and_a_pair_mode(tmp_path, capsys):
+    """`protdp predict --msa-dir` holding `<complex>.a3m` (and a bad one beside it) with
+    `--pair-mode paired`: the good complex is predicted exactly as `complex features
+    --pair-mode paired` + `complex predict` predict it from the search folders; the bad file
+    is its complex's one line and the batch goes on."""
+    import json
+
+    from protdp.inference.writers import read_summary
+    from test_multimer_predict import COMMON
+
+    ckpt = tmp_path / "mm1"
+    assert protdp_main(["weights", "import", "--format", "alphafold",
+                        str(FIXTURE / "params" / "params_model_1_multimer_v3_small.npz"),
+                        "--out", str(ckpt), "--alphafold-config",
+                        str(FIXTURE / "config_model_1_multimer_v3_small.json")]) == 0
+    fasta_dir, ours, cf, _ = _layouts(tmp_path)
+    fasta = tmp_path / "two.fasta"
+    hb = (fasta_dir / "hb.fasta").read_text().split(">")[1:]
+    seqs = ["".join(r.split("\n")[1:]) for r in hb]
+    fasta.write_text(f">hb\n{seqs[0]}:{seqs[1]}\n>bad\n{seqs[0]}:{seqs[1]}\n")
+    (cf / "bad.a3m").write_text("#36,41\t1,1\n" + (cf / "hb.a3m").read_text().split("\n", 1)[1])
+    out = tmp_path / "out"
+    assert protdp_main(["predict", "--checkpoint", str(ckpt), "--fasta", str(fasta),
+                        "--msa-dir", str(cf), "--out", str(out), "--pair-mode", "paired",
+                        *COMMON]) == 0
+    rows = {r["target"]: r for r in read_summary(out / "summary.tsv")}
+    assert rows["bad"]["route"] == "rejected"
+    assert rows["bad"]["detail"].startswith(f"{cf / 'bad.a3m'}:1: cardinality header")
+    pdir = out / "targets" / "hb" / (out / "targets" / "hb" / "CURRENT").read_text().strip()
+    scores = json.loads((pdir / "scores.json").read_text())
+    assert protdp_main(["complex", "features", "--fasta", str(fasta_dir), "--msa-dir", str(ours),
+                        "--out", str(tmp_path / "feats"), "--pair-mode", "paired"]) == 0
+    assert int(np.load(tmp_path / "feats" / "hb" / "features.npz")["num_alignments"]) == 23
+    assert protdp_main(["complex", "predict", "--features-dir", str(tmp_path / "feats"),
+                        "--checkpoint", str(ckpt), "--out", str(tmp_path / "ref"),
+                        "--num-recycles", "0"]) == 0
+    capsys.readouterr()
+    ref = json.loads((tmp_path / "ref" / "hb" / "scores.json").read_text())
+    assert ref["iptm"] == scores["iptm"] and ref["plddt"] == scores["plddt"]

@@ -416,9 +416,10 @@ def complex_a3m_from_chains(chains: list[ChainInput]) -> ComplexA3m:
     """Our own inputs of a complex (input order) -> ColabFold's layout: each distinct chain's
     MSA as its unpaired rows and, for a heteromer, the chains' rows paired before
     (`ChainInput.paired`, when every chain has them) or else our species pairing of the
-    chains' UniProt alignments (AlphaFold-Multimer's, over every copy) as the paired block. The copies of a
-    repeated chain always get equal paired rows (equal alignments pair alike), which is what
-    lets ColabFold's one-part-per-distinct-chain rows hold them."""
+    chains' UniProt alignments (AlphaFold-Multimer's, over every copy) as the paired block.
+    The copies of a repeated chain get equal paired rows from the species pairing (equal
+    alignments pair alike), which ColabFold's one part per distinct chain can hold; copies
+    paired differently are a ValueError."""
     queries, counts = distinct_chains([c.sequence for c in chains])
     first = {}
     for c in chains:

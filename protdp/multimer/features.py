@@ -307,8 +307,10 @@ def write_pairing_report(path: str | Path, complex_id: str, report: dict) -> Pat
     asym/entity/sym ids, every paired row with its species and the row (index and name) of each
     chain's UniProt alignment, rows removed as duplicates, and the limits that applied."""
     doc = {"complex_id": complex_id,
-           "method": "AlphaFold-Multimer v2.3.2 msa_pairing (species from UniProt entry "
-                     "names; rows ranked by identity to the query)",
+           "method": ("rows paired before (ColabFold's complex a3m or the user's paired "
+                      "files), kept as given" if report.get("pairing_source") else
+                      "AlphaFold-Multimer v2.3.2 msa_pairing (species from UniProt entry "
+                      "names; rows ranked by identity to the query)"),
            "limits": {"max_uniprot_hits": MAX_UNIPROT_HITS,
                       "max_rows_per_species": MAX_ROWS_PER_SPECIES,
                       "msa_crop_size": MSA_CROP_SIZE, "max_templates": MAX_TEMPLATES,
