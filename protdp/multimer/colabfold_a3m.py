@@ -96,7 +96,8 @@ class _Row:
     header: str                        # header text after '>'
     line: int                          # first line of the row's sequence
     aligned: np.ndarray                # uint8 [sum L] normalised letters
-    deletions: np.ndarray              # int64 [sum L]
+    deletions: np.ndarray              # int32 [sum L] (int64 for files over 2 GiB)
+    has: np.ndarray                    # bool [chains]: residues (not only gaps) in chain k
 
 
 def _parse_header(first: str, path: Path) -> tuple[list[int], list[int]]:
@@ -140,22 +141,44 @@ def _records(lines: list[str], path: Path, first: int = 1) -> list[tuple[str, st
     return [(h, "".join(p), n) for h, p, _, n in out]
 
 
-def _decode(header: str, seq: str, line: int, lengths: list[int], path: Path) -> _Row:
-    """One record -> its aligned letters and deletion counts over all chains' columns."""
-    b = np.frombuffer(seq.encode("utf-8", "replace"), np.uint8)
+def _first_bad_character(records, k: int) -> str:
+    return next(ch for ch in records[k][1] if not (ch.isascii() and _VALID[ord(ch)]))
+
+
+def _decode(records: list[tuple[str, str, int]], lengths: list[int], path: Path) -> list[_Row]:
+    """Every record -> its aligned letters, deletion counts and which chains have residues,
+    all rows at once (vectorised as `protdp.data.parse.parse_a3m`)."""
+    if not records:
+        return []
+    enc = [s.encode("utf-8", "replace") for _, s, _ in records]
+    b = np.frombuffer(b"".join(enc), np.uint8)
+    ends = np.cumsum([len(e) for e in enc])
+    starts = ends - [len(e) for e in enc]
     bad = np.flatnonzero(~_VALID[b])
     if len(bad):
-        raise InputError(f"unexpected character '{chr(b[bad[0]])}' in row '{header[:40]}' "
-                         f"(letters, '-' and '.' only)", path=path, line=line)
+        k = int(np.searchsorted(ends, bad[0], side="right"))
+        raise InputError(f"unexpected character '{_first_bad_character(records, k)}' in row "
+                         f"'{records[k][0][:40]}' (letters, '-' and '.' only)", path=path,
+                         line=records[k][2])
     is_ins = (b >= ord("a")) & (b <= ord("z"))
-    cols = np.flatnonzero(~is_ins)
-    if len(cols) != sum(lengths):
+    width = np.add.reduceat((~is_ins).astype(np.int64), starts)          # aligned cols per row
+    wrong = np.flatnonzero(width != sum(lengths))
+    if len(wrong):
+        k = int(wrong[0])
         need = (f"the header's chains need {sum(lengths)} ({'+'.join(map(str, lengths))})"
                 if len(lengths) > 1 else f"the chain's query has {lengths[0]}")
-        raise InputError(f"row '{header[:40]}' has {len(cols)} aligned columns (upper-case "
-                         f"letters and '-'); {need}", path=path, line=line)
-    before = np.cumsum(is_ins, dtype=np.int64)[cols]                # insertions before each col
-    return _Row(header, line, _NORM[b[cols]], np.diff(before, prepend=0))
+        raise InputError(f"row '{records[k][0][:40]}' has {width[k]} aligned columns "
+                         f"(upper-case letters and '-'); {need}", path=path, line=records[k][2])
+    n, W = len(records), sum(lengths)
+    cum = np.cumsum(is_ins, dtype=np.int32 if b.size < 2**31 - 1 else np.int64)
+    before = cum[~is_ins].reshape(n, W)                                   # insertions so far
+    dels = before.copy()                                                  # [N, W]
+    dels[:, 1:] -= before[:, :-1]
+    dels[:, 0] -= np.where(starts > 0, cum[np.maximum(starts - 1, 0)], 0).astype(cum.dtype)
+    aligned = _NORM[b[~is_ins]].reshape(n, W)                             # [N, W]
+    has = np.stack([(aligned[:, s] != _GAP).any(axis=1) for s in _segments(lengths)], 1)
+    return [_Row(h, line, aligned[i], dels[i], has[i])
+            for i, (h, _, line) in enumerate(records)]
 
 
 def decode_rows(text: str, path: str | Path, length: int
@@ -164,11 +187,8 @@ def decode_rows(text: str, path: str | Path, length: int
     of `length` columns, deletions int64 [length], sequence line); the rows of a user's paired
     file (`protdp.multimer.given_msas`)."""
     path = Path(path)
-    out = []
-    for h, s, n in _records(text.split("\n"), path, first=0):
-        r = _decode(h, s, n, [length], path)
-        out.append(((h.split() or [""])[0], r.aligned.tobytes().decode(), r.deletions, n))
-    return out
+    return [((r.header.split() or [""])[0], r.aligned.tobytes().decode(), r.deletions, r.line)
+            for r in _decode(_records(text.split("\n"), path, first=0), [length], path)]
 
 
 def _segments(lengths: list[int]) -> list[slice]:
@@ -181,7 +201,7 @@ def _queries(rows: list[_Row], segs: list[slice], path: Path) -> list[tuple[str,
     queries are the first row, or the first row of each chain's unpaired block)."""
     out = []
     for k, s in enumerate(segs):
-        row = next((r for r in rows if (r.aligned[s] != _GAP).any()), None)
+        row = next((r for r in rows if r.has[k]), None)
         if row is None:
             raise InputError(f"chain {k + 1} of the header ({s.stop - s.start} aa) has no row "
                              f"with residues (no query row)", path=path)
@@ -197,7 +217,7 @@ def _is_unpaired_query(r: _Row, k: int, segs: list[slice], queries: list[str]) -
     label = r.header.split("\t")[0].strip().split()
     return (bool(label) and label[0] == str(QUERY_LABEL_BASE + k)
             and r.aligned[segs[k]].tobytes().decode() == queries[k]
-            and not any((r.aligned[s] != _GAP).any() for j, s in enumerate(segs) if j != k))
+            and int(r.has.sum()) == 1)
 
 
 def _paired_msas(rows: list[_Row], segs: list[slice]) -> list[Msa]:
@@ -208,7 +228,7 @@ def _paired_msas(rows: list[_Row], segs: list[slice]) -> list[Msa]:
         for r in rows:
             fields = r.header.split("\t")
             word = (fields[k] if k < len(fields) else fields[-1]).strip().split()
-            labels.append(word[0] if word and (r.aligned[s] != _GAP).any() else "")
+            labels.append(word[0] if word and r.has[k] else "")
         out.append(Msa([r.aligned[s].tobytes().decode() for r in rows],
                        np.clip(np.stack([r.deletions[s] for r in rows]), 0, 255).astype(np.uint8),
                        labels))
@@ -219,7 +239,7 @@ def _unpaired_msa(rows: list[_Row], s: slice, query: str, k: int, path: Path) ->
     """One chain's unpaired rows, query first, deduplicated (first occurrence kept)."""
     if not rows:
         return None
-    seqs, dels, names, seen = [query], [np.zeros(len(query), np.int64)], \
+    seqs, dels, names, seen = [query], [np.zeros(len(query), np.int32)], \
         [str(QUERY_LABEL_BASE + k)], {query}
     for r in rows:
         seq = r.aligned[s].tobytes().decode()
@@ -236,7 +256,7 @@ def _unpaired_msa(rows: list[_Row], s: slice, query: str, k: int, path: Path) ->
 def _split_blocks(rows, segs, queries, path) -> tuple[list[_Row], list[list[_Row]]]:
     """(paired rows, unpaired rows per chain) of a heteromer's file."""
     n = len(segs)
-    full = all((rows[0].aligned[s] != _GAP).any() for s in segs)
+    full = bool(rows[0].has.all())
     end = 0
     if full:
         end = next((i for i in range(1, len(rows))
@@ -244,7 +264,7 @@ def _split_blocks(rows, segs, queries, path) -> tuple[list[_Row], list[list[_Row
                    len(rows))
     unpaired: list[list[_Row]] = [[] for _ in segs]
     for r in rows[end:]:
-        chains = [k for k, s in enumerate(segs) if (r.aligned[s] != _GAP).any()]
+        chains = np.flatnonzero(r.has).tolist()
         if len(chains) > 1:
             raise InputError(f"row '{r.header[:40]}' has residues of chains "
                              f"{' and '.join(str(k + 1) for k in chains)} but lies among the "
@@ -268,7 +288,7 @@ def parse_complex_a3m(text: str, path: str | Path = "<string>",
     records = _records(lines, path)
     if not records:
         raise InputError("no '>' records after the cardinality header", path=path, line=1)
-    rows = [_decode(h, s, n, lengths, path) for h, s, n in records]
+    rows = _decode(records, lengths, path)
     segs = _segments(lengths)
     found = _queries(rows, segs, path)
     queries, lines_of = [q for q, _ in found], [n for _, n in found]
