@@ -6,16 +6,18 @@ r"""`protdp complex features`: AlphaFold-Multimer model inputs and the MSA pairi
     protdp complex features --fasta complexes.fasta --msa-dir msas/ --out features/
 
 Complexes are read as `protdp.multimer.inputs.read_complexes` reads them (ColabFold 'A:B'
-records, one file per complex, or a folder of such files). `<msa-dir>/<complex>.a3m`, when
-present, is the complex's MSAs in ColabFold's complex a3m (`#L1,L2<TAB>c1,c2` header, paired
-block kept paired as given; `protdp.multimer.colabfold_a3m`). Otherwise each distinct chain's MSAs are
+records, one file per complex, or a folder of such files). MSAs the user gives for a complex
+come first (`protdp.multimer.given_msas`): ColabFold's complex a3m `<msa-dir>/<complex>.a3m`
+(`#L1,L2<TAB>c1,c2` header), or the user's own pairing `<msa-dir>/<complex>/paired/<chain>.a3m`
+(+ `unpaired/<chain>.a3m`), paired rows kept as given. Otherwise each distinct chain's MSAs are
 those `protdp msa search --complexes` wrote under `<msa-dir>/<complex>_<chain id>/` (every
 database except the pairing one, merged as `protdp predict` merges them); the pairing reads
 `<msa-dir>/<complex>_<chain id>/stockholm/<pairing-db>.sto`. Per complex, OUT/<complex>/ gets
 `features.npz` (AlphaFold's multimer `np_example`) and `pairing.json` (which rows were paired by
 which species); OUT/complex_features.tsv lists every complex with its status. A bad complex is
 one line there (and on stderr) and the others go on. Templates are not searched here (zero
-template slots).
+template slots). --pair-mode unpaired|paired|unpaired_paired (ColabFold's names) keeps the
+unpaired rows, the paired block, or both (`protdp.multimer.pair_modes`).
 """
 
 from __future__ import annotations

@@ -42,9 +42,11 @@ from pathlib import Path
 
 import numpy as np
 
+from protdp.data.parse import _ALLOWED as A3M_VALID_BYTES
+from protdp.data.parse import _NORMALIZE as A3M_LETTER_MAP
 from protdp.data.parse import Msa
-from protdp.data.residues import RESTYPES
-from protdp.data.safeio import atomic_write_text, check_regular_file, decode_text, read_bytes
+from protdp.data.safeio import (atomic_write_text, check_readable, check_regular_file,
+                                decode_text, read_bytes)
 from protdp.errors import InputError
 from protdp.multimer.features import ChainInput
 from protdp.multimer.pair_modes import query_msa
@@ -54,15 +56,9 @@ QUERY_LABEL_BASE = 101                 # ColabFold names chain k's query row '>{
 MAX_COMPLEX_A3M_BYTES = 2 << 30        # a larger file (or gzip stream) is refused: 2 GiB
 INSERTION_LETTER = "x"                 # what the writer puts for a deleted residue
 _GAP = ord("-")
-# a3m letters -> our MSA alphabet (as protdp.data.parse reads a3m): standard residues kept,
-# '-' / '.' gaps, any other letter X; lower case is never aligned
-_NORM = np.full(256, ord("X"), np.uint8)
-for _c in RESTYPES:
-    _NORM[ord(_c)] = ord(_c)
-_NORM[ord("-")] = _NORM[ord(".")] = _GAP
-_VALID = np.zeros(256, bool)
-for _c in b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz-.":
-    _VALID[_c] = True
+# a3m letters -> our MSA alphabet and the letters an a3m row may hold: protdp.data.parse's own
+# tables, so that a row reads here exactly as our a3m reader reads it
+_NORM, _VALID = A3M_LETTER_MAP, A3M_VALID_BYTES
 
 
 @dataclass
@@ -320,8 +316,6 @@ def read_complex_a3m(path: str | Path, max_bytes: int | None = None,
 def find_complex_a3m(msa_dir: Path, name: str) -> Path | None:
     """`<msa_dir>/<name>.a3m` (or `.a3m.gz`) when present: a complex's MSAs in ColabFold's
     layout (checked readable; a FIFO or an unreadable file is an InputError, never skipped)."""
-    from protdp.data.safeio import check_readable
-
     for suffix in (".a3m", ".a3m.gz"):
         p = Path(msa_dir) / f"{name}{suffix}"
         if p.exists() or p.is_symlink():
