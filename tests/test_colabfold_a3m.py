@@ -478,3 +478,30 @@ def test_protdp_predict_with_a_colabfold_file_and_a_pair_mode(tmp_path, capsys):
     capsys.readouterr()
     ref = json.loads((tmp_path / "ref" / "hb" / "scores.json").read_text())
     assert ref["iptm"] == scores["iptm"] and ref["plddt"] == scores["plddt"]
+
+
+def test_real_colabfold_file_as_a_homodimer(tmp_path):
+    """A real ColabFold a3m (`msa/4hhb_B.colabfold.a3m`, HBB with the MMseqs2 server's
+    UniRef100 rows and tab-separated m8 fields in the headers, '#147<TAB>1'): with its header
+    saying two copies it is HBB's homodimer, and its features equal those of the same file read
+    as each chain's MSA by our a3m reader; with its own one-copy header it does not fit the
+    dimer (one line naming line 1)."""
+    from protdp.data.parse import parse_msa as read_msa
+    from protdp.multimer.features import ChainInput
+    from protdp.paths import data_root
+
+    src = data_root() / "msa" / "4hhb_B.colabfold.a3m"
+    text = src.read_text()
+    assert text.startswith("#147\t1\n>101\n")
+    msa = read_msa(src)
+    chains = [("A", msa.query), ("B", msa.query)]
+    dimer = tmp_path / "hbb2.a3m"
+    dimer.write_text("#147\t2\n" + text.split("\n", 1)[1])
+    got = chain_inputs_from_a3m(read_complex_a3m(dimer, chains=chains), chains)
+    assert got[0].msa.depth == msa.depth > 4000
+    want = complex_features([ChainInput(c, s, msa) for c, s in chains]).features
+    _assert_equal_features(complex_features(got).features, want)
+    with pytest.raises(InputError, match=re.escape(str(src)) + r":1: cardinality header "
+                                         r"'#147\t1' does not match the complex: its chain 1 "
+                                         r"should be chain A \(147 aa, 2 copies\)"):
+        read_complex_a3m(src, chains=chains)
