@@ -42,7 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="MSAs as <name>.a3m|.sto|.fasta|.aln or a folder <name>/ (merged), where "
                         "<name> is the target id when it is a plain name ([A-Za-z0-9_.-], up to "
                         "53 characters) and otherwise the sanitised file_name of summary.tsv; "
-                        "no MSA: single-sequence mode (flagged shallow_msa)")
+                        "no MSA: single-sequence mode (flagged shallow_msa). Complexes: "
+                        "ColabFold's <complex>.a3m, <complex>/paired/<chain>.a3m (your own "
+                        "pairing) or `msa search --complexes` folders")
     p.add_argument("--out", required=True, help="output folder (targets/<name>/, summary.tsv)")
     p.add_argument("--queue-url", default=os.environ.get("PROTDP_QUEUE_URL"),
                    help="review queue (SQLite path/URL or postgresql://); default OUT/review_queue.sqlite")

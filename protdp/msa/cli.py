@@ -20,6 +20,7 @@ from protdp.errors import ConfigError, InputError
 from protdp.msa.run import search_targets
 from protdp.msa.search import Query
 from protdp.msa.settings import SearchSettings
+from protdp.multimer.pair_modes import DEFAULT_PAIR_MODE, PAIR_MODES
 
 MAX_QUERY_LENGTH = 10_000          # longer queries are rejected (HMMER itself allows 100,000)
 MAX_UNKNOWN_FRACTION = 0.5         # as `protdp predict`: mostly-unknown sequences are rejected
@@ -144,8 +145,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--pairing-db", default="uniprot",
                    help="--format colabfold: database whose Stockholm is species-paired "
                         "(%(default)s)")
-    s.add_argument("--pair-mode", choices=("unpaired", "paired", "unpaired_paired"),
-                   default="unpaired_paired",
+    s.add_argument("--pair-mode", choices=PAIR_MODES, default=DEFAULT_PAIR_MODE,
                    help="--format colabfold: rows written, as ColabFold names them "
                         "(%(default)s)")
     s.add_argument("--force", action="store_true", help="search finished targets again")

@@ -100,7 +100,9 @@ def _parser() -> argparse.ArgumentParser:
                        description=__doc__.split("\n\n", 1)[1],
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("--fasta", required=True, help="complexes (file or folder)")
-    s.add_argument("--msa-dir", required=True, help="output of `protdp msa search --complexes`")
+    s.add_argument("--msa-dir", required=True,
+                   help="output of `protdp msa search --complexes`, and/or ColabFold's "
+                        "<complex>.a3m, and/or <complex>/paired/<chain>.a3m (your pairing)")
     s.add_argument("--out", required=True, help="output folder")
     s.add_argument("--pairing-db", default="uniprot",
                    help="database whose Stockholm alignment is paired (%(default)s)")
