@@ -303,6 +303,16 @@ def test_predict_reads_the_colabfold_file_per_complex(tmp_path):
     assert [p.parent.name for p in built["hb3"]["files"]] == ["paired", "unpaired"] * 2
     for other in ("hb2", "hb3"):
         _assert_equal_features(built["hb"]["features"], built[other]["features"])
+    # the gate's MSA depth and the coverage count the rows the model gets, whatever the mode:
+    # in `paired` mode the 23 paired rows (each chain's unpaired MSA is its query alone)
+    hb = next(t for t in read_complexes(fasta) if t.complex_id == "hb")
+    paired = build_features(hb, cf, max_length=1000, max_unknown_fraction=0.5,
+                            pair_mode="paired")
+    assert paired["msa_depth"] == 23 and max(paired["coverage"]) == 23
+    assert len(paired["coverage"]) == 76 and min(paired["coverage"]) >= 1
+    msa = built["hb"]["features"]["msa"][:323]
+    assert built["hb"]["msa_depth"] == min(int((msa[:, :36] != GAP_ID).any(1).sum()),
+                                           int((msa[:, 36:] != GAP_ID).any(1).sum()))
 
 
 def test_predict_parser_takes_the_pair_mode(capsys):

@@ -26,14 +26,13 @@ import numpy as np
 import torch
 
 from protdp.data.parse import Msa, parse_msa
-from protdp.data.residues import GAP_ID
 from protdp.errors import InputError, ProtdpError
 from protdp.fileio import sha256_file
 from protdp.inference.targets import (Target, _assign_names, clean_sequence, find_msa_files,
                                       load_msa)
 from protdp.inference.writers import safe_name
 from protdp.multimer.given_msas import given_complex_inputs
-from protdp.multimer.features import ChainInput, complex_features
+from protdp.multimer.features import ChainInput, chain_msa_rows, complex_features
 from protdp.multimer.pair_modes import DEFAULT_PAIR_MODE, apply_pair_mode, needs_pairing_alignment
 from protdp.multimer.inputs import FASTA_SUFFIXES, ComplexTarget, chain_msa_names, read_complexes
 
@@ -143,8 +142,9 @@ def malformed_species_note(report: dict) -> str:
 def build_features(t: ComplexTarget, msa_dir: Path | None, *, max_length: int,
                    max_unknown_fraction: float, pair_mode: str = DEFAULT_PAIR_MODE) -> dict:
     """The model input of one complex: {"features" (numpy np_example), "chains" [(id, seq)] in
-    residue order, "files" (MSA files read), "report" (pairing), "msa_depth" (shallowest
-    chain's MSA), "coverage" [L], "note"}."""
+    residue order, "files" (MSA files read), "report" (pairing), "msa_depth" (the shallowest
+    chain's rows in the model's MSA, paired and unpaired), "coverage" [L] (rows per residue
+    there), "note"}."""
     inputs, files = chain_inputs(t, msa_dir, max_length=max_length,
                                  max_unknown_fraction=max_unknown_fraction, pair_mode=pair_mode)
     total = sum(len(c.sequence) for c in inputs)
@@ -159,10 +159,9 @@ def build_features(t: ComplexTarget, msa_dir: Path | None, *, max_length: int,
     by_id = {c.chain_id: c for c in inputs}
     order = [ch["chain_id"] for ch in cf.report["chains"]]       # residue (asym) order
     chains = [(cid, by_id[cid].sequence) for cid in order]
-    coverage = np.concatenate([(by_id[cid].msa.tokens() != GAP_ID).sum(axis=0)
-                               for cid in order]).astype(int).tolist()
+    depths, coverage = chain_msa_rows(cf.features)      # the rows the model gets (pair mode)
     return {"features": cf.features, "chains": chains, "files": files, "report": cf.report,
-            "msa_depth": min(c.msa.depth for c in inputs), "coverage": coverage,
+            "msa_depth": min(depths), "coverage": coverage.astype(int).tolist(),
             "note": malformed_species_note(cf.report)}
 
 

@@ -319,3 +319,14 @@ def write_pairing_report(path: str | Path, complex_id: str, report: dict) -> Pat
     path = Path(path)
     atomic_write_text(path, json.dumps(doc, indent=1) + "\n")
     return path
+
+
+def chain_msa_rows(features: dict) -> tuple[list[int], np.ndarray]:
+    """What the model's MSA gives each chain (paired block and unpaired rows alike, whatever
+    the pair mode): (per chain in asym order, the rows with a residue in its columns; per
+    residue [N_res], the rows with a residue there). Padding rows are not counted."""
+    n = int(features["num_alignments"])
+    present = np.asarray(features["msa"])[:n] != GAP_ID                       # [n, N_res]
+    asym = np.asarray(features["asym_id"])
+    depths = [int(present[:, asym == a].any(axis=1).sum()) for a in dict.fromkeys(asym.tolist())]
+    return depths, present.sum(axis=0)
