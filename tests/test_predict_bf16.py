@@ -58,7 +58,8 @@ def test_bf16_flag_monomer(tmp_path):
     # the setting came after prediction folders did: off, it is not in the fingerprint, so
     # folders written before it are skipped on a rerun (hashlib reconstruction, without it)
     settings = {k: v for k, v in fp32["prov"]["config"].items() if k != "model"}
-    settings["predict"] = {k: v for k, v in settings["predict"].items() if k != "bf16"}
+    settings["predict"] = {k: v for k, v in settings["predict"].items()   # (pair_mode: later
+                           if k not in ("bf16", "pair_mode")}              # too, issue 46)
     blob = json.dumps({"settings": settings, "msa": [],
                        "sequence_sha256": fp32["prov"]["inputs"]["sequence_sha256"]},
                       sort_keys=True)

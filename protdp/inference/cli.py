@@ -23,6 +23,7 @@ from protdp.data.safeio import writable_folder
 from protdp.errors import ConfigError, DistributedError, InputError
 from protdp.inference.predictor import MSA_MODES, PredictConfig
 from protdp.msa.cli import add_search_arguments
+from protdp.multimer.pair_modes import PAIR_MODES
 from protdp.workflows import predict, review_commands
 
 
@@ -41,7 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="MSAs as <name>.a3m|.sto|.fasta|.aln or a folder <name>/ (merged), where "
                         "<name> is the target id when it is a plain name ([A-Za-z0-9_.-], up to "
                         "53 characters) and otherwise the sanitised file_name of summary.tsv; "
-                        "no MSA: single-sequence mode (flagged shallow_msa)")
+                        "no MSA: single-sequence mode (flagged shallow_msa). Complexes: "
+                        "ColabFold's <complex>.a3m, <complex>/paired/<chain>.a3m (your own "
+                        "pairing) or `msa search --complexes` folders")
     p.add_argument("--out", required=True, help="output folder (targets/<name>/, summary.tsv)")
     p.add_argument("--queue-url", default=os.environ.get("PROTDP_QUEUE_URL"),
                    help="review queue (SQLite path/URL or postgresql://); default OUT/review_queue.sqlite")
@@ -69,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--random-seed", type=int, default=d.seed, help="first seed (%(default)s)")
     e.add_argument("--msa-mode", choices=MSA_MODES, default=d.msa_mode,
                    help="single_sequence: ignore MSAs (%(default)s)")
+    e.add_argument("--pair-mode", choices=PAIR_MODES, default=d.pair_mode,
+                   help="complexes: paired block, unpaired rows or both (ColabFold's names; "
+                        "%(default)s)")
     e.add_argument("--sort-queries-by-length", action="store_true",
                    help="run the shortest targets first")
     e.add_argument("--recycle-early-stop-tolerance", type=float, default=None,
@@ -265,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         config = PredictConfig(max_length=args.max_length, max_msa_rows=args.max_msa_rows,
                                num_recycles=args.num_recycles, seed=args.random_seed,
                                num_seeds=args.seeds, msa_mode=args.msa_mode,
+                               pair_mode=args.pair_mode,
                                recycle_early_stop_tolerance=args.recycle_early_stop_tolerance,
                                stop_at_score=args.stop_at_score, max_memory_gib=args.max_memory,
                                save_distogram=args.save_distogram, plots=not args.no_plots,

@@ -26,13 +26,14 @@ import numpy as np
 import torch
 
 from protdp.data.parse import Msa, parse_msa
-from protdp.data.residues import GAP_ID
 from protdp.errors import InputError, ProtdpError
 from protdp.fileio import sha256_file
 from protdp.inference.targets import (Target, _assign_names, clean_sequence, find_msa_files,
                                       load_msa)
 from protdp.inference.writers import safe_name
-from protdp.multimer.features import ChainInput, complex_features
+from protdp.multimer.given_msas import given_complex_inputs
+from protdp.multimer.features import ChainInput, chain_msa_rows, complex_features
+from protdp.multimer.pair_modes import DEFAULT_PAIR_MODE, apply_pair_mode, needs_pairing_alignment
 from protdp.multimer.inputs import FASTA_SUFFIXES, ComplexTarget, chain_msa_names, read_complexes
 
 PAIRING_DB = "uniprot"                   # the database whose Stockholm alignment is paired
@@ -70,20 +71,34 @@ def _query_msa(seq: str) -> Msa:
 
 
 def chain_inputs(t: ComplexTarget, msa_dir: Path | None, *, pairing_db: str = PAIRING_DB,
-                 max_length: int, max_unknown_fraction: float
+                 max_length: int, max_unknown_fraction: float,
+                 pair_mode: str = DEFAULT_PAIR_MODE, user_msas: bool = True
                  ) -> tuple[list[ChainInput], list[Path]]:
     """Each chain's sequence, MSA (query first) and pairing alignment -> (ChainInputs, every
-    MSA file read). `msa_dir` None: every chain is its query alone. A chain whose MSA is
-    missing or is not of its sequence is one InputError naming the complex and chain."""
+    MSA file read), restricted to `pair_mode` (`protdp.multimer.pair_modes`). `msa_dir` None:
+    every chain is its query alone. MSAs the user gave for the complex (ColabFold's
+    `<complex>.a3m`, or `<complex>/paired/<chain>.a3m`: `protdp.multimer.given_msas`) come
+    first, paired rows as given; else the folders `protdp msa search --complexes` writes
+    (always, with `user_msas` False). A
+    chain whose MSA is missing or is not of its sequence is one InputError naming the complex
+    and chain."""
     names = chain_msa_names(t)
     out, files_read = [], []
+    seqs = {}
+    for c in t.chains:
+        try:
+            seqs[c.chain_id] = clean_sequence(c.sequence, max_length=max_length,
+                                              max_unknown_fraction=max_unknown_fraction)
+        except InputError as exc:
+            raise InputError(f"complex '{t.complex_id}' chain {c.chain_id}: {exc}",
+                             path=t.path, line=c.line) from None
+    given = (given_complex_inputs(msa_dir, safe_name(t.complex_id), list(seqs.items()))
+             if msa_dir and user_msas else None)
+    if given is not None:
+        return apply_pair_mode(given[0], pair_mode), given[1]
     for c in t.chains:
         where = f"complex '{t.complex_id}' chain {c.chain_id}"
-        try:
-            seq = clean_sequence(c.sequence, max_length=max_length,
-                                 max_unknown_fraction=max_unknown_fraction)
-        except InputError as exc:
-            raise InputError(f"{where}: {exc}", path=t.path, line=c.line) from None
+        seq = seqs[c.chain_id]
         if msa_dir is None:
             out.append(ChainInput(c.chain_id, seq, _query_msa(seq),
                                   None if t.is_homomer else _query_msa(seq), None))
@@ -100,7 +115,7 @@ def chain_inputs(t: ComplexTarget, msa_dir: Path | None, *, pairing_db: str = PA
             raise InputError(f"{where}: the MSA's query is not the chain's sequence",
                              path=files[0])
         uniprot = None
-        if not t.is_homomer:
+        if not t.is_homomer and needs_pairing_alignment(pair_mode):
             sto = msa_dir / stem / "stockholm" / f"{pairing_db}.sto"
             if not sto.is_file():
                 raise InputError(f"{where}: no pairing alignment {sto} (search the "
@@ -110,7 +125,7 @@ def chain_inputs(t: ComplexTarget, msa_dir: Path | None, *, pairing_db: str = PA
             files.append(sto)
         files_read += [f for f in files if f not in files_read]
         out.append(ChainInput(c.chain_id, seq, msa, uniprot, None))
-    return out, files_read
+    return apply_pair_mode(out, pair_mode), files_read
 
 
 def malformed_species_note(report: dict) -> str:
@@ -125,12 +140,13 @@ def malformed_species_note(report: dict) -> str:
 
 
 def build_features(t: ComplexTarget, msa_dir: Path | None, *, max_length: int,
-                   max_unknown_fraction: float) -> dict:
+                   max_unknown_fraction: float, pair_mode: str = DEFAULT_PAIR_MODE) -> dict:
     """The model input of one complex: {"features" (numpy np_example), "chains" [(id, seq)] in
-    residue order, "files" (MSA files read), "report" (pairing), "msa_depth" (shallowest
-    chain's MSA), "coverage" [L], "note"}."""
+    residue order, "files" (MSA files read), "report" (pairing), "msa_depth" (the shallowest
+    chain's rows in the model's MSA, paired and unpaired), "coverage" [L] (rows per residue
+    there), "note"}."""
     inputs, files = chain_inputs(t, msa_dir, max_length=max_length,
-                                 max_unknown_fraction=max_unknown_fraction)
+                                 max_unknown_fraction=max_unknown_fraction, pair_mode=pair_mode)
     total = sum(len(c.sequence) for c in inputs)
     if total > max_length:
         raise InputError(f"complex '{t.complex_id}': {total} residues in all exceeds the "
@@ -143,10 +159,9 @@ def build_features(t: ComplexTarget, msa_dir: Path | None, *, max_length: int,
     by_id = {c.chain_id: c for c in inputs}
     order = [ch["chain_id"] for ch in cf.report["chains"]]       # residue (asym) order
     chains = [(cid, by_id[cid].sequence) for cid in order]
-    coverage = np.concatenate([(by_id[cid].msa.tokens() != GAP_ID).sum(axis=0)
-                               for cid in order]).astype(int).tolist()
+    depths, coverage = chain_msa_rows(cf.features)      # the rows the model gets (pair mode)
     return {"features": cf.features, "chains": chains, "files": files, "report": cf.report,
-            "msa_depth": min(c.msa.depth for c in inputs), "coverage": coverage,
+            "msa_depth": min(depths), "coverage": coverage.astype(int).tolist(),
             "note": malformed_species_note(cf.report)}
 
 

@@ -66,7 +66,7 @@ MSA_MODES = ("auto", "single_sequence")
 PARTS_DIR = ".summary_parts"
 # settings added after prediction folders were first written: at these values they are left out
 # of the fingerprint, so a rerun over an older folder with the setting off skips it, not redoes it
-LATER_SETTINGS = {"bf16": False}
+LATER_SETTINGS = {"bf16": False, "pair_mode": "unpaired_paired"}
 
 
 @dataclass
@@ -98,6 +98,8 @@ class PredictConfig:
     """Memory budget of one prediction: the chunk size is chosen to fit it (--max-memory)."""
     msa_mode: str = "auto"
     """"auto": the target's MSA files when found; "single_sequence": never an MSA."""
+    pair_mode: str = "unpaired_paired"
+    """Complexes: MSA rows given to AlphaFold-Multimer (`protdp.multimer.pair_modes`)."""
     save_distogram: bool = False
     """Keep the distogram logits in result_*.npz (--save-distogram)."""
     relax: bool = False
@@ -359,7 +361,8 @@ class Predictor:
                 msa_dir = None if self.config.msa_mode == "single_sequence" else fasta["msa_dir"]
                 built = build_features(t.extra["complex"], msa_dir,
                                        max_length=self.config.max_length,
-                                       max_unknown_fraction=self.config.max_unknown_fraction)
+                                       max_unknown_fraction=self.config.max_unknown_fraction,
+                                       pair_mode=self.config.pair_mode)
                 seq = "".join(s for _, s in built["chains"])
                 row["length"] = len(seq)
                 msa_paths = built["files"]

@@ -20,6 +20,7 @@ from protdp.errors import ConfigError, InputError
 from protdp.msa.run import search_targets
 from protdp.msa.search import Query
 from protdp.msa.settings import SearchSettings
+from protdp.multimer.pair_modes import DEFAULT_PAIR_MODE, PAIR_MODES
 
 MAX_QUERY_LENGTH = 10_000          # longer queries are rejected (HMMER itself allows 100,000)
 MAX_UNKNOWN_FRACTION = 0.5         # as `protdp predict`: mostly-unknown sequences are rejected
@@ -138,6 +139,15 @@ def _parser() -> argparse.ArgumentParser:
                         "file, or a folder of such files): every distinct chain is searched as "
                         "<complex>_<chain id>; for AlphaFold-Multimer pairing search UniProt "
                         "with --max-sequences 50000 and pair <chain>/stockholm/<db>.sto")
+    s.add_argument("--format", choices=("folders", "colabfold"), default="folders",
+                   help="with --complexes, colabfold also writes <out>/<complex>.a3m in "
+                        "ColabFold's complex a3m (paired block + unpaired rows; %(default)s)")
+    s.add_argument("--pairing-db", default="uniprot",
+                   help="--format colabfold: database whose Stockholm is species-paired "
+                        "(%(default)s)")
+    s.add_argument("--pair-mode", choices=PAIR_MODES, default=DEFAULT_PAIR_MODE,
+                   help="--format colabfold: rows written, as ColabFold names them "
+                        "(%(default)s)")
     s.add_argument("--force", action="store_true", help="search finished targets again")
     s.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_template_arguments(s)
@@ -207,9 +217,26 @@ def search_templates_for(queries, args, out_dir, featurizer, database
     return failed
 
 
+def _export_colabfold(args) -> list[tuple[Query, str]]:
+    """--format colabfold: <out>/<complex>.a3m per complex (protdp.inference.complex_msa_export)."""
+    from protdp.inference.complex_msa_export import export_colabfold_a3m
+
+    failed = []
+    for e in export_colabfold_a3m(args.fasta, args.out, max_length=args.max_length,
+                                  max_unknown_fraction=MAX_UNKNOWN_FRACTION,
+                                  pairing_db=args.pairing_db, pair_mode=args.pair_mode):
+        if e.path is not None:
+            print(f"  colabfold a3m {e.complex_id}: {e.path}")
+        else:
+            failed.append((Query(e.complex_id, "", ""), f"colabfold a3m: {e.error}"))
+    return failed
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     settings = settings_from_args(args)
+    if args.format == "colabfold" and not args.complexes:
+        raise ConfigError("--format colabfold writes complexes' a3m: add --complexes")
     if args.max_length < 1:
         raise ConfigError(f"--max-length must be >= 1, got {args.max_length}")
     read = read_complex_queries if args.complexes else read_queries
@@ -224,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{c.get('error', 0)} rejected; summary: {report.summary_path}")
     if args.templates_db:
         rejected += search_templates_for(queries, args, args.out, *templates)
+    if args.format == "colabfold":
+        rejected += _export_colabfold(args)
     for q, why in rejected:
         print(f"  rejected: {why}", file=sys.stderr)
     return 1 if rejected and not queries else 0

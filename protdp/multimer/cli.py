@@ -6,14 +6,18 @@ r"""`protdp complex features`: AlphaFold-Multimer model inputs and the MSA pairi
     protdp complex features --fasta complexes.fasta --msa-dir msas/ --out features/
 
 Complexes are read as `protdp.multimer.inputs.read_complexes` reads them (ColabFold 'A:B'
-records, one file per complex, or a folder of such files). Each distinct chain's MSAs are
+records, one file per complex, or a folder of such files). MSAs the user gives for a complex
+come first (`protdp.multimer.given_msas`): ColabFold's complex a3m `<msa-dir>/<complex>.a3m`
+(`#L1,L2<TAB>c1,c2` header), or the user's own pairing `<msa-dir>/<complex>/paired/<chain>.a3m`
+(+ `unpaired/<chain>.a3m`), paired rows kept as given. Otherwise each distinct chain's MSAs are
 those `protdp msa search --complexes` wrote under `<msa-dir>/<complex>_<chain id>/` (every
 database except the pairing one, merged as `protdp predict` merges them); the pairing reads
 `<msa-dir>/<complex>_<chain id>/stockholm/<pairing-db>.sto`. Per complex, OUT/<complex>/ gets
 `features.npz` (AlphaFold's multimer `np_example`) and `pairing.json` (which rows were paired by
 which species); OUT/complex_features.tsv lists every complex with its status. A bad complex is
 one line there (and on stderr) and the others go on. Templates are not searched here (zero
-template slots).
+template slots). --pair-mode unpaired|paired|unpaired_paired (ColabFold's names) keeps the
+unpaired rows, the paired block, or both (`protdp.multimer.pair_modes`).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from protdp.inference.writers import printable, safe_name
 from protdp.msa.writers import atomic_write
 from protdp.multimer.features import ChainInput, complex_features, write_pairing_report
 from protdp.multimer.inputs import ComplexTarget, chain_msa_names, read_complexes
+from protdp.multimer.pair_modes import DEFAULT_PAIR_MODE, PAIR_MODES
 
 MAX_LENGTH = 10_000                 # per chain, as `protdp msa search`
 MAX_UNKNOWN_FRACTION = 0.5
@@ -42,10 +47,11 @@ COLUMNS = ("index", "complex", "chains", "length", "paired_rows", "msa_rows", "s
            "detail")
 
 
-def _chain_inputs(t: ComplexTarget, msa_dir: Path, pairing_db: str) -> list[ChainInput]:
+def _chain_inputs(t: ComplexTarget, msa_dir: Path, pairing_db: str,
+                  pair_mode: str = DEFAULT_PAIR_MODE) -> list[ChainInput]:
     """Each chain's MSAs and pairing alignment (shared with `protdp predict`)."""
     return chain_inputs(t, msa_dir, pairing_db=pairing_db, max_length=MAX_LENGTH,
-                        max_unknown_fraction=MAX_UNKNOWN_FRACTION)[0]
+                        max_unknown_fraction=MAX_UNKNOWN_FRACTION, pair_mode=pair_mode)[0]
 
 
 def _save_npz(path: Path, arrays: dict) -> None:
@@ -54,7 +60,8 @@ def _save_npz(path: Path, arrays: dict) -> None:
     atomic_write(path, buf.getvalue())
 
 
-def run(fasta: str, msa_dir: str, out: str, pairing_db: str) -> list[dict]:
+def run(fasta: str, msa_dir: str, out: str, pairing_db: str,
+        pair_mode: str = DEFAULT_PAIR_MODE) -> list[dict]:
     out_dir = Path(out)
     if not Path(msa_dir).is_dir():     # a typo: one line, not every complex rejected
         raise InputError("MSA directory not found (give the --out folder of `protdp msa "
@@ -68,7 +75,7 @@ def run(fasta: str, msa_dir: str, out: str, pairing_db: str) -> list[dict]:
         if t.error:
             continue
         try:
-            cf = complex_features(_chain_inputs(t, Path(msa_dir), pairing_db))
+            cf = complex_features(_chain_inputs(t, Path(msa_dir), pairing_db, pair_mode))
         except (ProtdpError, ValueError) as exc:
             row["detail"] = str(exc).replace("\n", " ")
             continue
@@ -93,10 +100,15 @@ def _parser() -> argparse.ArgumentParser:
                        description=__doc__.split("\n\n", 1)[1],
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("--fasta", required=True, help="complexes (file or folder)")
-    s.add_argument("--msa-dir", required=True, help="output of `protdp msa search --complexes`")
+    s.add_argument("--msa-dir", required=True,
+                   help="output of `protdp msa search --complexes`, and/or ColabFold's "
+                        "<complex>.a3m, and/or <complex>/paired/<chain>.a3m (your pairing)")
     s.add_argument("--out", required=True, help="output folder")
     s.add_argument("--pairing-db", default="uniprot",
                    help="database whose Stockholm alignment is paired (%(default)s)")
+    s.add_argument("--pair-mode", choices=PAIR_MODES, default=DEFAULT_PAIR_MODE,
+                   help="paired block, unpaired rows or both, as ColabFold names them "
+                        "(%(default)s)")
     pr = sub.add_parser("predict", help="AlphaFold-Multimer prediction of each complex folder "
                         "written by `protdp complex features`")
     pr.add_argument("--features-dir", required=True, help="output of `protdp complex features`")
@@ -213,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         ok = sum(r["status"] == "ok" for r in rows)
         print(f"protdp complex predict: {len(rows)} complexes: {ok} ok, {len(rows) - ok} failed")
         return 0 if ok or not rows else 1
-    rows = run(args.fasta, args.msa_dir, args.out, args.pairing_db)
+    rows = run(args.fasta, args.msa_dir, args.out, args.pairing_db, args.pair_mode)
     ok = sum(r["status"] == "ok" for r in rows)
     print(f"protdp complex features: {len(rows)} complexes: {ok} ok, {len(rows) - ok} rejected; "
           f"summary: {Path(args.out) / SUMMARY}")

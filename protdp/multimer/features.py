@@ -48,12 +48,16 @@ HHBLITS_TO_AF = np.array([RESTYPES.index(ch) if ch in RESTYPES else
 @dataclass
 class ChainInput:
     """What one chain brings: its sequence, its MSA (query first), its UniProt alignment for
-    pairing (heteromers) and AlphaFold-style monomer template features (or None)."""
+    pairing (heteromers) and AlphaFold-style monomer template features (or None). `paired`:
+    rows paired elsewhere (ColabFold's a3m, the user's own pairing): row i of every chain's
+    `paired` belongs together (an all-gap row = no partner), row 0 is the query; when every
+    chain has one they replace the species pairing (no UniProt alignment needed)."""
     chain_id: str
     sequence: str
     msa: Msa
     uniprot: Msa | None = None
     templates: dict | None = None      # template_aatype [T, L, 22] one-hot HHblits order, ...
+    paired: Msa | None = None          # rows already paired across chains (see `_pair_given`)
 
 
 def _template_features(templates: dict | None, length: int) -> dict:
@@ -174,7 +178,9 @@ def complex_features(chains: list[ChainInput], pair: bool = True) -> ComplexFeat
                           "sym_id": s, "length": len(chains[i].sequence)}
                          for a, (i, e, s) in enumerate(order, 1)],
               "paired": paired}
-    if paired:
+    if paired and all(c.paired is not None for c in chains):
+        _pair_given(chains, order, feats, report)
+    elif paired:
         _pair(chains, order, feats, report)
     else:
         report["reason"] = ("one entity (homomer): AlphaFold pairs no rows" if n_entities == 1
@@ -183,8 +189,7 @@ def complex_features(chains: list[ChainInput], pair: bool = True) -> ComplexFeat
         _crop(f, paired)
     if paired:
         kept = int(feats[0]["msa_all_seq"].shape[0])
-        report.update(pairing_report(report.pop("_uniprot"), report.pop("_pairing"), kept,
-                                     [chains[i].chain_id for i, _, _ in order]))
+        report.update(report.pop("_finish")(kept))
     for f, ch in zip(feats, report["chains"]):
         ch["unpaired_rows"] = int(f["msa"].shape[0])
     return ComplexFeatures(_merge(feats, order, paired), report)
@@ -207,12 +212,52 @@ def _pair(chains, order, feats, report) -> None:
     pairing: Pairing = pair_rows(uniprot)
     for k, (f, u) in enumerate(zip(feats, uniprot)):
         f["msa_all_seq"], f["deletion_matrix_all_seq"] = paired_chain_msa(u, pairing.rows[:, k])
+    _deduplicate_unpaired(feats, report)
+    chain_ids = [chains[i].chain_id for i, _, _ in order]
+    report["_finish"] = lambda kept: pairing_report(uniprot, pairing, kept, chain_ids)
+
+
+def _deduplicate_unpaired(feats, report) -> None:
+    """deduplicate_unpaired_sequences: a chain's unpaired rows equal to one of its paired rows
+    are dropped, in place."""
+    for k, f in enumerate(feats):
         seen = {r.tobytes() for r in f["msa_all_seq"]}
         keep = [j for j, r in enumerate(f["msa"]) if r.tobytes() not in seen]
         report["chains"][k]["unpaired_duplicates_removed"] = int(len(f["msa"]) - len(keep))
         for key in MSA_KEYS:
             f[key] = f[key][keep]
-    report["_uniprot"], report["_pairing"] = uniprot, pairing
+
+
+def _pair_given(chains, order, feats, report) -> None:
+    """Rows paired before (`ChainInput.paired`) take the place of create_paired_features: the
+    same paired block, deduplication, cropping and merging follow, so equal rows give equal
+    features. Every chain's paired rows: the same count, the chain's columns, query first."""
+    depth = {chains[i].paired.depth for i, _, _ in order}
+    if len(depth) != 1:
+        counts = ", ".join(f"{chains[i].chain_id}: {chains[i].paired.depth}" for i, _, _ in order)
+        raise ValueError(f"the given paired rows differ in number between chains ({counts})")
+    for (i, _, _), f in zip(order, feats):
+        p = chains[i].paired
+        if p.length != len(chains[i].sequence) or p.sequences[0] != chains[i].sequence:
+            raise ValueError(f"chain {chains[i].chain_id}: the first paired row is not the "
+                             f"chain's sequence ({len(chains[i].sequence)} aa)")
+        f["msa_all_seq"] = p.tokens().astype(np.int32)                        # [P, L]
+        f["deletion_matrix_all_seq"] = np.asarray(p.deletion_matrix, np.float32)
+    _deduplicate_unpaired(feats, report)
+    ids = [chains[i].chain_id for i, _, _ in order]
+    gap = {i: chains[i].paired.tokens() == GAP_ID for i, _, _ in order}
+
+    def finish(kept: int) -> dict:
+        rows = []
+        for r in range(kept):
+            has = {c: not gap[i][r].all() for c, (i, _, _) in zip(ids, order)}
+            rows.append({"species": None,
+                         "rows": {c: (r if has[c] else None) for c in ids},
+                         "names": {c: (chains[i].paired.names[r] if has[c] else None)
+                                   for c, (i, _, _) in zip(ids, order)}})
+        return {"paired_rows": rows, "paired_rows_cropped": int(next(iter(depth)) - kept),
+                "pairing_source": "given (rows paired before; not re-paired)"}
+    report["_finish"] = finish
 
 
 def _merge(feats: list[dict], order, paired: bool) -> dict:
@@ -262,8 +307,10 @@ def write_pairing_report(path: str | Path, complex_id: str, report: dict) -> Pat
     asym/entity/sym ids, every paired row with its species and the row (index and name) of each
     chain's UniProt alignment, rows removed as duplicates, and the limits that applied."""
     doc = {"complex_id": complex_id,
-           "method": "AlphaFold-Multimer v2.3.2 msa_pairing (species from UniProt entry "
-                     "names; rows ranked by identity to the query)",
+           "method": ("rows paired before (ColabFold's complex a3m or the user's paired "
+                      "files), kept as given" if report.get("pairing_source") else
+                      "AlphaFold-Multimer v2.3.2 msa_pairing (species from UniProt entry "
+                      "names; rows ranked by identity to the query)"),
            "limits": {"max_uniprot_hits": MAX_UNIPROT_HITS,
                       "max_rows_per_species": MAX_ROWS_PER_SPECIES,
                       "msa_crop_size": MSA_CROP_SIZE, "max_templates": MAX_TEMPLATES,
@@ -272,3 +319,14 @@ def write_pairing_report(path: str | Path, complex_id: str, report: dict) -> Pat
     path = Path(path)
     atomic_write_text(path, json.dumps(doc, indent=1) + "\n")
     return path
+
+
+def chain_msa_rows(features: dict) -> tuple[list[int], np.ndarray]:
+    """What the model's MSA gives each chain (paired block and unpaired rows alike, whatever
+    the pair mode): (per chain in asym order, the rows with a residue in its columns; per
+    residue [N_res], the rows with a residue there). Padding rows are not counted."""
+    n = int(features["num_alignments"])
+    present = np.asarray(features["msa"])[:n] != GAP_ID                       # [n, N_res]
+    asym = np.asarray(features["asym_id"])
+    depths = [int(present[:, asym == a].any(axis=1).sum()) for a in dict.fromkeys(asym.tolist())]
+    return depths, present.sum(axis=0)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from protdp.data.parse import Msa
-from protdp.data.residues import GAP_ID
+from protdp.data.residues import GAP_ID, ids_to_sequence
 
 MAX_UNIPROT_HITS = 50_000          # pipeline_multimer.DataPipeline(max_uniprot_hits=50000)
 MAX_ROWS_PER_SPECIES = 600         # pair_sequences: species with more rows in a chain are skipped
@@ -143,3 +143,19 @@ def pairing_report(chains: list[UniprotChainMsa], pairing: Pairing, kept: int,
                            "malformed_uniprot_names": len(ch.malformed),
                            "first_malformed": ch.malformed[0] if ch.malformed else None}
                        for c, ch in zip(chain_ids, chains)}}
+
+
+def species_paired_msas(uniprot: list[Msa]) -> list[Msa]:
+    """The species pairing of these chains' UniProt alignments as pre-paired rows, one Msa per
+    chain in the given order (row i of every Msa belongs together; all gaps = no partner; not
+    deduplicated), e.g. for writing ColabFold's complex a3m. The pairing does not depend on the
+    chains' order (species sorted, rows ordered by coverage and by the product of indices)."""
+    chains = [UniprotChainMsa.from_msa(m) for m in uniprot]
+    pairing = pair_rows(chains)
+    out = []
+    for k, c in enumerate(chains):
+        tok, dels = paired_chain_msa(c, pairing.rows[:, k])                   # [P, L]
+        names = [c.names[i] if i >= 0 else "" for i in pairing.rows[:, k]]
+        out.append(Msa([ids_to_sequence(r) for r in tok],
+                       np.clip(dels, 0, 255).astype(np.uint8), names))
+    return out
