@@ -145,6 +145,8 @@ def infer_multimer_config(shapes: Mapping[str, tuple], *, sm_layers: int = 8,
     fields.update(_structure_fields(shapes, fields["c_s"]), msa_dropout=0.0, pair_dropout=0.0,
                   sm_layers=sm_layers, num_recycles=num_recycles, max_recycles=num_recycles)
     fields.update(overrides.get("trunk", {}))
+    if fields.get("c_sm") == fields["c_s"]:
+        fields["c_sm"] = None                           # one width: ModelConfig's null
     try:
         trunk = ModelConfig(**fields)
         return MultimerConfig(trunk=trunk, **{**_template_fields(shapes),

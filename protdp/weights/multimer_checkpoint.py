@@ -26,6 +26,7 @@ from protdp.fileio import sha256_file
 from protdp.model.config import ModelConfig
 from protdp.model.multimer_model import MultimerConfig, MultimerModel
 from protdp.model.multimer_msa import MaskedMsaConfig
+from protdp.weights.alphafold_config import multimer_overrides
 from protdp.weights.alphafold_multimer import (infer_multimer_config, is_multimer,
                                                multimer_state_from_arrays)
 from protdp.weights.store import PROVENANCE_FILE, LazyNpz, write_json
@@ -35,8 +36,9 @@ KIND = "alphafold_multimer"
 
 
 def multimer_settings(path: str | Path | None) -> dict:
-    """Structure-module layers, recycles, num_msa / num_extra_msa and masked_msa from an
-    AlphaFold config JSON (bare or the fixture's {"config": ...} wrapper); {} without one."""
+    """Structure-module layers, recycles, num_msa / num_extra_msa, masked_msa and every size
+    (`overrides`, checked against the arrays on import) from an AlphaFold config JSON (bare or
+    the fixture's {"config": ...} wrapper); {} without one."""
     if path is None:
         return {}
     try:
@@ -49,7 +51,8 @@ def multimer_settings(path: str | Path | None) -> dict:
                 "num_msa": int(evo["num_msa"]), "num_extra_msa": int(evo["num_extra_msa"]),
                 "masking": MaskedMsaConfig(**{k: float(masked[k]) for k in (
                     "uniform_prob", "profile_prob", "same_prob", "replace_fraction")
-                    if k in masked})}
+                    if k in masked}),
+                "overrides": multimer_overrides(model)}
     except FileNotFoundError:
         raise InputError("AlphaFold config not found", path=path) from None
     except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -67,14 +70,17 @@ def is_multimer_file(path: str | Path) -> bool:
 
 def import_multimer(path: str | Path, *, sm_layers: int = 8, num_recycles: int = 20,
                     num_msa: int | None = None, num_extra_msa: int | None = None,
-                    masking: MaskedMsaConfig | None = None) -> tuple[MultimerModel, dict]:
-    """(model, provenance) from an AlphaFold-Multimer npz."""
+                    masking: MaskedMsaConfig | None = None, overrides: dict | None = None
+                    ) -> tuple[MultimerModel, dict]:
+    """(model, provenance) from an AlphaFold-Multimer npz; `overrides` (sizes from AlphaFold's
+    config, `protdp.weights.alphafold_config`) must agree with the arrays: the first array that
+    does not is one error naming it, its shape and the shape the config implies."""
     path = Path(path)
     arrays = LazyNpz(path)
     try:
         try:
             cfg = infer_multimer_config(arrays.shapes, sm_layers=sm_layers,
-                                        num_recycles=num_recycles)
+                                        num_recycles=num_recycles, overrides=overrides)
             for name, value in (("num_msa", num_msa), ("num_extra_msa", num_extra_msa),
                                 ("masking", masking)):
                 if value is not None:
