@@ -33,9 +33,9 @@ def _drop_none(d: dict) -> dict:
     return {k: int(v) for k, v in d.items() if v is not None}
 
 
-def multimer_overrides(model: Mapping) -> dict:
-    """{"trunk": ModelConfig fields, "multimer": MultimerConfig fields} from AlphaFold-Multimer's
-    `model` config (only the sizes it states)."""
+def trunk_overrides(model: Mapping) -> dict:
+    """ModelConfig sizes of the Evoformer, extra-MSA stack, structure module and heads from
+    AlphaFold's `model` config (monomer and multimer name them alike; only those it states)."""
     e = _get(model, "embeddings_and_evoformer") or {}
     evo = _get(e, "evoformer") or {}
     sm = _get(model, "heads.structure_module") or {}
@@ -61,7 +61,39 @@ def multimer_overrides(model: Mapping) -> dict:
         plddt_bins=_get(model, "heads.predicted_lddt.num_bins"),
         distogram_bins=_get(model, "heads.distogram.num_bins"),
         pae_bins=_get(model, "heads.predicted_aligned_error.num_bins")))
-    multimer = {}
+    if trunk.get("c_sm") is not None and trunk.get("c_sm") == trunk.get("c_s"):
+        trunk["c_sm"] = None                            # one width: ModelConfig's null
+    return trunk
+
+
+def monomer_overrides(model: Mapping) -> dict:
+    """ModelConfig fields from AlphaFold2's (monomer) `model` config: the trunk sizes, the
+    relative-position clip and the template module's (Alg. 16-17) sizes."""
+    fields = trunk_overrides(model)
+    e = _get(model, "embeddings_and_evoformer") or {}
+    if e.get("max_relative_feature") is not None:
+        fields["relpos_k"] = int(e["max_relative_feature"])
+    t = e.get("template") or {}
+    stack = t.get("template_pair_stack") or {}
+    if t.get("enabled") and stack:
+        c_t = _get(stack, "triangle_attention_ending_node.value_dim")
+        tri_heads, c_tri = _per_head(stack.get("triangle_attention_starting_node"), c_t)
+        att_heads, c_att = _per_head(t.get("attention"), None)
+        fields.update(_drop_none(dict(
+            c_t=c_t, template_pair_blocks=stack.get("num_block"), template_tri_heads=tri_heads,
+            c_hidden_template_tri_att=c_tri,
+            c_hidden_template_tri_mul=_get(stack, "triangle_multiplication_outgoing."
+                                                  "num_intermediate_channel"),
+            template_transition_n=_get(stack, "pair_transition.num_intermediate_factor"),
+            template_att_heads=att_heads, c_hidden_template_att=c_att)))
+    return fields
+
+
+def multimer_overrides(model: Mapping) -> dict:
+    """{"trunk": ModelConfig fields, "multimer": MultimerConfig fields} from AlphaFold-Multimer's
+    `model` config (only the sizes it states)."""
+    e = _get(model, "embeddings_and_evoformer") or {}
+    trunk, multimer = trunk_overrides(model), {}
     t = _get(e, "template") or {}
     if t.get("enabled", True) and "num_channels" in t:
         c_t = t["num_channels"]

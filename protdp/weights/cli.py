@@ -64,15 +64,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _alphafold_settings(path: str | None) -> dict:
-    """num_layer / num_recycle from an AlphaFold config JSON (a bare ConfigDict dump, or the
-    fixture's {"config": ...} wrapper)."""
+    """num_layer / num_recycle and the sizes from an AlphaFold config JSON (a bare ConfigDict
+    dump, or the fixture's {"config": ...} wrapper)."""
+    from protdp.weights.alphafold_config import monomer_overrides
+
     if path is None:
         return {}
     try:
         data = json.loads(Path(path).read_text())
         model = data.get("config", data)["model"]
         return {"sm_layers": int(model["heads"]["structure_module"]["num_layer"]),
-                "num_recycles": int(model["num_recycle"])}
+                "num_recycles": int(model["num_recycle"]),
+                "overrides": monomer_overrides(model)}     # sizes, checked against the arrays
     except FileNotFoundError:
         raise InputError("AlphaFold config not found", path=path) from None
     except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
