@@ -57,6 +57,11 @@ def is_multimer(shapes: Mapping[str, tuple]) -> bool:
     return EVO + MULTIMER_MARK in shapes
 
 
+def is_fused_evoformer(shapes: Mapping) -> bool:
+    """v3's fused Evoformer triangle projections (v2: left/right_projection, ...)."""
+    return _fused(shapes, EVO + "evoformer_iteration")
+
+
 def _fused(shapes: Mapping, stack: str) -> bool:
     return f"{stack}/triangle_multiplication_outgoing/projection//weights" in shapes
 

@@ -143,6 +143,11 @@ def _export(args) -> int:
 
     out = writable_output(args.out, "export", "zip", force=args.force,     # before the work
                           inputs=(args.checkpoint,))
+    from protdp.weights.multimer_checkpoint import export_multimer_arrays, is_multimer_checkpoint
+    if args.format == "alphafold" and is_multimer_checkpoint(args.checkpoint):   # issue 42
+        write_npz(out, export_multimer_arrays(args.checkpoint))
+        print(f"protdp weights: exported AlphaFold-Multimer {args.checkpoint} -> {out}")
+        return 0
     loaded = load_model_checkpoint(args.checkpoint)
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     try:
