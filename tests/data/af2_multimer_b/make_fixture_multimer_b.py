@@ -171,6 +171,67 @@ def case_features(mfm, tpl, chains, spec, tmp, raw_dir):
   return {k: np.asarray(v) for k, v in np_example.items()}, chain_id_map
 
 
+def make_params(mfm, tpl, cfg, first_feat, out):
+  """forward.init, fixture A's re-randomisation (seed PARAM_RERANDOM_SEED), AlphaFold's flat
+  npz naming, reloaded with get_model_haiku_params."""
+  import haiku as hk
+  import jax
+  import numpy as np
+  from alphafold.model import data as af_data
+  init = hk.data_structures.to_mutable_dict(make_forward(cfg).init(
+      jax.random.PRNGKey(mfm.PARAM_INIT_KEY), jax.tree_util.tree_map(jax.numpy.asarray,
+                                                                     first_feat)))
+  tpl.PARAM_RERANDOM_SEED = PARAM_RERANDOM_SEED
+  tpl.RELU_GAIN_LEAVES.clear()
+  params = tpl.rerandomise(init)
+  tpl.save_npz(os.path.join(out, 'params', f'params_{SMALL_MODEL_NAME}.npz'),
+               tpl.flatten_params(params))
+  loaded = af_data.get_model_haiku_params(SMALL_MODEL_NAME, out)
+  for scope in params:
+    for n in params[scope]:
+      assert np.array_equal(np.asarray(loaded[scope][n]), params[scope][n])
+  return loaded, params
+
+
+def make_forward(cfg):
+  import haiku as hk
+
+  def forward_fn(batch):
+    from alphafold.model import modules_multimer
+    return modules_multimer.AlphaFold(cfg.model)(batch, is_training=False,
+                                                 return_representations=True)
+  return hk.transform(forward_fn)
+
+
+def run_cases(mfm, cfg, loaded, params, chains, cases, seen, out):
+  """jit(apply) with PRNGKey(0) per case; the kept outputs, sampling and unit diagonal."""
+  import jax
+  import numpy as np
+  apply = jax.jit(make_forward(cfg).apply)
+  summary = {'num_params': int(sum(v.size for s in params.values() for v in s.values())),
+             'chains': {k: {'query': c['query'], 'templates_found': c['templates']}
+                        for k, c in chains.items()}, 'cases': {}}
+  for case in cases:
+    seen.clear()
+    outputs, sampled, conf = mfm.run_and_collect(apply, loaded, case['feat'])
+    n_templates = case['feat']['template_aatype'].shape[0]
+    kept = {k: outputs[k] for k in KEEP_OUTPUTS}
+    kept_sampled = {k: sampled[k] for k in KEEP_SAMPLED}
+    kept_sampled['template_unit_diagonal'] = unit_diagonal(seen, n_templates)
+    save_npz_compressed(os.path.join(out, f'outputs_{case["name"]}.npz'), kept)
+    save_npz_compressed(os.path.join(out, f'sampled_msa_{case["name"]}.npz'), kept_sampled)
+    summary['cases'][case['name']] = {
+        'note': case['note'], 'chains': case['chains'], 'chain_id_map': case['chain_id_map'],
+        'num_res': int(case['feat']['aatype'].shape[0]), 'num_templates_slots': n_templates,
+        'templates_real': int((case['feat']['template_all_atom_mask'].sum((1, 2)) > 0).sum()),
+        'num_recycles_run': int(outputs['num_recycles']),
+        'plddt_mean': float(np.mean(conf['plddt'])), 'ptm': float(conf['ptm']),
+        'iptm': float(conf['iptm']),
+        'unit_diagonal_max_norm': float(np.linalg.norm(kept_sampled['template_unit_diagonal'],
+                                                       axis=-1).max())}
+  return summary
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--reference', required=True, help='af2_reference/multimer folder')
@@ -183,7 +244,6 @@ def main():
   import jax
   import numpy as np
   from alphafold.model import config as af_config
-  from alphafold.model import data as af_data
   tpl = mfm.tpl
   t_start, out = time.time(), args.out
   raw_dir = os.path.join(out, 'raw_inputs')
@@ -209,45 +269,8 @@ def main():
     cases.append(dict(spec, feat=feat, chain_id_map=chain_id_map))
   shutil.rmtree(tmp)
 
-  def forward_fn(batch):
-    from alphafold.model import modules_multimer
-    return modules_multimer.AlphaFold(cfg.model)(batch, is_training=False,
-                                                 return_representations=True)
-  forward = hk.transform(forward_fn)
-  init = hk.data_structures.to_mutable_dict(forward.init(
-      jax.random.PRNGKey(mfm.PARAM_INIT_KEY), jax.tree_util.tree_map(jax.numpy.asarray,
-                                                                     cases[0]['feat'])))
-  tpl.PARAM_RERANDOM_SEED = PARAM_RERANDOM_SEED
-  tpl.RELU_GAIN_LEAVES.clear()
-  params = tpl.rerandomise(init)
-  tpl.save_npz(os.path.join(out, 'params', f'params_{SMALL_MODEL_NAME}.npz'),
-               tpl.flatten_params(params))
-  loaded = af_data.get_model_haiku_params(SMALL_MODEL_NAME, out)
-  for scope in params:
-    for n in params[scope]:
-      assert np.array_equal(np.asarray(loaded[scope][n]), params[scope][n])
-  apply = jax.jit(forward.apply)
-  summary = {'num_params': int(sum(v.size for s in params.values() for v in s.values())),
-             'chains': {k: {'query': c['query'], 'templates_found': c['templates']}
-                        for k, c in chains.items()}, 'cases': {}}
-  for case in cases:
-    seen.clear()
-    outputs, sampled, conf = mfm.run_and_collect(apply, loaded, case['feat'])
-    n_templates = case['feat']['template_aatype'].shape[0]
-    kept = {k: outputs[k] for k in KEEP_OUTPUTS}
-    kept_sampled = {k: sampled[k] for k in KEEP_SAMPLED}
-    kept_sampled['template_unit_diagonal'] = unit_diagonal(seen, n_templates)
-    save_npz_compressed(os.path.join(out, f'outputs_{case["name"]}.npz'), kept)
-    save_npz_compressed(os.path.join(out, f'sampled_msa_{case["name"]}.npz'), kept_sampled)
-    summary['cases'][case['name']] = {
-        'note': case['note'], 'chains': case['chains'], 'chain_id_map': case['chain_id_map'],
-        'num_res': int(case['feat']['aatype'].shape[0]), 'num_templates_slots': n_templates,
-        'templates_real': int((case['feat']['template_all_atom_mask'].sum((1, 2)) > 0).sum()),
-        'num_recycles_run': int(outputs['num_recycles']),
-        'plddt_mean': float(np.mean(conf['plddt'])), 'ptm': float(conf['ptm']),
-        'iptm': float(conf['iptm']),
-        'unit_diagonal_max_norm': float(np.linalg.norm(kept_sampled['template_unit_diagonal'],
-                                                       axis=-1).max())}
+  loaded, params = make_params(mfm, tpl, cfg, cases[0]['feat'], out)
+  summary = run_cases(mfm, cfg, loaded, params, chains, cases, seen, out)
   tpl.save_json(os.path.join(out, f'config_{SMALL_MODEL_NAME}.json'), {
       'base_model': mfm.MODEL_NAME, 'overrides': overrides,
       'config': tpl._to_jsonable(cfg.to_dict()),  # pylint: disable=protected-access
