@@ -129,3 +129,23 @@ def test_monomer_config_that_disagrees_names_array_and_both_shapes(af2_reference
     weights_cli.main(["import", "--format", "alphafold", str(params), "--out",
                       str(tmp_path / "ok"), "--alphafold-config", str(src)])
     assert (tmp_path / "ok" / "provenance.json").is_file()
+
+
+def test_openfold_head_counts_protdp_cannot_hold_are_named(tmp_path):
+    """An OpenFold file whose extra-MSA (or ending-node triangle) attention has another head
+    count than the MSA (starting-node) attention: one line naming the OpenFold tensor, not a
+    silent re-split of the heads."""
+    import torch
+
+    from model_fixtures import tiny_config
+    from protdp.model.model import AlphaFoldModel
+    from protdp.weights.convert import export_openfold, import_params
+
+    state = export_openfold(AlphaFoldModel(tiny_config(extra_msa=True)))
+    for key in ("extra_msa_stack.blocks.0.msa_att_row.linear_z.weight",
+                "evoformer.blocks.1.pair_stack.tri_att_end.linear.weight"):
+        bad = dict(state)
+        bad[key] = torch.zeros(3, bad[key].shape[1])
+        torch.save(bad, tmp_path / "of.pt")
+        with pytest.raises(InputError, match=re.escape(key) + r"'?: shape \(3, 8\): 3 heads, the "):
+            import_params(tmp_path / "of.pt", "openfold")
