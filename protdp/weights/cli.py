@@ -145,7 +145,11 @@ def _export(args) -> int:
                           inputs=(args.checkpoint,))
     from protdp.weights.multimer_checkpoint import export_multimer_arrays, is_multimer_checkpoint
     if args.format == "alphafold" and is_multimer_checkpoint(args.checkpoint):   # issue 42
-        write_npz(out, export_multimer_arrays(args.checkpoint))
+        arrays = export_multimer_arrays(args.checkpoint)
+        try:
+            write_npz(out, arrays)
+        except OSError as exc:
+            raise InputError(f"cannot write ({type(exc).__name__}: {exc})", path=out) from None
         print(f"protdp weights: exported AlphaFold-Multimer {args.checkpoint} -> {out}")
         return 0
     loaded = load_model_checkpoint(args.checkpoint)
