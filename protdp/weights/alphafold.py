@@ -383,21 +383,25 @@ def classify_keys(keys, entries: list[Entry]) -> dict[str, str]:
     return skipped
 
 
+def check_array(key: str, array: np.ndarray, expected: tuple) -> None:
+    """One AlphaFold array: the shape the config implies, floating point, finite; an error
+    names the array, the shape it has and the expected one."""
+    if tuple(array.shape) != tuple(expected):
+        raise InputError(f"shape {tuple(array.shape)}, expected {tuple(expected)} from the "
+                         "configuration", field=key)
+    if not np.issubdtype(array.dtype, np.floating):
+        raise InputError(f"dtype {array.dtype} is not floating point", field=key)
+    if not np.isfinite(array).all():
+        raise InputError(f"{int((~np.isfinite(array)).sum())} non-finite value(s) (NaN/Inf)", field=key)
+
+
 def _check_shape(entries: list[Entry], array: np.ndarray) -> None:
     """The shape AF2 stores for these entries (one key; a leading block axis if stacked)."""
     e = entries[0]
     if e.block is None:
-        ok, expect = tuple(array.shape) == e.af2_shape, str(e.af2_shape)
+        check_array(e.af2, array, e.af2_shape)
     else:
-        blocks = max(x.block for x in entries) + 1
-        ok = tuple(array.shape) == (blocks,) + e.af2_shape
-        expect = str((blocks,) + e.af2_shape)
-    if not ok:
-        raise InputError(f"shape {tuple(array.shape)}, expected {expect}", field=e.af2)
-    if not np.issubdtype(array.dtype, np.floating):
-        raise InputError(f"dtype {array.dtype} is not floating point", field=e.af2)
-    if not np.isfinite(array).all():
-        raise InputError(f"{int((~np.isfinite(array)).sum())} non-finite value(s) (NaN/Inf)", field=e.af2)
+        check_array(e.af2, array, (max(x.block for x in entries) + 1,) + e.af2_shape)
 
 
 def state_from_arrays(arrays: Mapping[str, np.ndarray], entries: list[Entry]) -> dict[str, np.ndarray]:

@@ -64,15 +64,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _alphafold_settings(path: str | None) -> dict:
-    """num_layer / num_recycle from an AlphaFold config JSON (a bare ConfigDict dump, or the
-    fixture's {"config": ...} wrapper)."""
+    """num_layer / num_recycle and the sizes from an AlphaFold config JSON (a bare ConfigDict
+    dump, or the fixture's {"config": ...} wrapper)."""
+    from protdp.weights.alphafold_config import monomer_overrides
+
     if path is None:
         return {}
     try:
         data = json.loads(Path(path).read_text())
         model = data.get("config", data)["model"]
         return {"sm_layers": int(model["heads"]["structure_module"]["num_layer"]),
-                "num_recycles": int(model["num_recycle"])}
+                "num_recycles": int(model["num_recycle"]),
+                "overrides": monomer_overrides(model)}     # sizes, checked against the arrays
     except FileNotFoundError:
         raise InputError("AlphaFold config not found", path=path) from None
     except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -140,6 +143,15 @@ def _export(args) -> int:
 
     out = writable_output(args.out, "export", "zip", force=args.force,     # before the work
                           inputs=(args.checkpoint,))
+    from protdp.weights.multimer_checkpoint import export_multimer_arrays, is_multimer_checkpoint
+    if args.format == "alphafold" and is_multimer_checkpoint(args.checkpoint):   # issue 42
+        arrays = export_multimer_arrays(args.checkpoint)
+        try:
+            write_npz(out, arrays)
+        except OSError as exc:
+            raise InputError(f"cannot write ({type(exc).__name__}: {exc})", path=out) from None
+        print(f"protdp weights: exported AlphaFold-Multimer {args.checkpoint} -> {out}")
+        return 0
     loaded = load_model_checkpoint(args.checkpoint)
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     try:

@@ -9,6 +9,7 @@ bit-identical (float32 throughout, reshapes and transposes only).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,8 +77,11 @@ def _model_from_state(cfg: ModelConfig, state: dict[str, np.ndarray]) -> AlphaFo
 
 
 def import_params(path: str | Path, fmt: str, *, sm_layers: int = 8,
-                  num_recycles: int = 3) -> Imported:
-    """Read AF2 npz (`fmt` "alphafold") or an OpenFold .pt state dict ("openfold")."""
+                  num_recycles: int = 3, overrides: dict | None = None) -> Imported:
+    """Read AF2 npz (`fmt` "alphafold") or an OpenFold .pt state dict ("openfold").
+    `overrides`: ModelConfig sizes from AlphaFold's config JSON
+    (`protdp.weights.alphafold_config.monomer_overrides`); the arrays must agree with them (the
+    first that does not is one error naming it, its shape and the shape the config implies)."""
     path = Path(path)
     if fmt == "alphafold":
         arrays = LazyNpz(path)
@@ -90,6 +94,10 @@ def import_params(path: str | Path, fmt: str, *, sm_layers: int = 8,
         raise InputError(f"unknown format '{fmt}'; expected one of {FORMATS}")
     try:
         cfg = alphafold.infer_config(shapes, sm_layers=sm_layers, num_recycles=num_recycles)
+        if overrides:
+            cfg = dataclasses.replace(cfg, **overrides)
+    except ValueError as exc:
+        raise InputError(f"the AlphaFold config describes no valid model: {exc}", path=path) from None
     except InputError as exc:
         raise InputError(exc.reason, path=path, field=exc.field) from None
     cfg.loss = finetune_loss()
@@ -98,7 +106,8 @@ def import_params(path: str | Path, fmt: str, *, sm_layers: int = 8,
     entries = alphafold.alphafold_entries(cfg, model_shapes)
     skipped = alphafold.classify_keys(shapes.keys(), entries)
     try:
-        state = alphafold.state_from_arrays(arrays, entries)
+        with validate.naming(path):
+            state = alphafold.state_from_arrays(arrays, entries)
     finally:
         if isinstance(arrays, LazyNpz):
             arrays.close()

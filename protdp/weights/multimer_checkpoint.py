@@ -26,17 +26,21 @@ from protdp.fileio import sha256_file
 from protdp.model.config import ModelConfig
 from protdp.model.multimer_model import MultimerConfig, MultimerModel
 from protdp.model.multimer_msa import MaskedMsaConfig
-from protdp.weights.alphafold_multimer import (infer_multimer_config, is_multimer,
+from protdp.weights.alphafold_config import multimer_overrides
+from protdp.weights.alphafold_multimer import (infer_multimer_config, is_fused_evoformer,
+                                               is_multimer, multimer_arrays_from_state,
                                                multimer_state_from_arrays)
 from protdp.weights.store import PROVENANCE_FILE, LazyNpz, write_json
 
 MULTIMER_MODEL_FILE = "multimer_model.pt"
 KIND = "alphafold_multimer"
+FUSED_KEY = "alphafold_fused_evoformer"   # v3 fused / v2 unfused Evoformer triangle projections
 
 
 def multimer_settings(path: str | Path | None) -> dict:
-    """Structure-module layers, recycles, num_msa / num_extra_msa and masked_msa from an
-    AlphaFold config JSON (bare or the fixture's {"config": ...} wrapper); {} without one."""
+    """Structure-module layers, recycles, num_msa / num_extra_msa, masked_msa and every size
+    (`overrides`, checked against the arrays on import) from an AlphaFold config JSON (bare or
+    the fixture's {"config": ...} wrapper); {} without one."""
     if path is None:
         return {}
     try:
@@ -49,7 +53,8 @@ def multimer_settings(path: str | Path | None) -> dict:
                 "num_msa": int(evo["num_msa"]), "num_extra_msa": int(evo["num_extra_msa"]),
                 "masking": MaskedMsaConfig(**{k: float(masked[k]) for k in (
                     "uniform_prob", "profile_prob", "same_prob", "replace_fraction")
-                    if k in masked})}
+                    if k in masked}),
+                "overrides": multimer_overrides(model)}
     except FileNotFoundError:
         raise InputError("AlphaFold config not found", path=path) from None
     except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -67,14 +72,17 @@ def is_multimer_file(path: str | Path) -> bool:
 
 def import_multimer(path: str | Path, *, sm_layers: int = 8, num_recycles: int = 20,
                     num_msa: int | None = None, num_extra_msa: int | None = None,
-                    masking: MaskedMsaConfig | None = None) -> tuple[MultimerModel, dict]:
-    """(model, provenance) from an AlphaFold-Multimer npz."""
+                    masking: MaskedMsaConfig | None = None, overrides: dict | None = None
+                    ) -> tuple[MultimerModel, dict]:
+    """(model, provenance) from an AlphaFold-Multimer npz; `overrides` (sizes from AlphaFold's
+    config, `protdp.weights.alphafold_config`) must agree with the arrays: the first array that
+    does not is one error naming it, its shape and the shape the config implies."""
     path = Path(path)
     arrays = LazyNpz(path)
     try:
         try:
             cfg = infer_multimer_config(arrays.shapes, sm_layers=sm_layers,
-                                        num_recycles=num_recycles)
+                                        num_recycles=num_recycles, overrides=overrides)
             for name, value in (("num_msa", num_msa), ("num_extra_msa", num_extra_msa),
                                 ("masking", masking)):
                 if value is not None:
@@ -82,6 +90,7 @@ def import_multimer(path: str | Path, *, sm_layers: int = 8, num_recycles: int =
             state = multimer_state_from_arrays(arrays, cfg)
         except InputError as exc:
             raise InputError(exc.reason, path=path, field=exc.field) from None
+        fused = is_fused_evoformer(arrays.shapes)
         n_source = int(sum(int(np.prod(s)) for s in arrays.shapes.values()))
         n_arrays = len(arrays.shapes)
     finally:
@@ -93,6 +102,7 @@ def import_multimer(path: str | Path, *, sm_layers: int = 8, num_recycles: int =
         "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "protdp_version": __version__, "multimer_config": to_dict(cfg),
         "source_arrays": n_arrays, "source_parameters": n_source,
+        FUSED_KEY: fused,
         "protdp_parameters": sum(p.numel() for p in model.parameters())}
     return model.eval(), provenance
 
@@ -107,7 +117,8 @@ def save_multimer(model: MultimerModel, provenance: dict, out_dir: str | Path) -
         target = out / MULTIMER_MODEL_FILE
         tmp = target.with_suffix(".pt.tmp")
         torch.save({"kind": KIND, "multimer_config": to_dict(model.config),
-                    "state_dict": model.state_dict()}, tmp)
+                    "state_dict": model.state_dict(),
+                    FUSED_KEY: bool(provenance.get(FUSED_KEY, True))}, tmp)
         os.replace(tmp, target)
         write_json(out / PROVENANCE_FILE, provenance)
     except (OSError, RuntimeError) as exc:
@@ -125,13 +136,34 @@ def config_from_dict(data: dict) -> MultimerConfig:
                                                            if k in names})
 
 
-def load_multimer(path: str | Path) -> MultimerModel:
-    """A multimer checkpoint folder (or its model file) -> the model in eval mode."""
+def is_multimer_checkpoint(path: str | Path) -> bool:
+    path = Path(path)
+    return (path / MULTIMER_MODEL_FILE).is_file() or path.name == MULTIMER_MODEL_FILE
+
+
+def export_multimer_arrays(path: str | Path) -> dict[str, np.ndarray]:
+    """AlphaFold-Multimer npz arrays of a multimer checkpoint, in the Evoformer layout it was
+    imported from (v3 fused unless recorded otherwise); import -> export is bit-identical."""
+    model = load_multimer(path)
+    blob = _read_blob(path)
+    state = {k: v.detach().cpu().float().numpy() for k, v in model.state_dict().items()}
+    return multimer_arrays_from_state(state, model.config,
+                                      fused_evoformer=bool(blob.get(FUSED_KEY, True)))
+
+
+def _read_blob(path: str | Path) -> dict:
     path = Path(path)
     file = path / MULTIMER_MODEL_FILE if path.is_dir() else path
     if not file.is_file():
         raise InputError(f"no {MULTIMER_MODEL_FILE} (not a multimer checkpoint)", path=path)
-    blob = torch.load(file, map_location="cpu", weights_only=True)
+    return torch.load(file, map_location="cpu", weights_only=True)
+
+
+def load_multimer(path: str | Path) -> MultimerModel:
+    """A multimer checkpoint folder (or its model file) -> the model in eval mode."""
+    path = Path(path)
+    file = path / MULTIMER_MODEL_FILE if path.is_dir() else path
+    blob = _read_blob(path)
     if not isinstance(blob, dict) or blob.get("kind") != KIND:
         raise InputError("not an AlphaFold-Multimer checkpoint", path=file)
     bad = [k for k, v in blob["state_dict"].items()

@@ -155,6 +155,12 @@ def _skeleton_config(state: Mapping[str, torch.Tensor]) -> ModelConfig:
         return tuple(state[key].shape)
 
     n_extra = count(r"extra_msa_stack\.blocks\.")
+    msa_heads = shape("evoformer.blocks.0.msa_row.linear_b.weight")[0]
+    pair_heads = shape("evoformer.blocks.0.tri_att_start.linear_b.weight")[0]
+    _same_heads(state, msa_heads, "extra_msa_stack.blocks.{i}.msa_row.linear_b.weight", n_extra,
+                "MSA stack")
+    _same_heads(state, pair_heads, "evoformer.blocks.{i}.tri_att_end.linear_b.weight",
+                count(r"evoformer\.blocks\."), "starting-node triangle attention")
     templates = {}
     if "template_embedder.embedding2d.weight" in state:
         c_t, n_feat = shape("template_embedder.embedding2d.weight")
@@ -168,13 +174,24 @@ def _skeleton_config(state: Mapping[str, torch.Tensor]) -> ModelConfig:
             template_torsion_angles="template_embedder.linear_single.weight" in state)
     return ModelConfig(**templates,
         n_blocks=count(r"evoformer\.blocks\."), n_extra_blocks=n_extra, extra_msa=n_extra > 0,
-        msa_heads=shape("evoformer.blocks.0.msa_row.linear_b.weight")[0],
-        pair_heads=shape("evoformer.blocks.0.tri_att_start.linear_b.weight")[0],
+        msa_heads=msa_heads, pair_heads=pair_heads,
         c_z=shape("evoformer.blocks.0.opm.linear_out.weight")[0],
         c_hidden_opm=shape("evoformer.blocks.0.opm.linear_a.weight")[0],
         pae_head="pae_head.linear.weight" in state,
         sm_transition_layers=count(r"structure_module\.transition\.layers\."),
         n_resnet_blocks=count(r"structure_module\.angle_resnet\.blocks\."))
+
+
+def _same_heads(state: Mapping, heads: int, key: str, blocks: int, other: str) -> None:
+    """protdp shares one head count where OpenFold's file could hold two (extra-MSA vs MSA
+    attention, ending- vs starting-node triangle attention): a file that differs is one line
+    naming the tensor, instead of a silent re-split of its heads."""
+    for i in range(blocks):
+        name = key.format(i=i)
+        if name in state and tuple(state[name].shape)[0] != heads:
+            raise InputError(f"shape {tuple(state[name].shape)}: {state[name].shape[0]} heads, "
+                             f"the {other} has {heads}; protdp uses one count",
+                             field=to_openfold_name(name))
 
 
 def to_alphafold_arrays(openfold_state: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
