@@ -27,6 +27,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dist-cutoff", type=float, default=DEFAULT_DIST_CUTOFF,
                    help="Å; Cβ distance for the interface residue counts dist1/dist2 (default 10)")
     p.add_argument("--json", metavar="OUT", help="write the rows as JSON here")
+    p.add_argument("--ipsae-py-order", action="store_true",
+                   help="max rows as ipsae.py v4 computes them when a chain with a larger id "
+                        "comes first in the file (it then misses the other direction)")
     return p
 
 
@@ -39,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         check_output(args.json, "json", "--json output", inputs=(args.pae_file, args.structure))
     pred = read_prediction(args.pae_file, args.structure)
-    rows = prediction_rows(pred, args.pae_cutoff, args.dist_cutoff)
+    rows = prediction_rows(pred, args.pae_cutoff, args.dist_cutoff, args.ipsae_py_order)
     print(format_table(rows, Path(args.structure).stem), end="")
     if args.json:
         atomic_write_json(args.json, {"pae_file": str(args.pae_file),

@@ -170,16 +170,27 @@ def ordered_pair_scores(pae: np.ndarray, cb_plddt: np.ndarray, res: Residues, di
                       "iptm_d0chn": iptm_byres, "n0res": n0res_byres, "d0res": d0res_byres}}
 
 
-def max_row(hi: dict, lo: dict) -> dict:
+MAX_OF_ASYM = ("ipsae", "ipsae_d0chn", "ipsae_d0dom", "iptm_d0chn")
+
+
+def max_row(hi: dict, lo: dict, ipsae_py_order: bool = False) -> dict:
     """The max row of an unordered pair from its two asym rows: `hi` = (B, A) with B > A,
-    `lo` = (A, B); named (A, B) like ipsae.py's row. Ties take `hi`'s n0/d0."""
+    `lo` = (A, B); named (A, B) like ipsae.py's row. Ties take `hi`'s n0/d0.
+
+    `ipsae_py_order`: reproduce ipsae.py v4 when chain B comes before chain A in the file:
+    it takes the maximum before the (A, B) asym values exist (they are still 0 then), so its
+    max row's ipSAE / ipSAE_d0chn / ipSAE_d0dom / ipTM_d0chn and n0/d0 are (B, A)'s even when
+    (A, B)'s are larger. Off by default (protdp reports the true maximum)."""
+    lo_seen = {k: 0.0 if ipsae_py_order else lo[k] for k in MAX_OF_ASYM}
+
     def side(key):                         # the row whose asym `key` value is the max
-        return hi if max(hi[key], lo[key]) == hi[key] else lo
+        return hi if max(hi[key], lo_seen[key]) == hi[key] else lo
     s_res, s_dom = side("ipsae"), side("ipsae_d0dom")
     return {"chain_1": lo["chain_1"], "chain_2": lo["chain_2"], "type": "max",
-            "ipsae": s_res["ipsae"], "ipsae_d0chn": max(hi["ipsae_d0chn"], lo["ipsae_d0chn"]),
+            "ipsae": s_res["ipsae"],
+            "ipsae_d0chn": max(hi["ipsae_d0chn"], lo_seen["ipsae_d0chn"]),
             "ipsae_d0dom": s_dom["ipsae_d0dom"],
-            "iptm_d0chn": max(hi["iptm_d0chn"], lo["iptm_d0chn"]),
+            "iptm_d0chn": max(hi["iptm_d0chn"], lo_seen["iptm_d0chn"]),
             "pdockq": hi["pdockq"], "pdockq2": max(hi["pdockq2"], lo["pdockq2"]),
             "lis": (hi["lis"] + lo["lis"]) / 2.0,
             "n0res": s_res["n0res"], "n0chn": hi["n0chn"], "n0dom": s_dom["n0dom"],
@@ -196,10 +207,12 @@ def cb_distances(cb: np.ndarray) -> np.ndarray:
 
 def interface_scores(pae: np.ndarray, cb_plddt: np.ndarray, res: Residues,
                      pae_cutoff: float = DEFAULT_PAE_CUTOFF,
-                     dist_cutoff: float = DEFAULT_DIST_CUTOFF) -> list[dict]:
+                     dist_cutoff: float = DEFAULT_DIST_CUTOFF,
+                     ipsae_py_order: bool = False) -> list[dict]:
     """ipsae.py's rows for one complex: for each unordered pair {A, B} (A < B, sorted as
     "A-B" strings) the asym rows (A, B) and (B, A), then the max row (A, B). pae [N, N] Å,
-    cb_plddt [N] (the pLDDT at each residue's Cβ atom; per-residue pLDDT for AF2)."""
+    cb_plddt [N] (the pLDDT at each residue's Cβ atom; per-residue pLDDT for AF2);
+    `ipsae_py_order` see `max_row`."""
     pae = np.asarray(pae, dtype=float)
     cb_plddt = np.asarray(cb_plddt, dtype=float)
     n = len(res.chain_ids)
@@ -216,7 +229,8 @@ def interface_scores(pae: np.ndarray, cb_plddt: np.ndarray, res: Residues,
         hi = ordered_pair_scores(pae, cb_plddt, res, dist, b, a, pae_cutoff, dist_cutoff)
         for row in (lo, hi):
             row.pop("byres")
-        rows += [lo, hi, max_row(hi, lo)]
+        early = ipsae_py_order and chains.index(b) < chains.index(a)
+        rows += [lo, hi, max_row(hi, lo, early)]
     return rows
 
 

@@ -29,8 +29,10 @@ def with_tool_iptm(rows: list[dict], pred: Prediction) -> list[dict]:
     return out
 
 
-def prediction_rows(pred: Prediction, pae_cutoff: float, dist_cutoff: float) -> list[dict]:
-    rows = interface_scores(pred.pae, pred.cb_plddt, pred.residues, pae_cutoff, dist_cutoff)
+def prediction_rows(pred: Prediction, pae_cutoff: float, dist_cutoff: float,
+                    ipsae_py_order: bool = False) -> list[dict]:
+    rows = interface_scores(pred.pae, pred.cb_plddt, pred.residues, pae_cutoff, dist_cutoff,
+                            ipsae_py_order)
     return with_tool_iptm(rows, pred)
 
 
