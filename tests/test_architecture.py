@@ -24,7 +24,7 @@ FLOORS = {
     "gating": 5,
     "relax": 5.5,
     "inference": 6, "review": 6,
-    "workflows": 7,
+    "workflows": 7, "external": 7.5,
     "safety": 8, "planning": 8, "weights": 8,
 }
 CLI_FLOOR = 9            # protdp/cli.py and every */cli.py: entry points wire anything
