@@ -105,6 +105,7 @@ def test_cli_prints_table_and_writes_json(tmp_path, capsys):
     ("nan", "non-finite"),
     ("format", "unknown PAE file format"),
     ("one_chain", "interface scores need two or more"),
+    ("empty_chain", "chain C has no residues"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys, problem, needle):
     pae, pdb = _toy_files(tmp_path)
@@ -118,6 +119,10 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys, problem, needle):
     elif problem == "one_chain":
         pdb.write_text("".join(ln for ln in pdb.read_text().splitlines(True) if " B " not in ln))
         doc["pae"], doc["plddt"] = [row[:30] for row in doc["pae"][:30]], doc["plddt"][:30]
+    elif problem == "empty_chain":                  # a chain of waters only: no PAE rows
+        pdb.write_text(pdb.read_text().replace("END\n", "HETATM 9999  O   HOH C   1       "
+                                               "0.000   0.000   9.000  1.00  0.00           O\n"
+                                               "END\n"))
     pae.write_text(json.dumps(doc))
     assert protdp_main(["interface", str(pae), str(pdb)]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -110,11 +110,13 @@ def _pair_matrix(matrix, chains: list[str], path: Path) -> dict:
     return out
 
 
-def _check_chains(tokens: StructureTokens, path: Path) -> None:
+def _check_chains(tokens: StructureTokens, path: Path, ligands_allowed: bool) -> None:
+    """Two or more chains with residues; in AF2-style files (no ligand tokens) every chain
+    must have residues: its PAE rows would otherwise be missing."""
     present = set(tokens.residues.chain_ids.tolist())
     for chain, atoms in tokens.chain_atoms.items():
-        if chain not in present and atoms == 0:
-            raise InputError(f"chain {chain} has no residues", path=path)
+        if chain not in present and (atoms == 0 or not ligands_allowed):
+            raise InputError(f"chain {chain} has no residues (no Cα / C1' atom)", path=path)
     if len(present) < 2:
         raise InputError(f"{len(present)} chain(s) with residues; interface scores need two or "
                          "more", path=path)
@@ -193,7 +195,7 @@ def read_prediction(pae_path: str | Path, structure_path: str | Path) -> Predict
     doc = _load_json(pae_path) if pae_path.suffix.lower() == ".json" else None
     fmt = detect_format(pae_path, doc)
     tokens = read_structure_tokens(structure_path)
-    _check_chains(tokens, structure_path)
+    _check_chains(tokens, structure_path, ligands_allowed=fmt != "alphafold2")
     if fmt == "alphafold2":
         pae, plddt, cb_plddt, iptm = _alphafold2(doc, pae_path, tokens)
     elif fmt == "alphafold3":
