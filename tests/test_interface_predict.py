@@ -47,6 +47,10 @@ def test_predict_writes_gates_and_queues_interface_scores(tmp_path, ckpt, capsys
     for mine, theirs in zip(rows, again):
         for k in ROW_KEYS:
             assert mine[k] == pytest.approx(theirs[k], abs=1e-6), k
+    # protdp's own scores.json + PDB read back by `protdp interface` (PAE there: 1 decimal)
+    own = prediction_rows(read_prediction(pdir / "scores.json", pdir / "ranked_0.pdb"), 10, 10)
+    assert [r["n0chn"] for r in own] == [r["n0chn"] for r in rows]
+    assert own[2]["ipsae"] == pytest.approx(rows[2]["ipsae"], abs=0.02)
     # the gate: low_ipsae names the pair; summary.csv: the best pair's ipSAE and pDockQ2
     assert "low_ipsae" in scores["reasons"]
     assert scores["details"]["low_ipsae"].startswith("chains A-B ipSAE ")
