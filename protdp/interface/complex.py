@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from protdp.data.residue_constants import ATOM_TYPES, ONE_TO_THREE
+from protdp.data.residues import RESTYPES
 from protdp.interface.scores import (DEFAULT_DIST_CUTOFF, DEFAULT_PAE_CUTOFF, Residues,
                                      best_pair, interface_scores)
 
@@ -60,3 +61,19 @@ def best_interface(rows: list[dict]) -> dict | None:
     best = best_pair(rows)
     return None if best is None else {k: best[k] for k in ("chain_1", "chain_2", "ipsae",
                                                            "pdockq2")}
+
+
+def chains_from_features(asym_id: np.ndarray, aatype: np.ndarray) -> list[tuple[str, str]]:
+    """[(chain id A, B, ..., sequence)] of a complex's features: asym_id [L] (chains
+    contiguous, in order), aatype [L] (AF2 residue ids; 20 and above -> X)."""
+    letters = np.array(list(RESTYPES) + ["X"])[np.minimum(np.asarray(aatype), len(RESTYPES))]
+    asym_id = np.asarray(asym_id)
+    ids = list(dict.fromkeys(asym_id.tolist()))
+    names = [chr(ord("A") + k) if k < 26 else f"C{k}" for k in range(len(ids))]
+    return [(n, "".join(letters[asym_id == a])) for n, a in zip(names, ids)]
+
+
+def weakest_pair_ipsae(rows: list[dict]) -> float | None:
+    """The lowest max-row ipSAE (what the gate's low_ipsae tests), None without pairs."""
+    values = [r["ipsae"] for r in rows if r["type"] == "max"]
+    return min(values) if values else None
