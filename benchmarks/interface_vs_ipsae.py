@@ -8,7 +8,9 @@ ipsae.py is a fetched copy (never vendored; it needs numpy only) run in a subpro
 this interpreter on every case of `interface_cases.build_cases` (ColabFold layout of the
 AlphaFold-Multimer fixture's predictions and of 4HHB; AlphaFold 3 layout with ligands, a
 modified residue and DNA; Boltz layout) at several (pae_cutoff, dist_cutoff), plus IPSAE's own
-AlphaFold 3 example when --example-dir is given. Every printed column is compared: ipsae.py
+AlphaFold 3 example when --example-dir is given, plus (--protdp-out) the interface rows that
+`protdp predict` stored in its scores.json against ipsae.py on the ColabFold scores JSON and
+ranked_0.pdb of the same folder. Every printed column is compared: ipsae.py
 prints six decimals for ipSAE / ipTM (tolerance 2e-6), four for pDockQ, pDockQ2, LIS (1.5e-4),
 three for ipTM_af (1.5e-3), two for d0 (6e-3), integers exactly. --reference writes the rows
 ipsae.py printed for the cases (tests/data/interface_ipsae_reference.json, for CI).
@@ -75,10 +77,11 @@ def compare(ours: list[dict], theirs: list[dict]) -> dict:
     keys_theirs = [(r["chain_1"], r["chain_2"], r["type"]) for r in theirs]
     if keys_ours != keys_theirs:
         return {"rows_match": False, "ours": keys_ours, "theirs": keys_theirs, "ok": False}
+    keys = [k for k in TOLERANCE if k in ours[0]]        # stored rows have no iptm_af
     worst = {k: max(abs(float(a[k]) - float(b[k])) for a, b in zip(ours, theirs))
-             for k in TOLERANCE}
+             for k in keys}
     return {"rows_match": True, "rows": len(ours), "max_abs_diff": worst,
-            "ok": all(worst[k] <= TOLERANCE[k] for k in TOLERANCE)}
+            "ok": all(worst[k] <= TOLERANCE[k] for k in keys)}
 
 
 def sha256(path: Path) -> str:
@@ -92,6 +95,9 @@ def main(argv=None) -> int:
                     default=HERE.parent.parent / "shared" / "af2_reference" / "multimer")
     ap.add_argument("--data", type=Path, default=HERE.parent.parent / "shared" / "data")
     ap.add_argument("--example-dir", type=Path, help="IPSAE's Example/ folder (AF3 example)")
+    ap.add_argument("--protdp-out", type=Path, action="append", default=[],
+                    help="a `protdp predict --out` folder: its complexes' stored "
+                         "interface_scores vs ipsae.py on the ColabFold JSON + ranked_0.pdb")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "interface_vs_ipsae.json")
     ap.add_argument("--reference", type=Path,
                     help="also write ipsae.py's rows at 10/10 for the built cases here")
@@ -135,6 +141,12 @@ def main(argv=None) -> int:
                                               Path(structure).name: sha256(structure)},
                                    "rows": [{k: r[k] for k in COLUMNS if k != "model"}
                                             for r in theirs]}
+    for folder in args.protdp_out:
+        for name, result in stored_vs_ipsae(args.ipsae, folder, work).items():
+            report[name] = result
+            all_ok &= result["ok"]
+            print(f"{name:32s} 10/10   {'ok' if result['ok'] else 'DIFF'} "
+                  f"{json.dumps(result.get('max_abs_diff'))}")
     from protdp.fileio import atomic_write_json
 
     atomic_write_json(args.out, {"ipsae_py_sha256": sha256(args.ipsae), "tolerance": TOLERANCE,
@@ -146,6 +158,30 @@ def main(argv=None) -> int:
     shutil.rmtree(work, ignore_errors=True)
     print(f"all within tolerance: {all_ok}; wrote {args.out}")
     return 0 if all_ok else 1
+
+
+def stored_vs_ipsae(ipsae: Path, out: Path, work: Path) -> dict:
+    """Each complex of a `protdp predict` folder: the `interface_scores` its scores.json stores
+    (computed inside the predictor) vs ipsae.py on copies of the ColabFold scores JSON and
+    ranked_0.pdb written beside it (pae 10, dist 10)."""
+    results = {}
+    for current in sorted(Path(out).glob("targets/*/CURRENT")):
+        pdir = current.parent / current.read_text().strip()
+        stored = json.loads((pdir / "scores.json").read_text()).get("interface_scores")
+        cf = next(pdir.glob("*_scores_rank_001_*.json"), None)
+        if not stored or cf is None:
+            continue
+        dest = work / f"protdp_{current.parent.name}"
+        dest.mkdir()
+        shutil.copy(cf, dest / cf.name)
+        shutil.copy(pdir / "ranked_0.pdb", dest / "ranked_0.pdb")
+        theirs, seconds = run_ipsae(ipsae, dest / cf.name, dest / "ranked_0.pdb", 10.0, 10.0)
+        result = compare(stored, theirs)
+        result.update(format="protdp predict (stored scores.json rows)",
+                      residues=stored[0]["n0chn"] if len(stored) == 3 else None,
+                      ipsae_seconds=round(seconds, 3))
+        results[f"protdp_predict_{current.parent.name}@10/10"] = result
+    return results
 
 
 def build_names() -> set:
