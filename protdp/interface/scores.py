@@ -142,7 +142,8 @@ def ordered_pair_scores(pae: np.ndarray, cb_plddt: np.ndarray, res: Residues, di
     nucleic = bool(np.isin(res.residue_names[in_a | in_b], list(NUCLEIC_RESIDUES)).any())
     n0chn = int(in_a.sum() + in_b.sum())
     d0chn = d0_of_length(n0chn, nucleic)
-    tm_chn = tm_term(pae, d0chn)                                                # [N, N]
+    def tm_chn(i):                       # row i of f(PAE, d0chn), only for rows of A
+        return tm_term(pae[i], d0chn)
     valid = in_a[:, None] & in_b[None, :] & (pae < pae_cutoff)                 # [N, N]
     all_b = np.broadcast_to(in_b, pae.shape)
     iptm_byres = _mean_rows(tm_chn, all_b, in_a)                                # [N]
@@ -150,7 +151,7 @@ def ordered_pair_scores(pae: np.ndarray, cb_plddt: np.ndarray, res: Residues, di
     nres1, nres2 = _unique_numbers(res.residue_numbers, valid)
     n0dom = nres1 + nres2
     d0dom = d0_of_length(n0dom, nucleic)
-    dom_byres = _mean_rows(tm_term(pae, d0dom), valid, in_a)
+    dom_byres = _mean_rows(lambda i: tm_term(pae[i], d0dom), valid, in_a)
     n0res_byres = valid.sum(1)                                                  # [N]
     d0res_byres = d0_per_residue(n0res_byres, nucleic)                          # [N]
     res_byres = _mean_rows(lambda i: tm_term(pae[i], d0res_byres[i]), valid, in_a)
@@ -201,8 +202,12 @@ def max_row(hi: dict, lo: dict, ipsae_py_order: bool = False) -> dict:
 
 
 def cb_distances(cb: np.ndarray) -> np.ndarray:
-    """[N, 3] -> [N, N] Euclidean distances (as ipsae.py: sqrt of summed squares)."""
-    return np.sqrt(((cb[:, None, :] - cb[None, :, :]) ** 2).sum(axis=2))
+    """[N, 3] -> [N, N] Euclidean distances: sqrt((dx² + dy²) + dz²), the same sums in the
+    same order as ipsae.py's ((a - b)²).sum(axis=2) without its [N, N, 3] temporary."""
+    d2 = (cb[:, None, 0] - cb[None, :, 0]) ** 2
+    for k in (1, 2):
+        d2 += (cb[:, None, k] - cb[None, :, k]) ** 2
+    return np.sqrt(d2)
 
 
 def interface_scores(pae: np.ndarray, cb_plddt: np.ndarray, res: Residues,
