@@ -130,6 +130,16 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys, problem, needle):
     assert str(pae.name) in err[0] or str(pdb.name) in err[0]
 
 
+@pytest.mark.parametrize("content", [b"", b"PK\x03\x04broken", b"not an npz at all"])
+def test_cli_bad_boltz_npz_is_one_line(tmp_path, capsys, content):
+    _, pdb = _toy_files(tmp_path)
+    bad = tmp_path / "pae_x_model_0.npz"
+    bad.write_bytes(content)
+    assert protdp_main(["interface", str(bad), str(pdb)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a readable .npz" in err[0] and bad.name in err[0]
+
+
 def test_scores_respond_to_the_pae_cutoff():
     """A PAE block below the cutoff in one direction only: ipSAE(A->B) > 0, ipSAE(B->A) = 0."""
     n = 30

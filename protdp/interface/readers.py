@@ -15,6 +15,7 @@ residues, fewer than two chains) is one `InputError` naming the file. Never unpi
 from __future__ import annotations
 
 import json
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,9 +69,9 @@ def _load_npz(path: Path, key: str) -> np.ndarray:
                 raise InputError(f"no '{key}' array (has {', '.join(z.files) or 'none'})",
                                  path=path)
             return z[key]
-    except (OSError, ValueError) as exc:
-        raise InputError(f"not a readable .npz ({str(exc).splitlines()[0]})", path=path) \
-            from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InputError(f"not a readable .npz ({first})", path=path) from None
 
 
 def detect_format(pae_path: Path, doc: dict | None) -> str:
