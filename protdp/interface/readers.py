@@ -192,7 +192,7 @@ def read_prediction(pae_path: str | Path, structure_path: str | Path) -> Predict
     pae_path, structure_path = Path(pae_path), Path(structure_path)
     for p in (pae_path, structure_path):
         if not p.is_file():
-            raise InputError("no such file", path=p)
+            raise InputError("not a file" if p.exists() else "no such file", path=p)
     doc = _load_json(pae_path) if pae_path.suffix.lower() == ".json" else None
     fmt = detect_format(pae_path, doc)
     tokens = read_structure_tokens(structure_path)
