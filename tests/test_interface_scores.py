@@ -155,3 +155,22 @@ def test_scores_respond_to_the_pae_cutoff():
     assert ab["ipsae"] == pytest.approx(1 / (1 + (3.0 / d0) ** 2))
     assert ba["ipsae"] == 0.0 and mx["ipsae"] == ab["ipsae"]
     assert ab["n0res"] == n and ab["n0dom"] == 2 * n and ba["lis"] == 0.0
+
+
+def test_diverged_prediction_rows_are_json_without_nan():
+    """A diverged model's NaN PAE / pLDDT: the stored rows hold null, never NaN (scores.json is
+    written with allow_nan=False), and no best pair is made up from them."""
+    from protdp.interface.complex import best_interface, complex_interface_rows
+
+    chains = [("A", "G" * 30), ("B", "A" * 30)]
+    positions = np.zeros((60, 37, 3))
+    positions[:, 1, 1] = np.arange(60) * 3.8                      # Cα (glycine's Cβ)
+    positions[:, 3, 1] = np.arange(60) * 3.8 + 1.0                # Cβ
+    pae = np.full((60, 60), np.nan)
+    rows = complex_interface_rows(chains, positions, np.full(60, np.nan), pae)
+    json.dumps(rows, allow_nan=False)
+    assert rows[2]["ipsae"] == 0.0                    # no PAE below the cutoff
+    assert rows[0]["pdockq"] is None and rows[0]["pdockq2"] is None   # contacts, NaN pLDDT
+    finite = complex_interface_rows(chains, positions, np.full(60, 80.0), np.full((60, 60), 2.0))
+    assert best_interface(finite)["ipsae"] == finite[2]["ipsae"] > 0
+    assert best_interface([{**r, "ipsae": None} for r in finite]) is None

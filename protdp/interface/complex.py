@@ -47,7 +47,7 @@ def complex_interface_rows(chains: list[tuple[str, str]], positions: np.ndarray,
     order = [c for c, _ in chains]
     out = []
     for r in rows:
-        r = {k: round(v, 6) if isinstance(v, float) else v for k, v in r.items()}
+        r = {k: _json_number(v) for k, v in r.items()}
         if actifptm is not None:
             v = float(np.asarray(actifptm)[order.index(r["chain_1"]), order.index(r["chain_2"])])
             r["actifptm"] = round(v, 6) if math.isfinite(v) else None
@@ -55,10 +55,17 @@ def complex_interface_rows(chains: list[tuple[str, str]], positions: np.ndarray,
     return out
 
 
+def _json_number(v):
+    """Floats to 6 decimals (ipsae.py's); non-finite (a diverged model's NaN) -> None."""
+    if isinstance(v, float):
+        return round(v, 6) if math.isfinite(v) else None
+    return v
+
+
 def best_interface(rows: list[dict]) -> dict | None:
     """The max row with the highest ipSAE, for summary.csv: {chain_1, chain_2, ipsae,
-    pdockq2}."""
-    best = best_pair(rows)
+    pdockq2}; None without a pair with a numeric ipSAE."""
+    best = best_pair([r for r in rows if r.get("ipsae") is not None])
     return None if best is None else {k: best[k] for k in ("chain_1", "chain_2", "ipsae",
                                                            "pdockq2")}
 
@@ -76,4 +83,6 @@ def chains_from_features(asym_id: np.ndarray, aatype: np.ndarray) -> list[tuple[
 def weakest_pair_ipsae(rows: list[dict]) -> float | None:
     """The lowest max-row ipSAE (what the gate's low_ipsae tests), None without pairs."""
     values = [r["ipsae"] for r in rows if r["type"] == "max"]
-    return min(values) if values else None
+    if not values or None in values:
+        return None if not values else float("nan")     # unknown: never "accepted"
+    return min(values)
