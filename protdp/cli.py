@@ -23,6 +23,10 @@ SUBCOMMANDS = {
                   "add-to-store)"),
     "complex": ("protdp.multimer.cli", "complexes (AlphaFold-Multimer): paired MSA features and "
                                        "the pairing per complex"),
+    "interface": ("protdp.interface.cli", "ipSAE, pDockQ, pDockQ2, LIS per chain pair of a complex "
+                                          "(AF2/ColabFold, AF3, Boltz, protdp files)"),
+    "gate": ("protdp.external.cli", "other tools' predictions (ColabFold, AF2, AF3, Boltz) through "
+                                    "the gate and review queue"),
     "predict": ("protdp.inference.cli", "batch structure prediction with the confidence gate"),
     "review": ("protdp.review.cli", "human review queue: reviewers, claims, decisions, web UI"),
     "redteam": ("protdp.safety.cli:redteam", "adversarial cases against the predictor and gate"),

@@ -248,7 +248,8 @@ def complex_item(out_dir: Path, name: str = "4hhb_hbA1-36_hbB1-40") -> dict:
 
     from protdp.data.residues import RESTYPES
     from protdp.inference.complexes import complex_scores
-    from protdp.model.multimer_heads import complex_confidence
+    from protdp.model.multimer_heads import (chain_pair_actifptm, complex_confidence,
+                                             contact_probability)
     from protdp.multimer.outputs import write_complex_structures
     from test_multimer_pairing import FIXTURE
 
@@ -261,11 +262,19 @@ def complex_item(out_dir: Path, name: str = "4hhb_hbA1-36_hbB1-40") -> dict:
                               torch.linspace(0.25, 31.75, 64), torch.from_numpy(asym))
     top = {k: (v.numpy() if hasattr(v, "numpy") else v) for k, v in conf.items()}
     top.update(plddt=plddt, ptm=float(conf["ptm"]), iptm=float(conf["iptm"]),
-               interface_pae=float(conf["interface_pae"]))
+               interface_pae=float(conf["interface_pae"]),
+               positions=o["structure_module/final_atom_positions"],     # interface rows
+               chain_pair_actifptm=chain_pair_actifptm(
+                   torch.from_numpy(o["predicted_aligned_error/logits"]),
+                   torch.linspace(0.25, 31.75, 64),
+                   contact_probability(torch.from_numpy(o["distogram/logits"]),
+                                       torch.from_numpy(o["distogram/bin_edges"])),
+                   torch.from_numpy(asym))[0].numpy())
     extra = complex_scores(chains, top)
     decision = route(plddt, length=len(seq), msa_depth=12, training_crop=None,
                      policy=GatePolicy(), sequence=seq,
-                     interface={"iptm": extra["iptm"], "interface_pae": extra["interface_pae"]})
+                     interface={"iptm": extra["iptm"], "interface_pae": extra["interface_pae"],
+                                "interface_scores": extra["interface_scores"]})
     assert decision.route == "needs_review"
     files = write_complex_structures(out_dir, name, chains, o["structure_module/final_atom_positions"],
                                      plddt, o["structure_module/final_atom_mask"])

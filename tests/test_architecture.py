@@ -17,14 +17,14 @@ PACKAGE = REPO_ROOT / "protdp"
 FLOORS = {
     "__init__": 0, "errors": 0, "config": 0, "resources": 0, "fileio": 0, "metrics": 0,
     "paths": 0, "text": 0,
-    "data": 1, "msa": 1.5, "multimer": 1.6, "templates": 1.5,
+    "data": 1, "msa": 1.5, "multimer": 1.6, "templates": 1.5, "interface": 1.7,
     "model": 2,
     "parallel": 3,
     "train": 4,
     "gating": 5,
     "relax": 5.5,
     "inference": 6, "review": 6,
-    "workflows": 7,
+    "workflows": 7, "external": 7.5,
     "safety": 8, "planning": 8, "weights": 8,
 }
 CLI_FLOOR = 9            # protdp/cli.py and every */cli.py: entry points wire anything

@@ -64,7 +64,7 @@ def _policy(path, **over) -> str:
 def _gate(path) -> str:
     path.write_text(yaml.safe_dump({"accept_mean_plddt": 0.0, "max_very_low_fraction": 1.0,
                                     "min_msa_depth": 1, "review_beyond_training_crop": False,
-                                    "min_iptm": 0.0, "max_interface_pae": 1.0e6}))
+                                    "min_iptm": 0.0, "max_interface_pae": 1.0e6, "min_ipsae": 0.0}))
     return str(path)
 
 

@@ -5,7 +5,7 @@ The numbers live in one file, `protdp/configs/gating.yaml`: it is the source of 
 the same fields. Calibration reports can only tighten it, never loosen it below that
 configured floor: the pLDDT-vs-lDDT report (`protdp calibrate`) raises `accept_mean_plddt`;
 the reviewed calibration (`protdp calibrate --from-reviews`) may raise `accept_mean_plddt`,
-`min_msa_depth` and (from reviewed complexes) `min_iptm`, and lower `max_very_low_fraction` and
+`min_msa_depth` and (from reviewed complexes) `min_iptm` and `min_ipsae`, and lower `max_very_low_fraction` and
 `max_interface_pae`. A tightened policy is a
 `CalibratedGatePolicy` whose `calibrations` name the reports applied (path, sha256, what
 changed), so they land in provenance.json with the rest of the policy.
@@ -59,6 +59,10 @@ class GatePolicy:
     """Complexes: mean predicted aligned error (Å) over cross-chain residue pairs above which
     the interface needs review (uncertain_interface)."""
 
+    min_ipsae: float = _DEFAULTS["min_ipsae"]
+    """Complexes: ipSAE (Dunbrack 2025; `protdp.interface`) of each chain pair's max row below
+    which that interface needs review (low_ipsae, naming the pair)."""
+
     def __post_init__(self):
         rmsd = self.max_ensemble_ca_rmsd
         if isinstance(rmsd, bool) or not isinstance(rmsd, (int, float)) or not rmsd > 0:
@@ -66,6 +70,9 @@ class GatePolicy:
         if isinstance(self.min_iptm, bool) or not isinstance(self.min_iptm, (int, float)) \
                 or not 0 <= self.min_iptm <= 1:
             raise ValueError(f"min_iptm must be a number in [0, 1], got {self.min_iptm!r}")
+        if isinstance(self.min_ipsae, bool) or not isinstance(self.min_ipsae, (int, float)) \
+                or not 0 <= self.min_ipsae <= 1:
+            raise ValueError(f"min_ipsae must be a number in [0, 1], got {self.min_ipsae!r}")
         pae = self.max_interface_pae
         if isinstance(pae, bool) or not isinstance(pae, (int, float)) or not pae > 0:
             raise ValueError(f"max_interface_pae must be a number > 0 (Å), got {pae!r}")
@@ -184,4 +191,7 @@ def load_reviewed_policy(calibration_json: str | Path, base_policy: GatePolicy |
         ipae = _number(complexes, "policy", "max_interface_pae", 1e-9, 10**6, path)
         changes.update(min_iptm=max(iptm, base.min_iptm),
                        max_interface_pae=min(ipae, base.max_interface_pae))
+        if "min_ipsae" in (complexes.get("policy") or {}):              # issue 43
+            ipsae = _number(complexes, "policy", "min_ipsae", 0, 1, path)
+            changes["min_ipsae"] = max(ipsae, base.min_ipsae)
     return _tightened(base, path, doc, changes) if changes else base

@@ -18,6 +18,8 @@ REASON_TEXT = {
                              "top-ranked structure is far from another prediction",
     "low_iptm": "complex: interface predicted with low confidence (ipTM below the threshold)",
     "uncertain_interface": "complex: high predicted aligned error between chains",
+    "low_ipsae": "complex: a chain pair's interface has low ipSAE (confident-PAE residue pairs "
+                 "only, Dunbrack 2025) below the threshold; the detail names the pair",
     "unreleased_checkpoint": "the checkpoint has no passing release record (run with "
                              "--allow-unreleased): every prediction needs review",
 }

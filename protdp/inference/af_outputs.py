@@ -14,7 +14,8 @@ In each prediction folder (see `layout`), for every (model, seed) name N, best r
   decimal as AlphaFold's `confidence.pae_json` (scores.json's `pae` alike);
 - `<name>_scores_rank_KKK_N.json`: ColabFold's scores (`plddt`, `max_pae`, `pae`, `ptm`).
 The batch `summary.csv` has one line per (target, model, seed) prediction; for a complex also
-its ipTM and (on the top-ranked line) the chain-pair ipTM, `A-B:0.8123 A-C:...`. A complex's
+its ipTM and (on the top-ranked line) the chain-pair ipTM, `A-B:0.8123 A-C:...`, and the
+best chain pair's ipSAE (`A-B:0.812345`) and pDockQ2 (issue 43). A complex's
 result file adds AlphaFold-Multimer's `iptm` and `chain_pair_iptm`, its ColabFold scores `iptm`,
 and its PAE JSON each chain's residue range (`chains`).
 """
@@ -34,7 +35,7 @@ from protdp.inference.writers import printable, write_json
 
 SUMMARY_CSV_COLUMNS = ("id", "model", "seed", "rank", "length", "msa_depth", "mean_plddt", "ptm",
                        "max_pae", "recycles", "seconds", "route", "failure_reason", "iptm",
-                       "chain_pair_iptm")
+                       "chain_pair_iptm", "ipsae", "pdockq2")
 
 
 def write_result_npz(path: Path, pred: dict, conf: float, max_pae: float | None,
@@ -138,11 +139,19 @@ def write_summary_csv(path: Path, rows: list[dict]) -> Path:
                         _fmt(m.get("recycles")), _fmt(m.get("seconds")), row["route"],
                         printable(row.get("detail", "")) if row["route"] == "rejected" else "",
                         _fmt4(m.get("iptm")), _pairs(row.get("chain_pair_iptm")) if
-                        m.get("rank") in (1, None) else ""])
+                        m.get("rank") in (1, None) else "", *_best_interface(row, m)])
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     tmp.write_text(buf.getvalue())
     os.replace(tmp, path)
     return path
+
+
+def _best_interface(row: dict, member: dict) -> tuple[str, str]:
+    """The top model's best chain pair (max-row ipSAE) as `A-B:0.812345` and its pDockQ2."""
+    best = row.get("best_interface") if member.get("rank") in (1, None) else None
+    if not best:
+        return "", ""
+    return f"{best['chain_1']}-{best['chain_2']}:{best['ipsae']:.6f}", _fmt4(best["pdockq2"])
 
 
 def _fmt4(v) -> str:

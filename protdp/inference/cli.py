@@ -178,10 +178,11 @@ def _gate_policy(args):
         print(f"protdp predict: gate threshold mean pLDDT >= {policy.accept_mean_plddt:g} "
               f"(calibrated: {path}); very-low fraction <= {policy.max_very_low_fraction:g}, "
               f"MSA depth >= {policy.min_msa_depth}")
-        if (policy.min_iptm, policy.max_interface_pae) != (before.min_iptm,
-                                                           before.max_interface_pae):
+        if (policy.min_iptm, policy.max_interface_pae, policy.min_ipsae) != (
+                before.min_iptm, before.max_interface_pae, before.min_ipsae):
             print(f"protdp predict: complexes: ipTM >= {policy.min_iptm:g}, interface PAE <= "
-                  f"{policy.max_interface_pae:g} Å (calibrated: {path})")
+                  f"{policy.max_interface_pae:g} Å, ipSAE >= {policy.min_ipsae:g} "
+                  f"(calibrated: {path})")
     return policy
 
 

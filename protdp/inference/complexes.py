@@ -195,6 +195,7 @@ def run_complex_member(model: torch.nn.Module, features: dict, device: torch.dev
             "ptm": float(out["ptm"]), "iptm": float(out["iptm"]),
             "chain_pair_iptm": arr(out["chain_pair_iptm"]),          # [C, C]
             "chain_pair_pae": arr(out["chain_pair_pae"]),            # [C, C]
+            "chain_pair_actifptm": arr(out["chain_pair_actifptm"]),  # [C, C] (issue 43)
             "interface_pae": ipae,
             "num_recycles": int(out["num_recycles"]), "chunk_size": None, "oom_retries": [],
             "predicted_peak_gib": None, "early_stop": None,
@@ -224,7 +225,18 @@ def run_complex_ensemble(models: list, features: dict, device: torch.device, con
 
 # scores.json keys a complex adds (also handed to the review queue)
 COMPLEX_SCORE_KEYS = ("chains", "iptm", "ranking_confidence", "chain_pair_iptm",
-                      "interface_pae", "chain_pair_pae")
+                      "interface_pae", "chain_pair_pae", "interface_scores", "best_interface")
+
+
+def interface_rows(chains: list[tuple[str, str]], top: dict) -> list[dict]:
+    """The top prediction's ipSAE / pDockQ / pDockQ2 / LIS / actifpTM rows
+    (`protdp.interface.complex`), computed once and kept in `top`."""
+    from protdp.interface.complex import complex_interface_rows
+
+    if "interface_scores" not in top:
+        top["interface_scores"] = complex_interface_rows(
+            chains, top["positions"], top["plddt"], top["pae"], top.get("chain_pair_actifptm"))
+    return top["interface_scores"]
 
 
 def complex_scores(chains: list[tuple[str, str]], top: dict) -> dict:
@@ -235,4 +247,8 @@ def complex_scores(chains: list[tuple[str, str]], top: dict) -> dict:
 
     doc = confidence_json(chains, top["plddt"], {**top, "ranking_confidence":
                                                  0.8 * top["iptm"] + 0.2 * top["ptm"]})
+    from protdp.interface.complex import best_interface
+
+    rows = interface_rows(chains, top)
+    doc.update(interface_scores=rows, best_interface=best_interface(rows))
     return {k: doc[k] for k in COMPLEX_SCORE_KEYS}

@@ -44,7 +44,8 @@ from protdp.inference.checkpoint import LoadedModel, checkpoint_home, sha256_fil
 from protdp.inference.targets import (Target, clean_sequence, find_msa_files, load_msa,
                                       sha256_text)
 from protdp.inference.complexes import (COMPLEX_HINT, COMPLEX_SCORE_KEYS, build_features,
-                                       complex_scores, is_complex_record, run_complex_ensemble)
+                                       complex_scores, interface_rows, is_complex_record,
+                                       run_complex_ensemble)
 from protdp.inference.af_outputs import pae_json_values
 from protdp.inference.ensemble import members, run_member, ensemble_stops
 from protdp.inference.layout import (current_prediction, prediction_id,
@@ -483,7 +484,8 @@ class Predictor:
                                        else spread["max_ca_rmsd"],
                                        templates=template_names(template_record),
                                        interface=None if built is None else
-                                       {"iptm": top["iptm"], "interface_pae": top["interface_pae"]})
+                                       {"iptm": top["iptm"], "interface_pae": top["interface_pae"],
+                                        "interface_scores": interface_rows(built["chains"], top)})
         build = start_build(tdir, pid)
         outputs = write_prediction_files(build, t.file_name, seq, preds, order, ranking_debug,
                                          timings, coverage, self.loaded.trunk_config,
@@ -532,6 +534,7 @@ class Predictor:
         row.update(route=decision.route, reasons=decision.reasons, mean_plddt=mean,
                    band=scores["band"], ptm=top.get("ptm"), iptm=top.get("iptm"),
                    chain_pair_iptm=scores.get("chain_pair_iptm"),
+                   best_interface=scores.get("best_interface"),
                    msa_depth=msa_depth,
                    num_recycles=top["num_recycles"], top_model=order[0], ensemble=ensemble,
                    prediction_id=pid, status="predicted",

@@ -106,3 +106,49 @@ def complex_confidence(logits: torch.Tensor, centres: torch.Tensor, asym_id: tor
     return {"ptm": ptm, "iptm": iptm, "ranking_confidence": ranking_confidence(iptm, ptm),
             "chain_pair_iptm": matrix, "chain_asym_ids": chains, "pae": pae,
             "interface_pae": iface, "chain_pair_pae": iface_pairs}
+
+
+ACTIFPTM_CONTACT = 8.0             # Å: ColabFold extra_ptm.get_contact_map(result, 8)
+
+
+def contact_probability(distogram_logits: torch.Tensor, inner_edges: torch.Tensor,
+                        cutoff: float = ACTIFPTM_CONTACT) -> torch.Tensor:
+    """P(Cβ–Cβ < cutoff) from the distogram: the softmax mass of the bins whose lower edge
+    (0, then the inner edges) is below `cutoff` (ColabFold `extra_ptm.get_contact_map`).
+    logits [L, L, bins], inner_edges [bins - 1] -> [L, L]."""
+    probs = torch.softmax(distogram_logits.to(torch.promote_types(distogram_logits.dtype,
+                                                                  torch.float32)), dim=-1)
+    lower = torch.cat([inner_edges.new_zeros(1), inner_edges]).to(probs)        # [bins]
+    return (probs * (lower < cutoff).to(probs)).sum(-1)
+
+
+def chain_pair_actifptm(logits: torch.Tensor, centres: torch.Tensor, contact: torch.Tensor,
+                        asym_id: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """actifpTM per chain pair (Varga, Ovchinnikov & Schueler-Furman 2025, "actifpTM: a refined
+    confidence metric of AlphaFold2 predictions involving flexible regions", Bioinformatics
+    41:btaf107; ColabFold `alphafold/extra_ptm.get_actifptm_probs`, the contact-probability
+    variant): ipTM of chains a and b where the pair weights are the predicted contact
+    probabilities c_ij (`contact_probability`) between a and b instead of all ones,
+
+        actifpTM(a, b) = max_{i in a ∪ b}  sum_j c_ij E[f(e_ij)] / (1e-8 + sum_j c_ij),
+
+    j over the other chain, f the TM term with d0 from the whole complex length (ColabFold's
+    `num_res = residue_weights.shape[0]`, clipped to 19). logits [L, L, bins], centres [bins],
+    contact [L, L], asym_id [L] -> (matrix [C, C] symmetric, NaN diagonal; chain asym ids [C]).
+    """
+    L = logits.shape[0]
+    term = tm_term(logits, centres, logits.new_tensor(float(L)))               # [L, L]
+    cross = (asym_id[:, None] != asym_id[None, :]).to(term)
+    term = term * cross
+    chains = torch.unique(asym_id)
+    member = (asym_id[None, :] == chains[:, None]).to(term)                     # [C, L]
+    C = len(chains)
+    out = torch.full((C, C), float("nan"), dtype=term.dtype, device=term.device)
+    contact = contact.to(term)
+    for a in range(C):
+        for b in range(a + 1, C):
+            block = member[a][:, None] * member[b][None, :]                     # [L, L]
+            w = contact * (block + block.T)
+            per_frame = (term * w / (1e-8 + w.sum(-1, keepdim=True))).sum(-1)  # [L]
+            out[a, b] = out[b, a] = (per_frame * (member[a] + member[b])).max()
+    return out, chains

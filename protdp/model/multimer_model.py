@@ -34,9 +34,10 @@ from protdp.model.config import ModelConfig
 from protdp.model.embedders import RecyclingEmbedder
 from protdp.model.evoformer import EvoformerBlock
 from protdp.model.heads import (DistogramHead, ExperimentallyResolvedHead, PAEHead, PLDDTHead,
-                                pae_bin_centres, plddt_from_logits)
+                                distogram_edges, pae_bin_centres, plddt_from_logits)
 from protdp.model.multimer_embedders import MultimerInputEmbedder
-from protdp.model.multimer_heads import complex_confidence
+from protdp.model.multimer_heads import (chain_pair_actifptm, complex_confidence,
+                                          contact_probability)
 from protdp.model.multimer_msa import NUM_EXTRA_MSA, NUM_MSA, MaskedMsaConfig, sample_msa_features
 from protdp.model.multimer_template import MultimerTemplateEmbedder
 from protdp.model.precision import trunk_autocast
@@ -184,6 +185,9 @@ class MultimerModel(nn.Module):
         conf = complex_confidence(out["pae_logits"].to(torch.float32),
                                   pae_bin_centres(t).to(z.device), asym_id)
         out.update(conf)
+        out["chain_pair_actifptm"], _ = chain_pair_actifptm(   # [C, C], ColabFold's actifpTM
+            out["pae_logits"].to(torch.float32), pae_bin_centres(t).to(z.device),
+            contact_probability(out["distogram_logits"], distogram_edges(t).to(z.device)), asym_id)
         return out
 
     def forward(self, batch: dict, num_recycles: int | None = None,

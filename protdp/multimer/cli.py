@@ -162,6 +162,7 @@ def predict(features_dir: str, checkpoint: str, out: str, seed: int = 0,
 
     from protdp.gating.policy import load_gate_policy
     from protdp.gating.route import route
+    from protdp.interface.complex import best_interface, complex_interface_rows
     from protdp.multimer.outputs import confidence_json, write_complex_structures
     from protdp.weights.multimer_checkpoint import load_multimer
     from protdp.weights.store import read_npz
@@ -194,14 +195,19 @@ def predict(features_dir: str, checkpoint: str, out: str, seed: int = 0,
             write_complex_structures(folder, name, chains, res["final_atom_positions"].numpy(),
                                      res["plddt"].numpy(), res["final_atom_mask"].numpy())
             ipae = res["interface_pae"]
+            iface = complex_interface_rows(chains, res["final_atom_positions"].numpy(),
+                                          res["plddt"].numpy(), res["pae"].numpy(),
+                                          res["chain_pair_actifptm"].numpy())      # issue 43
             decision = route(res["plddt"].numpy(), length=len(res["plddt"]),
                              msa_depth=int(feats["num_alignments"]) if "num_alignments" in feats
                              else int(feats["msa"].shape[0]), training_crop=None, policy=policy,
                              sequence="".join(q for _, q in chains),
                              interface={"iptm": float(res["iptm"]),
-                                        "interface_pae": None if ipae is None else float(ipae)})
+                                        "interface_pae": None if ipae is None else float(ipae),
+                                        "interface_scores": iface})
             scores = confidence_json(chains, res["plddt"], res)     # one write, gate included:
             scores["gate"] = decision.to_dict()                      # never a gate-less file
+            scores.update(interface_scores=iface, best_interface=best_interface(iface))
             atomic_write(folder / "scores.json",
                          (json.dumps(scores, allow_nan=False) + "\n").encode())
             row.update(status="ok", detail=f"{decision.route} ({', '.join(decision.reasons) or 'no flag'}); "

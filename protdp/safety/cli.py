@@ -143,6 +143,9 @@ def _calibrate_from_reviews(args) -> int:
               f"{'proposed' if cp['achievable'] else 'target NOT achievable:'} ipTM >= "
               f"{cp['min_iptm']:g}, interface PAE <= {cp['max_interface_pae']:g} Å "
               f"(configured floor: {cx['floor']})")
+        ip = cx.get("ipsae") or {}
+        print(f"complexes: ipSAE >= {ip['min_ipsae']:g} (weakest chain pair)" if ip.get(
+            "status") == "ok" else f"complexes: ipSAE: {ip.get('message', 'not fitted')}")
     elif cx:
         print(f"complexes: {cx['message']}")
     if doc["status"] != "ok":

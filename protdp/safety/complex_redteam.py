@@ -38,7 +38,7 @@ from protdp.safety.redteam import (CONTROL_MSA, OTHER_MSA, RedTeamConfig, _files
 from protdp.workflows import predict
 
 CTRL = "ctrl_dimer"
-FLAG_REASONS = ["low_iptm", "uncertain_interface"]   # what a random or poor model may earn
+FLAG_REASONS = ["low_iptm", "uncertain_interface", "low_ipsae"]   # what a poor model may earn
 
 
 @dataclass

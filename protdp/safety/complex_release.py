@@ -146,6 +146,7 @@ def evaluate_complexes(loaded: LoadedModel, store, complex_ids: list[str], max_m
                     "interface_lddt": s["interface_lddt"], "copies_remapped": s["mapped"],
                     "iptm": float(pred["iptm"]), "ptm": float(pred["ptm"]),
                     "interface_pae": pred["interface_pae"],
+                    "min_pair_ipsae": _weakest_ipsae(x, pred),                    # issue 43
                     "plddt": plddt[obs].round(3).tolist(),
                     "true_lddt": np.asarray(s["per_residue"])[obs].round(4).tolist()})
     return out
@@ -153,11 +154,22 @@ def evaluate_complexes(loaded: LoadedModel, store, complex_ids: list[str], max_m
 
 # ------------------------------------------------------------------------------ checks
 
+def _weakest_ipsae(x: dict, pred: dict) -> float | None:
+    """The complex's weakest chain-pair ipSAE (`protdp.interface`, what low_ipsae tests)."""
+    from protdp.interface.complex import (chains_from_features, complex_interface_rows,
+                                          weakest_pair_ipsae)
+
+    chains = chains_from_features(x["asym_id"], x["aatype"])
+    return weakest_pair_ipsae(complex_interface_rows(chains, pred["positions"], pred["plddt"],
+                                                     pred["pae"]))
+
+
 def gate_accepts(c: dict, gate) -> bool:
-    """Whether the gate's complex checks (`protdp.gating.route`: low_iptm, uncertain_interface)
-    would pass this complex."""
-    ipae = c.get("interface_pae")
-    return c["iptm"] >= gate.min_iptm and (ipae is None or ipae <= gate.max_interface_pae)
+    """Whether the gate's complex checks (`protdp.gating.route`: low_iptm, uncertain_interface,
+    low_ipsae) would pass this complex."""
+    ipae, ipsae = c.get("interface_pae"), c.get("min_pair_ipsae")
+    return (c["iptm"] >= gate.min_iptm and (ipae is None or ipae <= gate.max_interface_pae)
+            and (ipsae is None or ipsae >= gate.min_ipsae))
 
 
 def interface_checks(per_complex: list[dict], policy, gate, check, enough: bool, why: str
@@ -173,7 +185,8 @@ def interface_checks(per_complex: list[dict], policy, gate, check, enough: bool,
     accepted = [c for c in judged if gate_accepts(c, gate)]
     bad = [c["complex_id"] for c in accepted if c["interface_lddt"] < policy.min_interface_lddt]
     gate_text = (f"gate min_iptm {gate.min_iptm:g}, max_interface_pae "
-                 f"{gate.max_interface_pae:g} Å accepts {len(accepted)} of {len(judged)}")
+                 f"{gate.max_interface_pae:g} Å, min_ipsae {gate.min_ipsae:g} accepts "
+                 f"{len(accepted)} of {len(judged)}")
     return [
         check("interface_accuracy", mean_i, policy.min_interface_lddt,
               "mean interface lDDT-Ca >=",

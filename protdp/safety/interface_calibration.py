@@ -1,4 +1,5 @@
-"""Reviewed calibration of the gate's complex checks (issue 32): ipTM and interface PAE.
+"""Reviewed calibration of the gate's complex checks (issue 32): ipTM and interface PAE, and
+(issue 43, `fit_ipsae`) the weakest chain pair's ipSAE for `min_ipsae`.
 
 The same method as the pLDDT part (`review_calibration`), on the held-out complexes of a
 review queue: every approved or rejected item whose scores name at least two chains (a
@@ -120,12 +121,69 @@ def fit_complex_report(records: list[dict], floor: GatePolicy, *, target: float)
                           "approval_rate_at_or_below": _rate(
                               X[:, 1] <= proposal["max_interface_pae"], y),
                           "approval_rate_above": _rate(X[:, 1] > proposal["max_interface_pae"], y)}}
+    ipsae = fit_ipsae(records, floor, target=target)                  # issue 43
+    if ipsae["status"] == "ok":
+        proposal["min_ipsae"] = ipsae["min_ipsae"]
     scaler, lr = model[0], model[1]
-    doc.update(status="ok", policy=proposal, per_input=per_input,
+    doc.update(status="ok", policy=proposal, per_input=per_input, ipsae=ipsae,
                reliability=reliability(y, _cross_validated(X, y)),
                model={"inputs": list(INPUTS), "coef_standardised": lr.coef_[0].tolist(),
                       "intercept": float(lr.intercept_[0]), "mean": scaler.mean_.tolist(),
                       "scale": scaler.scale_.tolist()})
+    return doc
+
+
+IPSAE_STEP = 0.01                # min_ipsae grid
+
+
+def weakest_pair_ipsae(scores: dict) -> float | None:
+    """The lowest max-row ipSAE over a complex's chain pairs (what `low_ipsae` tests), None
+    without interface rows (complexes predicted before issue 43)."""
+    rows = [r for r in scores.get("interface_scores") or () if isinstance(r, dict)
+            and r.get("type") == "max"]
+    values = [r.get("ipsae") for r in rows]
+    if not values or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
+        return None if not values else float("nan")     # nan: counted as incomplete
+    return float(min(values))
+
+
+def fit_ipsae(records: list[dict], floor: GatePolicy, *, target: float) -> dict:
+    """`min_ipsae` fitted as `min_iptm` is (issue 43): a logistic regression of P(approved) on
+    the weakest pair's ipSAE of each decided complex; the proposed threshold is the lowest one
+    on a 0.01 grid, not below the configured floor, at which the predicted rejection
+    probability is at most `target` (the model is monotone, so the threshold itself is the
+    worst accepted value). Status "ok", "no_complexes" or "insufficient_reviews"."""
+    from protdp.safety.review_calibration import decision_counts, too_few_reviews
+
+    def values_of(rec):
+        scores = rec.get("scores") or {}
+        if not isinstance(scores.get("chains"), list) or len(scores["chains"]) < 2 \
+                or not scores.get("interface_scores"):
+            return None
+        return [weakest_pair_ipsae(scores)]
+
+    table = decided_table(records, values_of, 1)
+    X, y = table["X"], table["y"]
+    counts = decision_counts(table)
+    doc = {"input": "weakest pair ipSAE", "counts": counts, "target_reject_rate": target,
+           "floor": {"min_ipsae": floor.min_ipsae}}
+    if not len(y) and not sum(table["skipped"].values()):
+        doc.update(status="no_complexes", message="no reviewed complexes with interface scores; "
+                   "min_ipsae is left as configured")
+        return doc
+    shortfall = too_few_reviews(counts, "complexes with interface scores", "min_ipsae is")
+    if shortfall:
+        doc.update(status="insufficient_reviews", message=shortfall)
+        return doc
+    model = make_model().fit(X, y)
+    grid = np.arange(floor.min_ipsae, 1.0 + 1e-9, IPSAE_STEP)                  # [G]
+    reject = 1.0 - model.predict_proba(grid[:, None])[:, 1]                     # [G]
+    safe = np.nonzero(reject <= target)[0]
+    t = float(grid[safe[0]]) if len(safe) else 1.0
+    doc.update(status="ok", achievable=bool(len(safe)), min_ipsae=round(t, 4),
+               worst_reject_probability=float(reject[safe[0]]) if len(safe) else None,
+               approval_rate_at_or_above=_rate(X[:, 0] >= t, y),
+               approval_rate_below=_rate(X[:, 0] < t, y))
     return doc
 
 

@@ -205,6 +205,7 @@ def complex_view(scores: dict, size: int = PAE_IMAGE_PX) -> dict | None:
     pairs = scores.get("chain_pair_iptm") if isinstance(scores.get("chain_pair_iptm"), dict) \
         else {}
     return {
+        "interface_rows": interface_rows(scores, ids),
         "chains": [{"chain_id": c, "color": CHAIN_COLORS[k % len(CHAIN_COLORS)],
                     "first": s + 1, "last": e} for k, (c, s, e) in enumerate(ranges)],
         "pair_rows": [{"chain_id": a, "values": [(pairs.get(a) or {}).get(b) for b in ids]}
@@ -217,3 +218,29 @@ def complex_view(scores: dict, size: int = PAE_IMAGE_PX) -> dict | None:
                               "label": f"{a}-{b}"}
                              for a, sa, ea in ranges for b, sb, eb in ranges if a != b],
     }
+
+
+def _num(v):
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def interface_rows(scores: dict, ids: list[str]) -> list[dict]:
+    """The chain-pair table above the fold (issue 43): one row per unordered pair, from the
+    max rows of `interface_scores` (ipSAE, pDockQ2, LIS, actifpTM; `protdp.interface`) with
+    the pair's ipTM (`chain_pair_iptm`) and interface PAE (the mean of both off-diagonal
+    blocks of `chain_pair_pae`). Values that are missing or not numbers are None."""
+    rows = [r for r in scores.get("interface_scores") or () if isinstance(r, dict)
+            and r.get("type") == "max" and r.get("chain_1") in ids and r.get("chain_2") in ids]
+    iptm = scores.get("chain_pair_iptm") if isinstance(scores.get("chain_pair_iptm"), dict) \
+        else {}
+    pae = scores.get("chain_pair_pae") if isinstance(scores.get("chain_pair_pae"), dict) else {}
+    out = []
+    for r in rows:
+        a, b = str(r["chain_1"]), str(r["chain_2"])
+        both = [_num((pae.get(x) or {}).get(y)) for x, y in ((a, b), (b, a))]
+        out.append({"pair": f"{a}-{b}", "chain_1": a, "chain_2": b,
+                    "iptm": _num((iptm.get(a) or {}).get(b)), "ipsae": _num(r.get("ipsae")),
+                    "pdockq2": _num(r.get("pdockq2")), "lis": _num(r.get("lis")),
+                    "actifptm": _num(r.get("actifptm")),
+                    "interface_pae": sum(both) / 2 if None not in both else None})
+    return out

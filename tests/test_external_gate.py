@@ -1,0 +1,123 @@
+"""`protdp gate DIR --from colabfold|alphafold2|alphafold3|boltz` (issue 43, item 5): other
+tools' predictions (built by benchmarks/interface_cases.py from the AlphaFold-Multimer fixture
+and the corpus) through the same gate and review queue: our scores.json per target with the
+interface rows `protdp interface` computes for the same files, flagged targets queued and bound
+to the bytes of the files the tool wrote, a malformed prediction one row and the rest go on."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import shutil
+import sys
+
+import pytest
+
+from protdp.cli import main as protdp_main
+from protdp.interface.readers import read_prediction
+from protdp.interface.table import prediction_rows
+from protdp.paths import REPO_ROOT, data_root
+from protdp.review.store import ReviewStore
+from test_multimer_pairing import FIXTURE
+
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+from interface_cases import build_cases  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory):
+    return build_cases(tmp_path_factory.mktemp("ext"), FIXTURE, data_root())
+
+
+def _summary(out):
+    with open(out / "gate_summary.tsv") as fh:
+        return {r["target"]: r for r in csv.DictReader(fh, delimiter="\t")}
+
+
+def _sha(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_colabfold_folder_through_gate_and_queue(tmp_path, cases, capsys):
+    src = tmp_path / "colabfold"
+    src.mkdir()
+    for name in ("colabfold_fixture_4hhb", "colabfold_4hhb"):
+        for f in cases[name]:
+            shutil.copy(f, src / f.name)
+    bad_scores, bad_pdb = cases["colabfold_fixture_2p90x2"]           # PAE one row short
+    doc = json.loads(bad_scores.read_text())
+    doc["pae"] = doc["pae"][:-1]
+    (src / bad_scores.name).write_text(json.dumps(doc))
+    shutil.copy(bad_pdb, src / bad_pdb.name)
+    out, queue = tmp_path / "out", tmp_path / "q.sqlite"
+    assert protdp_main(["gate", str(src), "--from", "colabfold", "--out", str(out),
+                        "--queue-url", f"sqlite:///{queue}"]) == 0
+    cap = capsys.readouterr()
+    assert "3 targets: 0 accepted, 2 need review, 1 unreadable" in cap.out
+    rows = _summary(out)
+    assert rows["fixture_2p90_A02_x2"]["status"] == "error"
+    assert f"{bad_scores.name}: field 'pae': PAE is 89x90" in rows["fixture_2p90_A02_x2"]["detail"]
+    store = ReviewStore(str(queue))
+    items = {i["target"]: store.get(i["id"]) for i in store.list()}
+    for target, case in (("hb4", "colabfold_4hhb"), ("fixture_4hhb_hbA1-36_hbB1-40",
+                                                      "colabfold_fixture_4hhb")):
+        scores_path, pdb = cases[case]
+        scores = json.loads((out / target / "scores.json").read_text())
+        want = prediction_rows(read_prediction(scores_path, pdb), 10.0, 10.0)
+        assert scores["interface_scores"] == json.loads(json.dumps(want))
+        assert rows[target]["route"] == scores["route"] == "needs_review"
+        assert scores["source"]["sha256"][pdb.name] == _sha(pdb)
+        item = items[target]
+        assert item["scores"]["interface_scores"] == scores["interface_scores"]
+        assert item["file_sha256"]["pdb"] == _sha(pdb)                 # the tool's exact bytes
+        assert item["file_sha256"]["pae"] == _sha(scores_path)
+        assert item["reasons"] == scores["reasons"]
+    hb4 = json.loads((out / "hb4" / "scores.json").read_text())
+    assert [c["chain_id"] for c in hb4["chains"]] == list("ABCD") and hb4["iptm"] == 0.64
+    store.close()
+
+
+def test_alphafold3_boltz_and_alphafold2_layouts(tmp_path, cases, capsys):
+    for source, case in (("alphafold3", "af3_4hhb_haem_tpo"), ("boltz", "boltz_2q2k_dna")):
+        src = tmp_path / source
+        src.mkdir()
+        pae, structure = cases[case]
+        for f in pae.parent.iterdir():
+            stem = pae.name.split("_full_data")[0].removeprefix("pae_").removesuffix(".npz")
+            if stem.removeprefix("fold_") in f.name:
+                shutil.copy(f, src / f.name)
+        out = tmp_path / f"out_{source}"
+        assert protdp_main(["gate", str(src), "--from", source, "--out", str(out)]) == 0
+        [(target, row)] = _summary(out).items()
+        scores = json.loads((out / target / "scores.json").read_text())
+        want = prediction_rows(read_prediction(pae, structure), 10.0, 10.0)
+        assert row["status"] == "ok" and scores["interface_scores"] == json.loads(json.dumps(want))
+        assert (out / target / "model.cif").read_bytes() == structure.read_bytes()
+    # AlphaFold 2.3's folder: ranking_debug.json, ranked_0.pdb, pae_/confidence_<model>.json
+    scores_path, pdb = cases["colabfold_fixture_4hhb"]
+    cf = json.loads(scores_path.read_text())
+    src = tmp_path / "af2"
+    for target, with_pae in (("good", True), ("nopae", False)):
+        d = src / target
+        d.mkdir(parents=True)
+        model = "model_1_multimer_v3_pred_0"
+        (d / "ranking_debug.json").write_text(json.dumps({"order": [model]}))
+        shutil.copy(pdb, d / "ranked_0.pdb")
+        (d / f"confidence_{model}.json").write_text(json.dumps({"confidenceScore": cf["plddt"]}))
+        if with_pae:
+            (d / f"pae_{model}.json").write_text(json.dumps(
+                [{"predicted_aligned_error": cf["pae"], "max_predicted_aligned_error": 31.75}]))
+    out = tmp_path / "out_af2"
+    assert protdp_main(["gate", str(src), "--from", "alphafold2", "--out", str(out)]) == 0
+    rows = _summary(out)
+    assert rows["nopae"]["status"] == "error" and "missing pae_" in rows["nopae"]["detail"]
+    scores = json.loads((out / "good" / "scores.json").read_text())
+    want = prediction_rows(read_prediction(scores_path, pdb), 10.0, 10.0)
+    for mine, theirs in zip(scores["interface_scores"], want):       # same PAE, same pLDDT
+        assert {k: mine[k] for k in mine if k != "iptm_af"} == \
+            {k: theirs[k] for k in theirs if k != "iptm_af"}
+    assert "low_iptm" in scores["reasons"]        # AF2's ipTM lives in its pickle: unknown
+    assert protdp_main(["gate", str(tmp_path / "empty_does_not_exist"), "--from", "boltz",
+                        "--out", str(out)]) == 2
+    assert "not a folder" in capsys.readouterr().err
