@@ -153,7 +153,7 @@ def fit_ipsae(records: list[dict], floor: GatePolicy, *, target: float) -> dict:
     on a 0.01 grid, not below the configured floor, at which the predicted rejection
     probability is at most `target` (the model is monotone, so the threshold itself is the
     worst accepted value). Status "ok", "no_complexes" or "insufficient_reviews"."""
-    from protdp.safety.review_calibration import decision_counts, too_few_reviews
+    from protdp.safety.reviewed import decision_counts, too_few_reviews
 
     def values_of(rec):
         scores = rec.get("scores") or {}
