@@ -45,10 +45,15 @@ def is_complex_record(raw_sequence: str) -> bool:
 
 
 def read_complex_targets(path: str | Path) -> tuple[list[Target], str]:
-    """(one Target per complex, in input order; input_sha256 over every file read)."""
+    """(one Target per complex, in input order; input_sha256 over every file read). A folder
+    written by `protdp complex features` gives one Target per `<complex>/features.npz`
+    (`protdp.inference.complex_features_input`: precomputed features, same prediction path)."""
     from protdp.data.safeio import split_suffix
 
     path = Path(path)
+    from protdp.inference.complex_features_input import is_features_folder, read_features_targets
+    if is_features_folder(path):
+        return read_features_targets(path)
     complexes = read_complexes(path)
     targets = []
     for c in complexes:
@@ -122,6 +127,17 @@ def malformed_species_note(report: dict) -> str:
     return "; ".join(f"chain {c}: {u['malformed_uniprot_names']} UniProt-style row name(s) "
                      f"without a readable species (first: '{printable(u['first_malformed'])}'),"
                      f" left unpaired" for c, u in bad.items())
+
+
+def complex_inputs(t: Target, msa_dir: Path | None, *, max_length: int,
+                   max_unknown_fraction: float) -> dict:
+    """`build_features` of a complex read from FASTA, or the precomputed features of one read
+    from a `protdp complex features` folder (`complex_features_input.features_inputs`)."""
+    if "features_npz" in t.extra:
+        from protdp.inference.complex_features_input import features_inputs
+        return features_inputs(t, max_length=max_length)
+    return build_features(t.extra["complex"], msa_dir, max_length=max_length,
+                          max_unknown_fraction=max_unknown_fraction)
 
 
 def build_features(t: ComplexTarget, msa_dir: Path | None, *, max_length: int,

@@ -43,7 +43,7 @@ from protdp.gating.release import weaker_thresholds
 from protdp.inference.checkpoint import LoadedModel, checkpoint_home, sha256_file
 from protdp.inference.targets import (Target, clean_sequence, find_msa_files, load_msa,
                                       sha256_text)
-from protdp.inference.complexes import (COMPLEX_HINT, COMPLEX_SCORE_KEYS, build_features,
+from protdp.inference.complexes import (COMPLEX_HINT, COMPLEX_SCORE_KEYS, complex_inputs,
                                        complex_scores, is_complex_record, run_complex_ensemble)
 from protdp.inference.af_outputs import pae_json_values
 from protdp.inference.ensemble import members, run_member, ensemble_stops
@@ -355,9 +355,9 @@ class Predictor:
             if t.error:
                 raise InputError(t.error)
             built = None
-            if "complex" in t.extra:            # issue 32: AlphaFold-Multimer inputs
+            if "complex" in t.extra or "features_npz" in t.extra:   # AlphaFold-Multimer inputs
                 msa_dir = None if self.config.msa_mode == "single_sequence" else fasta["msa_dir"]
-                built = build_features(t.extra["complex"], msa_dir,
+                built = complex_inputs(t, msa_dir,
                                        max_length=self.config.max_length,
                                        max_unknown_fraction=self.config.max_unknown_fraction)
                 seq = "".join(s for _, s in built["chains"])
