@@ -108,10 +108,11 @@ def test_complexes_through_protdp_predict(tmp_path, ckpt, capsys):
     conf = 0.8 * scores["iptm"] + 0.2 * scores["ptm"]
     assert abs(debug["iptm+ptm"]["model_1_seed_000"] - conf) < 0.006
     assert abs(scores["ranking_confidence"] - conf) < 1e-3
-    pae_doc = json.loads((pdir / "hb_predicted_aligned_error_v1.json").read_text())[0]
+    pae_doc = json.loads((pdir / "AF-hb-F1-predicted_aligned_error_v4.json").read_text())[0]
     assert pae_doc["chains"] == scores["chains"]
     assert np.array(pae_doc["predicted_aligned_error"]).shape == (len(qa) + len(qb),) * 2
-    cf = json.loads(next(pdir.glob("hb_scores_rank_001_*.json")).read_text())
+    cf = json.loads((pdir / "hb_scores_rank_001_alphafold2_multimer_v3_model_1_seed_000.json")
+                    .read_text())
     assert cf["iptm"] == round(scores["iptm"], 4)
     assert set(scores["chain_pair_iptm"]) == {"A", "B"}
     # the gate read ipTM / interface PAE (random weights: an unconfident interface)

@@ -13,6 +13,7 @@ MSA part of the prediction's fingerprint.
 from __future__ import annotations
 
 import hashlib
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -35,9 +36,27 @@ def is_features_folder(path: Path) -> bool:
         p.is_file() and split_suffix(p)[1] in FASTA_SUFFIXES for p in path.iterdir())
 
 
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    """Every array of a features file, never unpickled; a folder, a missing file or non-zip
+    bytes is one line naming it (as `protdp.weights.store.read_npz`, a higher floor)."""
+    what = "features file"
+    if path.is_dir():
+        raise InputError(f"a directory, not an .npz {what}", path=path)
+    if not path.is_file():
+        raise InputError(f"{what} not found", path=path)
+    try:
+        if not zipfile.is_zipfile(path):     # else np.load reads .npy or offers to unpickle
+            raise InputError(f"not an .npz {what} (not a zip archive of .npy arrays)",
+                             path=path)
+        with np.load(path, allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
+        raise InputError(f"not a readable .npz {what} ({type(exc).__name__}: {exc})",
+                         path=path) from None
+
+
 def _read(path: Path) -> dict[str, np.ndarray]:
-    from protdp.weights.store import read_npz
-    feats = read_npz(path, "features file")           # no pickles; one line naming the file
+    feats = _read_npz(path)
     missing = [k for k in ("aatype", "asym_id", "msa") if k not in feats]
     if missing:
         raise InputError(f"not a multimer features file (no {', '.join(missing)}; write it "
@@ -91,4 +110,6 @@ def features_inputs(t: Target, *, max_length: int) -> dict:
     depth = int(feats["num_alignments"]) if "num_alignments" in feats else int(msa.shape[0])
     coverage = (msa[:depth] != GAP_ID).sum(axis=0).astype(int).tolist()
     return {"features": feats, "chains": chains, "files": [path], "report": {},
-            "msa_depth": depth, "coverage": coverage, "note": ""}
+            "msa_depth": depth, "coverage": coverage, "note": "",
+            "records": {cid: {"description": f"{t.target_id} chain {cid}", "sequence": seq}
+                        for cid, seq in chains}}

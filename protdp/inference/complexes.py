@@ -163,7 +163,14 @@ def build_features(t: ComplexTarget, msa_dir: Path | None, *, max_length: int,
                                for cid in order]).astype(int).tolist()
     return {"features": cf.features, "chains": chains, "files": files, "report": cf.report,
             "msa_depth": min(c.msa.depth for c in inputs), "coverage": coverage,
-            "note": malformed_species_note(cf.report)}
+            "note": malformed_species_note(cf.report), "records": chain_records(t)}
+
+
+def chain_records(t: ComplexTarget) -> dict[str, dict]:
+    """AlphaFold-Multimer's chain id map: {chain id: {"description" (the FASTA record's, or
+    '<complex> chain <id>' for a ColabFold 'A:B' record), "sequence"}}, input order."""
+    return {c.chain_id: {"description": c.description, "sequence": c.sequence}
+            for c in t.chains}
 
 
 @torch.no_grad()
@@ -202,11 +209,13 @@ def run_complex_member(model: torch.nn.Module, features: dict, device: torch.dev
             "seconds": round(time.perf_counter() - t0, 3)}
 
 
-def run_complex_ensemble(models: list, features: dict, device: torch.device, config
-                         ) -> tuple[dict, dict]:
+def run_complex_ensemble(models: list, features: dict, device: torch.device, config,
+                         member_names: list[dict]) -> tuple[dict, dict]:
     """Every (multimer model, seed) prediction of one complex (`ensemble.members`: AlphaFold's
-    model_1..5 x seeds) -> ({name: prediction}, timings.json)."""
+    model_1..5 x seeds) -> ({name: prediction}, timings.json); `member_names` per model
+    (`model_names.describe_members`)."""
     from protdp.inference.ensemble import members
+    from protdp.inference.model_names import colabfold_tag
     from protdp.inference.ranking import model_numbers
 
     preds, timings = {}, {}
@@ -215,7 +224,9 @@ def run_complex_ensemble(models: list, features: dict, device: torch.device, con
         loaded = models[mem.model_index]
         pred = run_complex_member(loaded.model, features, device, seed=mem.seed,
                                   num_recycles=config.num_recycles)
-        pred.update(model_index=mem.model_index, seed=mem.seed,
+        names = member_names[mem.model_index]
+        pred.update(model_index=mem.model_index, seed=mem.seed, **names,
+                    colabfold_tag=colabfold_tag(mem.name, names["model_type"]),
                     msa_rows_used=int(features["num_alignments"]),
                     checkpoint_sha256=loaded.sha256)
         timings[f"predict_and_compile_{mem.name}"] = pred["seconds"]
