@@ -15,59 +15,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from protdp.cli import main as protdp_main
-from test_multimer_pairing import FIXTURE
-from test_multimer_predict import COMMON, ckpt as multimer_ckpt  # noqa: F401  (fixture)
+from prediction_folders import complex_dir, monomer_dir, ours as _ours  # noqa: F401
+from test_multimer_predict import ckpt as multimer_ckpt  # noqa: F401  (fixture)
 
 alphajudge = pytest.importorskip("alphajudge")
 foldmetrics = pytest.importorskip("foldmetrics")
-
-MONOMER = FIXTURE.parent            # af2_reference: params_model_3_ptm_small.npz
-SEQ = "MKTAYIAKQRQISFVKSHFSRQLEERLGL"
-
-
-def _prediction(out: Path) -> Path:
-    (tdir,) = (out / "targets").iterdir()
-    return tdir / (tdir / "CURRENT").read_text().strip()
-
-
-@pytest.fixture(scope="module")
-def monomer_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("mono")
-    assert protdp_main(["weights", "import", "--format", "alphafold",
-                        str(MONOMER / "params" / "params_model_3_ptm_small.npz"), "--out",
-                        str(d / "ck"), "--alphafold-config",
-                        str(MONOMER / "config_model_3_ptm_small.json")]) == 0
-    (d / "in.fasta").write_text(f">mono\n{SEQ}\n")
-    assert protdp_main(["predict", "--checkpoint", str(d / "ck"), "--fasta",
-                        str(d / "in.fasta"), "--out", str(d / "out"), "--seeds", "2",
-                        *COMMON]) == 0
-    return _prediction(d / "out")
-
-
-@pytest.fixture(scope="module")
-def complex_dir(tmp_path_factory, multimer_ckpt):  # noqa: F811
-    d = tmp_path_factory.mktemp("cplx")
-    (d / "in.fasta").write_text(f">dimer\n{SEQ[:22]}:GSHMLEDPVAGQACDEFGHIKL\n")
-    assert protdp_main(["predict", "--checkpoint", str(multimer_ckpt), "--fasta",
-                        str(d / "in.fasta"), "--out", str(d / "out"), *COMMON]) == 0
-    return _prediction(d / "out")
-
-
-def _ours(pdir: Path) -> dict:
-    """Per prediction name: the model's float32 outputs (result_<m>.npz) and our scores."""
-    scores = json.loads((pdir / "scores.json").read_text())
-    out = {}
-    for e in scores["ensemble"]:
-        with np.load(pdir / f"result_{e['name']}.npz") as r:
-            out[e["name"]] = {**e, **{k: r[k] for k in r.files}}
-    return out
-
 
 def test_model_names_say_which_weights(monomer_dir, complex_dir):
     mono, cplx = _ours(monomer_dir), _ours(complex_dir)

@@ -527,7 +527,8 @@ class Predictor:
                                       relax_timeout_s=self.config.relax_timeout_s,
                                       msa_paths=[m["path"] for m in msa_files],
                                       chains=None if built is None else built["chains"],
-                                      records=None if built is None else built.get("records"),
+                                      records={"A": {"description": t.header, "sequence": seq}}
+                                      if built is None else built["records"],
                                       details={"checkpoint_sha256": top["checkpoint_sha256"],
                                                "model_name": top.get("model_name"),
                                                "seed": top["seed"],
