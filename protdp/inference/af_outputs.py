@@ -1,22 +1,29 @@
 """Prediction files in the formats downstream tools parse (AlphaFold, AFDB, ColabFold).
 
-In each prediction folder (see `layout`), for every (model, seed) name N, best rank K:
-- `unrelaxed_N.pdb`, `ranked_K.pdb` (AlphaFold `run_alphafold.py` names);
+In each prediction folder (see `layout`), for every (model, seed) name N (`model_names`), rank
+K (0-based; ColabFold's NNN = K + 1):
+- AlphaFold (`run_alphafold.py` v2.3): `unrelaxed_N.pdb|.cif`, `ranked_K.pdb|.cif`;
+  `confidence_N.json` ({"residueNumber", "confidenceScore" (2 decimals), "confidenceCategory"
+  D/L/M/H}); `pae_N.json` (AFDB's list form, 1 decimal, `max_predicted_aligned_error` the
+  head's largest bin centre, 31.75 Å); `ranking_debug.json` ({"plddts"|"iptm+ptm": {...},
+  "ptm": {...}[, "iptm": {...}], "order": [...]}, full floats; ptm / iptm as AlphaPulldown
+  adds them); `timings.json` ({"features": s, "process_features_N": s,
+  "predict_and_compile_N": s, ...; with --relax "relax_N"}); complexes
+  `msas/chain_id_map.json` ({chain id: {"description", "sequence"}});
 - `result_N.npz`: AlphaFold's slim result keys (`plddt`, `predicted_aligned_error`,
   `max_predicted_aligned_error`, `ptm`, `ranking_confidence`, `num_recycles`; the distogram as
-  `distogram_logits` / `distogram_bin_edges` only with --save-distogram) in a numpy file that
-  loads without pickle (AlphaFold's full `result_model_*.pkl` reaches 1.5 GB per model);
-- `ranking_debug.json` ({"plddts": {...}, "order": [...]}), `timings.json` (AlphaFold:
-  {"features": s, "process_features_N": s, "predict_and_compile_N": s, ...; with --relax
-  "relax_N": s of the relaxed top-ranked model, as `run_alphafold.py`'s relax_<model name>});
-- `<name>_predicted_aligned_error_v1.json`: the AFDB PAE file
-  `[{"predicted_aligned_error": [[...]], "max_predicted_aligned_error": 31.75}]`, values to 1
-  decimal as AlphaFold's `confidence.pae_json` (scores.json's `pae` alike);
-- `<name>_scores_rank_KKK_N.json`: ColabFold's scores (`plddt`, `max_pae`, `pae`, `ptm`).
-The batch `summary.csv` has one line per (target, model, seed) prediction; for a complex also
-its ipTM and (on the top-ranked line) the chain-pair ipTM, `A-B:0.8123 A-C:...`. A complex's
-result file adds AlphaFold-Multimer's `iptm` and `chain_pair_iptm`, its ColabFold scores `iptm`,
-and its PAE JSON each chain's residue range (`chains`).
+  `distogram_logits` / `distogram_bin_edges` only with --save-distogram; complexes `iptm`,
+  `chain_pair_iptm`) in a numpy file that loads without pickle;
+- ColabFold (`batch.py`): `<name>_scores_rank_NNN_<tag>.json` (`plddt`, `pae` 2 decimals,
+  `max_pae` = the matrix maximum, `ptm`, `iptm`) beside `<name>_unrelaxed_rank_NNN_<tag>.pdb`,
+  tag `<model type>_N` (`alphafold2_ptm_model_3_seed_000`); `<name>_predicted_aligned_error_v1.json`
+  of the top model ({"predicted_aligned_error", "max_predicted_aligned_error"} = its scores'
+  `pae`, `max_pae`);
+- AFDB: `AF-<name>-F1-predicted_aligned_error_v4.json` (the list form, as pae_N.json, of the
+  top model; a complex adds each chain's residue range, `chains`).
+The batch `summary.csv` has one line per (target, model, seed) prediction (`max_pae` the
+matrix maximum, `model_name` the weights'); for a complex also its ipTM and (on the
+top-ranked line) the chain-pair ipTM, `A-B:0.8123 A-C:...`.
 """
 
 from __future__ import annotations
