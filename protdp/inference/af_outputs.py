@@ -18,7 +18,7 @@ K (0-based; ColabFold's NNN = K + 1):
   `max_pae` = the matrix maximum, `ptm`, `iptm`) beside `<name>_unrelaxed_rank_NNN_<tag>.pdb`,
   tag `<model type>_N` (`alphafold2_ptm_model_3_seed_000`); `<name>_predicted_aligned_error_v1.json`
   of the top model ({"predicted_aligned_error", "max_predicted_aligned_error"} = its scores'
-  `pae`, `max_pae`);
+  `pae`, `max_pae`); `log.txt` (`colabfold_log`);
 - AFDB: `AF-<name>-F1-predicted_aligned_error_v4.json` (the list form, as pae_N.json, of the
   top model; a complex adds each chain's residue range, `chains`).
 The batch `summary.csv` has one line per (target, model, seed) prediction (`max_pae` the
@@ -170,6 +170,9 @@ def write_af_files(folder: Path, name: str, preds: dict[str, dict], order: list[
                                            colabfold_pae(scores)).name
             files["afdb_pae_json"] = _write_compact(folder / afdb_pae_name(name),
                                                     afdb_pae(p["pae"], max_pae, chains)).name
+    from protdp.inference.colabfold_log import write_colabfold_log
+    files["log"] = write_colabfold_log(folder, name, len(preds[order[0]]["plddt"]), preds,
+                                       order)
     return files
 
 
