@@ -183,6 +183,9 @@ def test_console_commands_refuse_unreleased(kind, tmp_path, mono_ckpt, multimer_
     assert not list((out / "targets").glob("*/*/scores.json"))
     assert protdp_main([*argv, "--out", str(out), *common, "--allow-unreleased"]) == 0
     _assert_routed_unreleased(out)
+    capsys.readouterr()            # resume: the rerun finds the prediction complete
+    assert protdp_main([*argv, "--out", str(out), *common, "--allow-unreleased"]) == 0
+    assert "(1 already complete, skipped)" in capsys.readouterr().out
 
 
 def test_pipelines_predict_refuses_unreleased(tmp_path, mono_ckpt):

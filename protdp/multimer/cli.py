@@ -103,7 +103,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="database whose Stockholm alignment is paired (%(default)s)")
     pr = sub.add_parser("predict", help="`protdp predict` of each complex folder written by "
                         "`protdp complex features` (any other `protdp predict` flag, e.g. "
-                        "--allow-unreleased, --queue-url, --seeds, passes through)")
+                        "--allow-unreleased, --queue-url, --seeds, passes through)",
+                        description="`protdp predict --fasta FEATURES_DIR`: the release check "
+                        "(an unreleased checkpoint is refused unless --allow-unreleased), gate, "
+                        "review queue, layout, ModelCIF, provenance and resume of `protdp "
+                        "predict`; every other `protdp predict` flag (--allow-unreleased, "
+                        "--queue-url, --seeds, --no-plots, ...) passes through.")
     pr.add_argument("--features-dir", required=True, help="output of `protdp complex features`")
     pr.add_argument("--checkpoint", required=True, action="append",
                     help="multimer checkpoint (`protdp weights import` of params_model_N_multimer_v3.npz); "
