@@ -162,3 +162,32 @@ def test_modelcif_every_ranked_model_pae_and_records(which, monomer_dir, complex
         {"A": "dimer chain A", "B": "dimer chain B"}
     assert {a.id: a.entity.description for a in system.asym_units} == records
     assert all(records[a.id] in a.details for a in system.asym_units)
+
+
+def test_weights_names_and_colabfold_tokens(tmp_path):
+    """AlphaFold's model name from an import's provenance, ColabFold's model-type token, and
+    protdp's name for its own checkpoints (the digest their release record binds)."""
+    from protdp.inference.model_names import (alphafold_model_name, model_type_token,
+                                              weights_name)
+
+    def imported(source: str, fmt: str = "alphafold"):
+        d = tmp_path / source.replace("/", "_")
+        d.mkdir()
+        (d / "provenance.json").write_text(json.dumps({"format": fmt, "source": source}))
+        return d
+
+    cases = {"/w/params_model_1.npz": ("model_1", "alphafold2"),
+             "/w/params_model_2_ptm.npz": ("model_2_ptm", "alphafold2_ptm"),
+             "params_model_3_ptm_small.npz": ("model_3_ptm", "alphafold2_ptm"),
+             "/w/params_model_5_multimer_v2.npz": ("model_5_multimer_v2",
+                                                   "alphafold2_multimer_v2")}
+    for source, (name, token) in cases.items():
+        fmt = "alphafold-multimer" if "multimer" in source else "alphafold"
+        assert alphafold_model_name(imported(source, fmt) / "model.pt") == name
+        assert model_type_token(name, "multimer" in name) == token
+    assert alphafold_model_name(imported("/w/finetuned.pt", "openfold")) is None
+    assert alphafold_model_name(tmp_path / "nothing_here") is None
+    sha = "ab" * 32
+    assert weights_name(tmp_path / "run" / "iter_5", sha) == "protdp_" + sha[:12]
+    assert model_type_token("protdp_" + sha[:12], False) == "protdp"
+    assert model_type_token("protdp_" + sha[:12], True) == "protdp_multimer"
