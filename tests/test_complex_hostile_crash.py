@@ -255,31 +255,39 @@ def test_kill_9_during_complex_predict_resumes(tmp_path, ckpt, complex_inputs, c
 
 def test_kill_9_during_complex_predict_command_leaves_no_ungated_scores(tmp_path, ckpt,  # noqa: F811
                                                                       capsys):
-    """`protdp complex predict` killed while writing scores.json: never a scores.json without
-    the gate decision (it was written twice, the gate added by the second write); a link
-    planted as a complex's output folder is one failed line, never written through."""
-    import protdp.multimer.cli as mcli
+    """`protdp complex predict` (a front end of `protdp predict`, issue 41) killed while
+    writing scores.json: nothing is published (the build folder is hidden until renamed), and
+    the rerun writes the gated scores; a link planted as a complex's output folder is one
+    rejected row, never written through."""
+    import protdp.inference.predictor as predictor
+    from protdp.inference.writers import read_summary
     from test_multimer_pairing import FIXTURE
 
     feats = tmp_path / "features" / "hb"
     feats.mkdir(parents=True)
     (feats / "features.npz").write_bytes(
         (FIXTURE / "features_4hhb_hbA1-36_hbB1-40.npz").read_bytes())
+    out = tmp_path / "pred"
     args = ["complex", "predict", "--features-dir", str(tmp_path / "features"), "--checkpoint",
-            str(ckpt), "--out", str(tmp_path / "pred"), "--num-recycles", "0"]
-    _run_killed(lambda: _kill_when(mcli, "atomic_write", lambda *a, **k: True, before=True),
+            str(ckpt), "--out", str(out), *COMMON]
+    _run_killed(lambda: _kill_when(predictor, "write_json",
+                                   lambda path, obj: path.name == "scores.json"),
                 lambda: protdp_main(args))
-    scores = tmp_path / "pred" / "hb" / "scores.json"
-    assert not scores.exists() or "gate" in json.loads(scores.read_text())
-    # its output folder replaced by a link to a folder outside: one failed line, nothing
-    # written there; without the link the rerun predicts
+    tdir = out / "targets" / "hb"
+    assert not (tdir / "CURRENT").exists()
+    assert [p.name for p in tdir.iterdir() if not p.name.startswith(".")] == []
+    assert protdp_main(args) == 0
+    pdir = tdir / (tdir / "CURRENT").read_text().strip()
+    scores = json.loads((pdir / "scores.json").read_text())
+    assert scores["route"] == "needs_review" and "unreleased_checkpoint" in scores["reasons"]
+    # its output folder replaced by a link to a folder outside: one rejected row, nothing
+    # written there
     outside = tmp_path / "outside"
     outside.mkdir()
-    shutil.rmtree(tmp_path / "pred" / "hb")
-    (tmp_path / "pred" / "hb").symlink_to(outside, target_is_directory=True)
-    assert protdp_main(args) == 1
-    assert f"{tmp_path / 'pred' / 'hb'}: is a symbolic link" in capsys.readouterr().err
-    assert list(outside.iterdir()) == []
-    (tmp_path / "pred" / "hb").unlink()
+    shutil.rmtree(tdir)
+    tdir.symlink_to(outside, target_is_directory=True)
+    capsys.readouterr()
     assert protdp_main(args) == 0
-    assert json.loads(scores.read_text())["gate"]["route"] in ("needs_review", "accepted")
+    row = read_summary(out / "summary.tsv")[0]
+    assert row["route"] == "rejected" and "is a symbolic link" in row["detail"], row
+    assert list(outside.iterdir()) == []

@@ -177,13 +177,17 @@ def test_complex_predict_bad_features_dir_and_files(tmp_path, ckpt, capsys):  # 
     (feats / "bin" / "features.npz").write_bytes(b"\x7fELF\x02\x01\x01\x00" * 8)
     (feats / "dir" / "features.npz").mkdir(parents=True)
     rc = protdp_main(["complex", "predict", "--features-dir", str(feats), "--checkpoint",
-                      str(ckpt), "--out", str(tmp_path / "o"), "--num-recycles", "0"])
+                      str(ckpt), "--out", str(tmp_path / "o"), *COMMON])
     cap = capsys.readouterr()
     out = cap.out + cap.err
-    assert rc == 1 and "pickle" not in out, out
-    assert f"{feats / 'bin' / 'features.npz'}: not an .npz features file" in out, out
-    assert f"{feats / 'dir' / 'features.npz'}: a directory, not an .npz features file" in out
-
+    assert rc == 0 and "pickle" not in out, out
+    assert "2 targets: 0 accepted, 0 need review, 2 rejected" in out, out
+    from protdp.inference.writers import read_summary
+    detail = {r["target"]: r["detail"] for r in read_summary(tmp_path / "o" / "summary.tsv")}
+    assert "pickle" not in "".join(detail.values())
+    assert f"{feats / 'bin' / 'features.npz'}: not an .npz features file" in detail["bin"]
+    assert f"{feats / 'dir' / 'features.npz'}: a directory, not an .npz features file" \
+        in detail["dir"]
 
 @pytest.fixture
 def hostile_fasta(tmp_path):

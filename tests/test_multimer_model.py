@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from protdp.errors import InputError
+from protdp.errors import ConfigError, InputError
 from protdp.model.multimer_heads import complex_confidence
 from protdp.model.heads import pae_bin_centres, plddt_from_logits
 from protdp.weights import cli as weights_cli
@@ -148,8 +148,9 @@ def test_full_model_end_to_end_against_alphafold(model, name, monkeypatch):
 
 
 def test_complex_predict_writes_every_complex_and_reports_a_bad_one(model, tmp_path):
-    """`protdp complex predict`: the fixture's heterodimer features -> PDB/mmCIF with chains A
-    and B and scores.json whose ipTM is the model's; a corrupt features file is one line."""
+    """`protdp complex predict` (a front end of `protdp predict`): refused without
+    --allow-unreleased; the fixture's heterodimer features -> PDB/mmCIF with chains A and B
+    and scores.json whose ipTM is the model's; a corrupt features file is one row."""
     from protdp.multimer import cli as complex_cli
     from protdp.weights.multimer_checkpoint import save_multimer
 
@@ -160,18 +161,24 @@ def test_complex_predict_writes_every_complex_and_reports_a_bad_one(model, tmp_p
     (feats / name / "features.npz").write_bytes((FIXTURE / f"features_{name}.npz").read_bytes())
     (feats / "broken").mkdir()
     (feats / "broken" / "features.npz").write_bytes(b"not an npz")
-    rc = complex_cli.main(["predict", "--features-dir", str(feats), "--checkpoint", str(ckpt),
-                           "--out", str(tmp_path / "out"), "--num-recycles", "0"])
-    assert rc == 0
+    argv = ["predict", "--features-dir", str(feats), "--checkpoint", str(ckpt),
+            "--out", str(tmp_path / "out"), "--num-recycles", "0", "--no-plots", "--no-progress"]
+    with pytest.raises(ConfigError, match="is not released"):   # the release check (issue 41)
+        complex_cli.main(argv)
+    assert complex_cli.main(argv + ["--allow-unreleased"]) == 0
     import json
-    scores = json.loads((tmp_path / "out" / name / "scores.json").read_text())
+    from protdp.inference.writers import read_summary
+    tdir = tmp_path / "out" / "targets" / name
+    pdir = tdir / (tdir / "CURRENT").read_text().strip()
+    scores = json.loads((pdir / "scores.json").read_text())
     assert [c["chain_id"] for c in scores["chains"]] == ["A", "B"]
     assert 0.0 < scores["iptm"] < 1.0 and len(scores["plddt"]) == 76
-    pdb = (tmp_path / "out" / name / f"{name}.pdb").read_text()
+    pdb = (pdir / f"{name}.pdb").read_text()
     assert {line[21] for line in pdb.splitlines() if line.startswith("ATOM")} == {"A", "B"}
-    assert not (tmp_path / "out" / "broken").exists()
-    gate = scores["gate"]
-    assert gate["route"] == "needs_review" and "low_iptm" in gate["reasons"]   # random weights
+    rows = {r["target"]: r for r in read_summary(tmp_path / "out" / "summary.tsv")}
+    assert rows["broken"]["route"] == "rejected" and "not an .npz" in rows["broken"]["detail"]
+    assert scores["route"] == "needs_review"      # random weights, unreleased
+    assert {"low_iptm", "unreleased_checkpoint"} <= set(scores["reasons"])
 
     # a checkpoint with a NaN weight is refused in one line (as predict and release refuse it)
     blob = torch.load(ckpt / "multimer_model.pt", weights_only=True)

@@ -3,7 +3,7 @@ of the AlphaFold-Multimer fixture's params) predicts ColabFold 'A:B' records int
 path's layout (CURRENT, ranked_K, ranking_debug.json by 0.8 ipTM + 0.2 pTM, the PAE JSON with
 chain ranges, ColabFold scores, summary.csv with ipTM, the gate with ipTM / interface PAE, the
 review queue with the chains). Reference: `protdp complex features` + `protdp complex predict`
-(the existing complex path) on the same inputs and seed give the same atoms and ipTM.
+(precomputed features through the same path) on the same inputs and seed give the same scores.
 Hostile complexes (300 chains, a chain of length 0, a malformed species header, a homomer of
 1) and a checkpoint of the other kind are one line each and the batch goes on."""
 
@@ -108,10 +108,11 @@ def test_complexes_through_protdp_predict(tmp_path, ckpt, capsys):
     conf = 0.8 * scores["iptm"] + 0.2 * scores["ptm"]
     assert abs(debug["iptm+ptm"]["model_1_seed_000"] - conf) < 0.006
     assert abs(scores["ranking_confidence"] - conf) < 1e-3
-    pae_doc = json.loads((pdir / "hb_predicted_aligned_error_v1.json").read_text())[0]
+    pae_doc = json.loads((pdir / "AF-hb-F1-predicted_aligned_error_v4.json").read_text())[0]
     assert pae_doc["chains"] == scores["chains"]
     assert np.array(pae_doc["predicted_aligned_error"]).shape == (len(qa) + len(qb),) * 2
-    cf = json.loads(next(pdir.glob("hb_scores_rank_001_*.json")).read_text())
+    cf = json.loads((pdir / "hb_scores_rank_001_alphafold2_multimer_v3_model_1_seed_000.json")
+                    .read_text())
     assert cf["iptm"] == round(scores["iptm"], 4)
     assert set(scores["chain_pair_iptm"]) == {"A", "B"}
     # the gate read ipTM / interface PAE (random weights: an unconfident interface)
@@ -132,16 +133,19 @@ def test_complexes_through_protdp_predict(tmp_path, ckpt, capsys):
     assert items["hb"]["scores"]["iptm"] == scores["iptm"]
     store.close()
 
-    # reference: the complex path on the same inputs and seed (features -> complex predict)
+    # reference: the precomputed features of the same inputs (complex features -> complex
+    # predict, a front end of this same path) give the same scores
     assert protdp_main(["complex", "features", "--fasta", str(fasta), "--msa-dir", str(msas),
                         "--out", str(tmp_path / "feats")]) == 0
     assert protdp_main(["complex", "predict", "--features-dir", str(tmp_path / "feats"),
                         "--checkpoint", str(ckpt), "--out", str(tmp_path / "ref"),
-                        "--num-recycles", "0"]) == 0
+                        *COMMON]) == 0
     capsys.readouterr()
-    ref = json.loads((tmp_path / "ref" / "hb" / "scores.json").read_text())
-    assert ref["iptm"] == scores["iptm"] and ref["ptm"] == round(scores["ptm"], 4)
-    assert ref["plddt"] == scores["plddt"]
+    ref_dir = tmp_path / "ref" / "targets" / "hb"
+    ref = json.loads((ref_dir / (ref_dir / "CURRENT").read_text().strip() / "scores.json")
+                     .read_text())
+    assert ref["iptm"] == scores["iptm"] and ref["ptm"] == scores["ptm"]
+    assert ref["plddt"] == scores["plddt"] and ref["chains"] == scores["chains"]
 
     # a rerun finds every prediction complete
     assert protdp_main(["predict", "--checkpoint", str(ckpt), "--fasta", str(fasta),

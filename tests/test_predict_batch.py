@@ -81,11 +81,12 @@ def test_ensemble_outputs_read_back(tmp_path, ckpts):
     names = [f"model_{m}_seed_{s:03d}" for m in (1, 2) for s in (7, 8)]
     # ranking_debug.json in AlphaFold's shape, order = mean pLDDT of each result file, best first
     debug = json.loads((pdir / "ranking_debug.json").read_text())
-    assert set(debug) == {"plddts", "order"} and set(debug["plddts"]) == set(names)
+    assert set(debug) == {"plddts", "ptm", "order"} and set(debug["plddts"]) == set(names)
     results = {n: np.load(pdir / f"result_{n}.npz") for n in names}
     means = {n: float(r["plddt"].mean()) for n, r in results.items()}
     assert debug["order"] == sorted(names, key=lambda n: -means[n])
-    assert all(abs(debug["plddts"][n] - means[n]) < 0.01 for n in names)
+    assert all(abs(debug["plddts"][n] - means[n]) < 1e-4 for n in names)   # full floats
+    assert all(debug["ptm"][n] == pytest.approx(float(results[n]["ptm"])) for n in names)
     assert set(results[names[0]].files) == {"plddt", "ranking_confidence", "num_recycles",
                                             "predicted_aligned_error", "ptm",
                                             "max_predicted_aligned_error"}   # slim: no distogram
@@ -98,8 +99,8 @@ def test_ensemble_outputs_read_back(tmp_path, ckpts):
         bf = np.array([r["CA"].get_bfactor() for r in a[0]["A"]])
         np.testing.assert_allclose(bf, results[n]["plddt"], atol=0.006)
     top = results[debug["order"][0]]
-    # AFDB PAE JSON and ColabFold scores of the top model
-    pae = json.loads((pdir / "long_predicted_aligned_error_v1.json").read_text())
+    # AFDB PAE JSON (AFDB's own file name) and ColabFold scores of the top model
+    pae = json.loads((pdir / "AF-long-F1-predicted_aligned_error_v4.json").read_text())
     assert isinstance(pae, list) and pae[0]["max_predicted_aligned_error"] == pytest.approx(31.75)
     # PAE as AlphaFold's confidence.pae_json writes it: float64 rounded to 1 decimal, so no
     # float32 noise (3.1400001049041748) in the JSON text; scores.json's `pae` the same values;
@@ -111,15 +112,21 @@ def test_ensemble_outputs_read_back(tmp_path, ckpts):
     assert all(len(repr(v).split(".")[1]) == 1 for row in pae[0]["predicted_aligned_error"]
                for v in row)
     assert json.loads((pdir / "scores.json").read_text())["pae"] == pae[0]["predicted_aligned_error"]
-    cf = json.loads((pdir / f"long_scores_rank_001_{debug['order'][0]}.json").read_text())
+    cf = json.loads((pdir / f"long_scores_rank_001_protdp_{debug['order'][0]}.json").read_text())
     assert all(len(repr(v).split(".")[1]) <= 2 for row in cf["pae"] for v in row)
     np.testing.assert_allclose(cf["pae"], raw, atol=0.005 + 1e-6)
-    assert cf["ptm"] == pytest.approx(float(top["ptm"]), abs=1e-4) and cf["max_pae"] == 31.75
+    assert cf["ptm"] == pytest.approx(float(top["ptm"]), abs=1e-4)
+    assert cf["max_pae"] == pytest.approx(float(raw.max()))       # the matrix maximum
+    v1 = json.loads((pdir / "long_predicted_aligned_error_v1.json").read_text())   # ColabFold's
+    assert v1 == {"predicted_aligned_error": cf["pae"], "max_predicted_aligned_error":
+                  cf["max_pae"]}
     # ModelCIF: per-residue pLDDT in _ma_qa_metric_local, global pLDDT/pTM (gemmi)
     block = gemmi.cif.read(str(pdir / "long.cif")).sole_block()
-    local = np.array([float(v) for v in block.find_values("_ma_qa_metric_local.metric_value")])
+    local = block.find("_ma_qa_metric_local.", ["model_id", "metric_value"])
+    local = np.array([float(r[1]) for r in local if r[0] == "1"])        # the top-ranked model
     np.testing.assert_allclose(local, top["plddt"], atol=0.006)
-    glob = [float(v) for v in block.find_values("_ma_qa_metric_global.metric_value")]
+    glob = block.find("_ma_qa_metric_global.", ["model_id", "metric_value"])
+    glob = [float(r[1]) for r in glob if r[0] == "1"]
     assert glob == pytest.approx([round(float(np.round(top["plddt"], 2).mean()), 2),
                                   round(float(top["ptm"]), 4)], abs=0.01)
     assert gemmi.one_letter_code([r.name for r in gemmi.read_structure(str(pdir / "long.cif"))[0][0]]) \

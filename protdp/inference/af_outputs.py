@@ -1,23 +1,30 @@
 """Prediction files in the formats downstream tools parse (AlphaFold, AFDB, ColabFold).
 
-In each prediction folder (see `layout`), for every (model, seed) name N, best rank K:
-- `unrelaxed_N.pdb`, `ranked_K.pdb` (AlphaFold `run_alphafold.py` names);
+In each prediction folder (see `layout`), for every (model, seed) name N (`model_names`), rank
+K (0-based; ColabFold's NNN = K + 1):
+- AlphaFold (`run_alphafold.py` v2.3): `unrelaxed_N.pdb|.cif`, `ranked_K.pdb|.cif`;
+  `confidence_N.json` ({"residueNumber", "confidenceScore" (2 decimals), "confidenceCategory"
+  D/L/M/H}); `pae_N.json` (AFDB's list form, 1 decimal, `max_predicted_aligned_error` the
+  head's largest bin centre, 31.75 Å); `ranking_debug.json` ({"plddts"|"iptm+ptm": {...},
+  "ptm": {...}[, "iptm": {...}], "order": [...]}, full floats; ptm / iptm as AlphaPulldown
+  adds them); `timings.json` ({"features": s, "process_features_N": s,
+  "predict_and_compile_N": s, ...; with --relax "relax_N"}); complexes
+  `msas/chain_id_map.json` ({chain id: {"description", "sequence"}});
 - `result_N.npz`: AlphaFold's slim result keys (`plddt`, `predicted_aligned_error`,
   `max_predicted_aligned_error`, `ptm`, `ranking_confidence`, `num_recycles`; the distogram as
-  `distogram_logits` / `distogram_bin_edges` only with --save-distogram) in a numpy file that
-  loads without pickle (AlphaFold's full `result_model_*.pkl` reaches 1.5 GB per model);
-- `ranking_debug.json` ({"plddts": {...}, "order": [...]}), `timings.json` (AlphaFold:
-  {"features": s, "process_features_N": s, "predict_and_compile_N": s, ...; with --relax
-  "relax_N": s of the relaxed top-ranked model, as `run_alphafold.py`'s relax_<model name>});
-- `<name>_predicted_aligned_error_v1.json`: the AFDB PAE file
-  `[{"predicted_aligned_error": [[...]], "max_predicted_aligned_error": 31.75}]`, values to 1
-  decimal as AlphaFold's `confidence.pae_json` (scores.json's `pae` alike);
-- `<name>_scores_rank_KKK_N.json`: ColabFold's scores (`plddt`, `max_pae`, `pae`, `ptm`).
-The batch `summary.csv` has one line per (target, model, seed) prediction; for a complex also
-its ipTM and (on the top-ranked line) the chain-pair ipTM, `A-B:0.8123 A-C:...`, and the
-best chain pair's ipSAE (`A-B:0.812345`) and pDockQ2 (issue 43). A complex's
-result file adds AlphaFold-Multimer's `iptm` and `chain_pair_iptm`, its ColabFold scores `iptm`,
-and its PAE JSON each chain's residue range (`chains`).
+  `distogram_logits` / `distogram_bin_edges` only with --save-distogram; complexes `iptm`,
+  `chain_pair_iptm`) in a numpy file that loads without pickle;
+- ColabFold (`batch.py`): `<name>_scores_rank_NNN_<tag>.json` (`plddt`, `pae` 2 decimals,
+  `max_pae` = the matrix maximum, `ptm`, `iptm`) beside `<name>_unrelaxed_rank_NNN_<tag>.pdb`,
+  tag `<model type>_N` (`alphafold2_ptm_model_3_seed_000`); `<name>_predicted_aligned_error_v1.json`
+  of the top model ({"predicted_aligned_error", "max_predicted_aligned_error"} = its scores'
+  `pae`, `max_pae`); `log.txt` (`colabfold_log`);
+- AFDB: `AF-<name>-F1-predicted_aligned_error_v4.json` (the list form, as pae_N.json, of the
+  top model; a complex adds each chain's residue range, `chains`).
+The batch `summary.csv` has one line per (target, model, seed) prediction (`max_pae` the
+matrix maximum, `model_name` the weights'); for a complex also its ipTM and (on the
+top-ranked line) the chain-pair ipTM, `A-B:0.8123 A-C:...`, and the best chain pair's ipSAE
+(`A-B:0.812345`) and pDockQ2 (issue 43).
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from protdp.inference.writers import printable, write_json
 
 SUMMARY_CSV_COLUMNS = ("id", "model", "seed", "rank", "length", "msa_depth", "mean_plddt", "ptm",
                        "max_pae", "recycles", "seconds", "route", "failure_reason", "iptm",
-                       "chain_pair_iptm", "ipsae", "pdockq2")
+                       "chain_pair_iptm", "ipsae", "pdockq2", "model_name")
 
 
 def write_result_npz(path: Path, pred: dict, conf: float, max_pae: float | None,
@@ -74,8 +81,10 @@ def pae_json_values(pae: np.ndarray) -> list[list[float]]:
 
 def afdb_pae(pae: np.ndarray, max_pae: float, chains: list[tuple[str, str]] | None = None
              ) -> list:
-    """AFDB PAE JSON document (`pae_json_values`); a complex adds `chains`, each chain's
-    [start, end) residue range (0-based, `protdp.multimer.outputs.chain_ranges`)."""
+    """AFDB / AlphaFold PAE JSON document (`confidence.pae_json`: a one-element list, values
+    `pae_json_values`, `max_predicted_aligned_error` the largest value the head can predict,
+    31.75 Å for AlphaFold's bins); a complex adds `chains`, each chain's [start, end) residue
+    range (0-based, `protdp.multimer.outputs.chain_ranges`)."""
     doc = {"predicted_aligned_error": pae_json_values(pae),
            "max_predicted_aligned_error": float(max_pae)}
     if chains:
@@ -84,11 +93,32 @@ def afdb_pae(pae: np.ndarray, max_pae: float, chains: list[tuple[str, str]] | No
     return [doc]
 
 
-def colabfold_scores(pred: dict, max_pae: float | None) -> dict:
+def confidence_category(score: float) -> str:
+    """AlphaFold's pLDDT category (`confidence._confidence_category`): D(isordered) < 50 <=
+    L(ow) < 70 <= M(edium) < 90 <= H(igh)."""
+    return "D" if score < 50 else "L" if score < 70 else "M" if score < 90 else "H"
+
+
+def confidence_doc(plddt: np.ndarray) -> dict:
+    """AlphaFold's `confidence_<model>.json` (`confidence.confidence_json`)."""
+    scores = [round(float(v), 2) for v in np.asarray(plddt, np.float64)]
+    return {"residueNumber": list(range(1, len(scores) + 1)), "confidenceScore": scores,
+            "confidenceCategory": [confidence_category(v) for v in scores]}
+
+
+def matrix_max_pae(pred: dict) -> float | None:
+    """The largest value of the predicted PAE matrix (ColabFold's `max_pae`, summary.csv's)."""
+    return None if pred.get("pae") is None else float(np.max(np.asarray(pred["pae"],
+                                                                         np.float64)))
+
+
+def colabfold_scores(pred: dict) -> dict:
+    """ColabFold's `<n>_scores_rank_NNN_<tag>.json`: pLDDT and PAE to 2 decimals, `max_pae`
+    the matrix maximum (`pae.max()`), pTM / ipTM (4 decimals, as scores.json)."""
     doc = {"plddt": np.round(np.asarray(pred["plddt"], np.float64), 2).tolist()}
     if pred.get("pae") is not None:
         # ColabFold's 2 decimals, rounded in float64 (float32 would print its noise)
-        doc.update(max_pae=float(max_pae),
+        doc.update(max_pae=matrix_max_pae(pred),
                    pae=np.round(np.asarray(pred["pae"], np.float64), 2).tolist(),
                    ptm=round(float(pred["ptm"]), 4))
     if pred.get("iptm") is not None:            # ColabFold's multimer scores
@@ -96,11 +126,29 @@ def colabfold_scores(pred: dict, max_pae: float | None) -> dict:
     return doc
 
 
+def colabfold_pae(scores: dict) -> dict:
+    """ColabFold's `<n>_predicted_aligned_error_v1.json` of the top-ranked model: its scores'
+    `pae` and `max_pae` under the AFDB key names, one object (not AFDB's list)."""
+    return {"predicted_aligned_error": scores["pae"],
+            "max_predicted_aligned_error": scores["max_pae"]}
+
+
+def afdb_pae_name(name: str) -> str:
+    """The AFDB's own PAE file name (`AF-<id>-F1-predicted_aligned_error_v4.json`)."""
+    return f"AF-{name}-F1-predicted_aligned_error_v4.json"
+
+
+def colabfold_name(name: str, kind: str, rank: int, tag: str, ext: str) -> str:
+    """`<n>_<kind>_rank_NNN_<tag>.<ext>` (ColabFold's file names, rank 1-based)."""
+    return f"{name}_{kind}_rank_{rank:03d}_{tag}.{ext}"
+
+
 def write_af_files(folder: Path, name: str, preds: dict[str, dict], order: list[str],
                    ranking_debug: dict, timings: dict, max_pae: float | None, *,
                    save_distogram: bool, distogram_edges: np.ndarray | None,
                    chains: list[tuple[str, str]] | None = None) -> dict[str, str]:
-    """Everything but the structures; returns {kind: file name} of the files written."""
+    """Everything but the structures; returns {kind: file name} of the files written.
+    `max_pae`: the PAE head's largest bin centre (AlphaFold's `max_predicted_aligned_error`)."""
     from protdp.inference.ranking import ranking_confidence
     files = {"ranking_debug": write_json(folder / "ranking_debug.json", ranking_debug).name,
              "timings": write_json(folder / "timings.json", timings).name}
@@ -109,17 +157,28 @@ def write_af_files(folder: Path, name: str, preds: dict[str, dict], order: list[
         files[f"result_{n}"] = write_result_npz(folder / f"result_{n}.npz", p,
                                                 ranking_confidence(p), max_pae, save_distogram,
                                                 distogram_edges).name
-        scores = folder / f"{name}_scores_rank_{k + 1:03d}_{n}.json"
-        files[f"scores_rank_{k + 1:03d}"] = write_json(scores, colabfold_scores(p, max_pae)).name
-    top = preds[order[0]]
-    if top.get("pae") is not None:
-        pae_path = folder / f"{name}_predicted_aligned_error_v1.json"
-        files["pae_json"] = _write_json_list(pae_path, afdb_pae(top["pae"], max_pae, chains)).name
+        files[f"confidence_{n}"] = _write_compact(folder / f"confidence_{n}.json",
+                                                  confidence_doc(p["plddt"])).name
+        if p.get("pae") is not None:
+            files[f"pae_{n}"] = _write_compact(folder / f"pae_{n}.json",
+                                               afdb_pae(p["pae"], max_pae)).name
+        scores = colabfold_scores(p)
+        tag = p.get("colabfold_tag", n)
+        files[f"scores_rank_{k + 1:03d}"] = write_json(
+            folder / colabfold_name(name, "scores", k + 1, tag, "json"), scores).name
+        if k == 0 and "pae" in scores:
+            files["pae_json"] = write_json(folder / f"{name}_predicted_aligned_error_v1.json",
+                                           colabfold_pae(scores)).name
+            files["afdb_pae_json"] = _write_compact(folder / afdb_pae_name(name),
+                                                    afdb_pae(p["pae"], max_pae, chains)).name
+    from protdp.inference.colabfold_log import write_colabfold_log
+    files["log"] = write_colabfold_log(folder, name, len(preds[order[0]]["plddt"]), preds,
+                                       order)
     return files
 
 
-def _write_json_list(path: Path, doc: list) -> Path:
-    """AFDB's compact PAE JSON (no spaces), written atomically."""
+def _write_compact(path: Path, doc) -> Path:
+    """AlphaFold's / AFDB's compact JSON (no spaces), written atomically."""
     return atomic_write_bytes(path, json.dumps(doc, separators=(",", ":")).encode())
 
 
@@ -139,7 +198,8 @@ def write_summary_csv(path: Path, rows: list[dict]) -> Path:
                         _fmt(m.get("recycles")), _fmt(m.get("seconds")), row["route"],
                         printable(row.get("detail", "")) if row["route"] == "rejected" else "",
                         _fmt4(m.get("iptm")), _pairs(row.get("chain_pair_iptm")) if
-                        m.get("rank") in (1, None) else "", *_best_interface(row, m)])
+                        m.get("rank") in (1, None) else "", *_best_interface(row, m),
+                        m.get("model_name") or ""])
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     tmp.write_text(buf.getvalue())
     os.replace(tmp, path)

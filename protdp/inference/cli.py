@@ -37,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(ColabFold 'A:B' records or one FASTA file per complex)")
     p.add_argument("--fasta", required=True,
                    help="targets: a FASTA file (one record each), a folder of FASTA / a3m files "
-                        "or a CSV with id,sequence columns (ColabFold's batch inputs)")
+                        "or a CSV with id,sequence columns (ColabFold's batch inputs); with a "
+                        "multimer checkpoint also the --out folder of `protdp complex features`")
     p.add_argument("--msa-dir", default=None,
                    help="MSAs as <name>.a3m|.sto|.fasta|.aln or a folder <name>/ (merged), where "
                         "<name> is the target id when it is a plain name ([A-Za-z0-9_.-], up to "

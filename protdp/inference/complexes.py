@@ -46,10 +46,15 @@ def is_complex_record(raw_sequence: str) -> bool:
 
 
 def read_complex_targets(path: str | Path) -> tuple[list[Target], str]:
-    """(one Target per complex, in input order; input_sha256 over every file read)."""
+    """(one Target per complex, in input order; input_sha256 over every file read). A folder
+    written by `protdp complex features` gives one Target per `<complex>/features.npz`
+    (`protdp.inference.complex_features_input`: precomputed features, same prediction path)."""
     from protdp.data.safeio import split_suffix
 
     path = Path(path)
+    from protdp.inference.complex_features_input import is_features_folder, read_features_targets
+    if is_features_folder(path):
+        return read_features_targets(path)
     complexes = read_complexes(path)
     targets = []
     for c in complexes:
@@ -139,6 +144,17 @@ def malformed_species_note(report: dict) -> str:
                      f" left unpaired" for c, u in bad.items())
 
 
+def complex_inputs(t: Target, msa_dir: Path | None, *, max_length: int,
+                   max_unknown_fraction: float, pair_mode: str = DEFAULT_PAIR_MODE) -> dict:
+    """`build_features` of a complex read from FASTA, or the precomputed features of one read
+    from a `protdp complex features` folder (`complex_features_input.features_inputs`)."""
+    if "features_npz" in t.extra:
+        from protdp.inference.complex_features_input import features_inputs
+        return features_inputs(t, max_length=max_length)   # rows as written: no pair mode
+    return build_features(t.extra["complex"], msa_dir, max_length=max_length,
+                          max_unknown_fraction=max_unknown_fraction, pair_mode=pair_mode)
+
+
 def build_features(t: ComplexTarget, msa_dir: Path | None, *, max_length: int,
                    max_unknown_fraction: float, pair_mode: str = DEFAULT_PAIR_MODE) -> dict:
     """The model input of one complex: {"features" (numpy np_example), "chains" [(id, seq)] in
@@ -162,7 +178,14 @@ def build_features(t: ComplexTarget, msa_dir: Path | None, *, max_length: int,
     depths, coverage = chain_msa_rows(cf.features)      # the rows the model gets (pair mode)
     return {"features": cf.features, "chains": chains, "files": files, "report": cf.report,
             "msa_depth": min(depths), "coverage": coverage.astype(int).tolist(),
-            "note": malformed_species_note(cf.report)}
+            "note": malformed_species_note(cf.report), "records": chain_records(t)}
+
+
+def chain_records(t: ComplexTarget) -> dict[str, dict]:
+    """AlphaFold-Multimer's chain id map: {chain id: {"description" (the FASTA record's, or
+    '<complex> chain <id>' for a ColabFold 'A:B' record), "sequence"}}, input order."""
+    return {c.chain_id: {"description": c.description, "sequence": c.sequence}
+            for c in t.chains}
 
 
 @torch.no_grad()
@@ -202,11 +225,13 @@ def run_complex_member(model: torch.nn.Module, features: dict, device: torch.dev
             "seconds": round(time.perf_counter() - t0, 3)}
 
 
-def run_complex_ensemble(models: list, features: dict, device: torch.device, config
-                         ) -> tuple[dict, dict]:
+def run_complex_ensemble(models: list, features: dict, device: torch.device, config,
+                         member_names: list[dict]) -> tuple[dict, dict]:
     """Every (multimer model, seed) prediction of one complex (`ensemble.members`: AlphaFold's
-    model_1..5 x seeds) -> ({name: prediction}, timings.json)."""
+    model_1..5 x seeds) -> ({name: prediction}, timings.json); `member_names` per model
+    (`model_names.describe_members`)."""
     from protdp.inference.ensemble import members
+    from protdp.inference.model_names import colabfold_tag
     from protdp.inference.ranking import model_numbers
 
     preds, timings = {}, {}
@@ -215,7 +240,9 @@ def run_complex_ensemble(models: list, features: dict, device: torch.device, con
         loaded = models[mem.model_index]
         pred = run_complex_member(loaded.model, features, device, seed=mem.seed,
                                   num_recycles=config.num_recycles)
-        pred.update(model_index=mem.model_index, seed=mem.seed,
+        names = member_names[mem.model_index]
+        pred.update(model_index=mem.model_index, seed=mem.seed, **names,
+                    colabfold_tag=colabfold_tag(mem.name, names["model_type"]),
                     msa_rows_used=int(features["num_alignments"]),
                     checkpoint_sha256=loaded.sha256)
         timings[f"predict_and_compile_{mem.name}"] = pred["seconds"]

@@ -18,7 +18,6 @@ store.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -38,15 +37,16 @@ from protdp.templates.inputs import template_names, template_provider
 from protdp.data.residues import GAP_ID
 from protdp.data.screening import ScreeningList
 from protdp.errors import ConfigError, InputError, ProtdpError
-from protdp.gating import GateDecision, GatePolicy, band_of, load_gate_policy, route
+from protdp.gating import GateDecision, GatePolicy, load_gate_policy, route
 from protdp.gating.release import weaker_thresholds
 from protdp.inference.checkpoint import LoadedModel, checkpoint_home, sha256_file
 from protdp.inference.targets import (Target, clean_sequence, find_msa_files, load_msa,
                                       sha256_text)
-from protdp.inference.complexes import (COMPLEX_HINT, COMPLEX_SCORE_KEYS, build_features,
-                                       complex_scores, interface_rows, is_complex_record,
-                                       run_complex_ensemble)
-from protdp.inference.af_outputs import pae_json_values
+from protdp.inference.complexes import (COMPLEX_HINT, COMPLEX_SCORE_KEYS, complex_inputs,
+                                       interface_rows,
+                                       is_complex_record, run_complex_ensemble)
+from protdp.inference.model_names import colabfold_tag, describe_members
+from protdp.inference.scores_json import prediction_scores
 from protdp.inference.ensemble import members, run_member, ensemble_stops
 from protdp.inference.layout import (current_prediction, prediction_id,
                                      publish_build, set_aside_damaged, start_build,
@@ -212,6 +212,7 @@ class Predictor:
         if not self.models:
             raise ConfigError("predict needs at least one checkpoint")
         self.loaded = self.models[0]
+        self.member_names = describe_members(self.models)   # AlphaFold / ColabFold names
         self.device = torch.device(device)
         for m in self.models:
             if next(m.model.parameters()).device != self.device:
@@ -338,8 +339,10 @@ class Predictor:
                               max_memory_bytes=budget, tolerance=c.recycle_early_stop_tolerance,
                               stop_at_score=c.stop_at_score, keep_distogram=c.save_distogram,
                               forward=forward)
+            names = self.member_names[mem.model_index]
             pred.update(model_index=mem.model_index, model_number=numbers[mem.model_index],
-                        seed=mem.seed,
+                        seed=mem.seed, **names,
+                        colabfold_tag=colabfold_tag(mem.name, names["model_type"]),
                         msa_rows_used=size.S, checkpoint_sha256=loaded.sha256)
             timings[f"predict_and_compile_{mem.name}"] = pred["seconds"]
             preds[mem.name] = pred
@@ -358,9 +361,9 @@ class Predictor:
             if t.error:
                 raise InputError(t.error)
             built = None
-            if "complex" in t.extra:            # issue 32: AlphaFold-Multimer inputs
+            if "complex" in t.extra or "features_npz" in t.extra:   # AlphaFold-Multimer inputs
                 msa_dir = None if self.config.msa_mode == "single_sequence" else fasta["msa_dir"]
-                built = build_features(t.extra["complex"], msa_dir,
+                built = complex_inputs(t, msa_dir,
                                        max_length=self.config.max_length,
                                        max_unknown_fraction=self.config.max_unknown_fraction,
                                        pair_mode=self.config.pair_mode)
@@ -391,7 +394,7 @@ class Predictor:
                 t0 = time.perf_counter()
                 hits = self.screening.hits(seq) if self.screening is not None else []
                 preds, timings = run_complex_ensemble(self.models, built["features"], self.device,
-                                                      self.config)
+                                                      self.config, self.member_names)
                 timings["features"] = round(time.perf_counter() - t0 - sum(timings.values()), 3)
                 msa_depth, coverage, template_record = built["msa_depth"], built["coverage"], None
             elif done is None:
@@ -468,79 +471,79 @@ class Predictor:
                 coverage, row, template_record=None, built=None):
         """Rank, gate and write the prediction folder (built hidden, renamed into place), then
         enqueue and mark it complete (`_complete_published`). `built`: a complex's inputs
-        (`complexes.build_features`): chains in the files, ipTM / interface PAE in the gate."""
+        (`complexes.complex_inputs`): chains in the files, ipTM / interface PAE in the gate."""
         order, ranking_debug = rank(preds)
         spread = ensemble_spread(preds, order) if len(preds) > 1 else None
         top = preds[order[0]]
         finite_xyz = np.isfinite(top["positions"]).all(axis=(-1, -2))             # [L]
         plddt = round_plddt(top["plddt"])
         plddt[~finite_xyz] = np.nan   # no position, no confidence: the gate flags invalid_plddt
-        hit_text = [f"{h.entry} (query {h.query_start + 1}-{h.query_end}, {h.method})" for h in hits]
-        decision: GateDecision = route(plddt, length=len(seq), msa_depth=msa_depth,
-                                       training_crop=self.loaded.training_crop,
-                                       screening_hits=hit_text, policy=self.policy, sequence=seq,
-                                       forced_reasons=self.forced_reasons,
-                                       ensemble_ca_rmsd=None if spread is None
-                                       else spread["max_ca_rmsd"],
-                                       templates=template_names(template_record),
-                                       interface=None if built is None else
-                                       {"iptm": top["iptm"], "interface_pae": top["interface_pae"],
-                                        "interface_scores": interface_rows(built["chains"], top)})
+        decision = self._decide(seq, plddt, msa_depth, hits, spread, template_record, built, top)
         build = start_build(tdir, pid)
-        outputs = write_prediction_files(build, t.file_name, seq, preds, order, ranking_debug,
-                                         timings, coverage, self.loaded.trunk_config,
-                                         save_distogram=self.config.save_distogram,
-                                         plots=self.config.plots, relax=self.config.relax,
-                                         relax_timeout_s=self.config.relax_timeout_s,
-                                         msa_paths=[m["path"] for m in msa_files],
-                                         chains=None if built is None else built["chains"],
-                                         details={"checkpoint_sha256": top["checkpoint_sha256"],
-                                                  "seed": top["seed"],
-                                                  "num_recycles": top["num_recycles"]})
-        mean = decision.mean_plddt
-        ensemble = [{"name": n, "seed": preds[n]["seed"],
-                     # complexes' members carry no model_number: their position
-                     "model": preds[n].get("model_number", preds[n]["model_index"] + 1),
-                     "rank": k + 1, "mean_plddt": round(float(np.mean(preds[n]["plddt"])), 2),
-                     "ptm": preds[n].get("ptm"), "iptm": preds[n].get("iptm"),
-                     "max_pae": None if preds[n].get("pae") is None
-                     else round(float(np.max(preds[n]["pae"])), 2),
-                     "recycles": preds[n]["num_recycles"], "seconds": preds[n]["seconds"],
-                     "chunk_size": preds[n]["chunk_size"], "oom_retries": preds[n]["oom_retries"],
-                     "predicted_peak_gib": preds[n]["predicted_peak_gib"],
-                     "early_stop": preds[n]["early_stop"],
-                     "checkpoint_sha256": preds[n]["checkpoint_sha256"]}
-                    for k, n in enumerate(order)]
-        scores = {
-            "target": t.target_id, "file_name": t.file_name, "sequence": seq, "length": len(seq),
-            "plddt": plddt, "mean_plddt": mean, "band": None if mean is None else band_of(mean),
-            "afdb_bands": decision.afdb_bands, "very_low_fraction": decision.very_low_fraction,
-            "ptm": top.get("ptm"), "pae": None if "pae" not in top else pae_json_values(top["pae"]),
-            "trunk_dtype": "bfloat16" if self.loaded.trunk_config.bf16 else "float32",
-            "msa_depth": msa_depth, "msa_rows_used": top["msa_rows_used"],
-            "msa_coverage": coverage, "num_recycles": top["num_recycles"],
-            "nonfinite_residues": int((~finite_xyz).sum() + (~np.isfinite(top["plddt"])).sum()),
-            "screening_hits": [dataclasses.asdict(h) for h in hits],
-            "top_model": order[0], "ensemble": ensemble, "ensemble_spread": spread,
-            "route": decision.route, "reasons": decision.reasons, "details": decision.details,
-        }
-        if built is not None:        # issue 32: the complex's chains and interface scores
-            scores.update(complex_scores(built["chains"], top))
-            if built["note"]:
-                scores["details"] = {**scores["details"], "pairing": built["note"]}
+        outputs = self._write_files(build, t, seq, preds, order, ranking_debug, timings,
+                                    coverage, msa_files, built)
+        scores = prediction_scores(t, seq, preds, order, decision, plddt, finite_xyz,
+                                   spread=spread, hits=hits, msa_depth=msa_depth,
+                                   coverage=coverage, bf16=self.loaded.trunk_config.bf16,
+                                   built=built)
         write_json(build / "scores.json", scores)
         outputs["scores"] = "scores.json"
         pdir = tdir / pid
-        row.update(route=decision.route, reasons=decision.reasons, mean_plddt=mean,
+        row.update(route=decision.route, reasons=decision.reasons, mean_plddt=decision.mean_plddt,
                    band=scores["band"], ptm=top.get("ptm"), iptm=top.get("iptm"),
                    chain_pair_iptm=scores.get("chain_pair_iptm"),
                    best_interface=scores.get("best_interface"),
-                   msa_depth=msa_depth,
-                   num_recycles=top["num_recycles"], top_model=order[0], ensemble=ensemble,
-                   prediction_id=pid, status="predicted",
+                   msa_depth=msa_depth, model_name=top.get("model_name"),
+                   num_recycles=top["num_recycles"], top_model=order[0],
+                   ensemble=scores["ensemble"], prediction_id=pid, status="predicted",
                    detail="; ".join(scores["details"].values()),
                    paths={k: str(pdir / v) for k, v in outputs.items()})
-        provenance = {
+        provenance = self._provenance(t, seq, pid, fp, fasta, msa_files, template_record,
+                                      decision, outputs, row)
+        # the pending record (everything but the review item) travels inside the build, so a
+        # crash after the rename is finished by the rerun without redoing the model
+        provenance["outputs_sha256"] = {n: sha256_file(build / n) for n in outputs.values()}
+        write_json(build / PENDING_FILE, provenance)
+        publish_build(build, pdir)
+        return self._complete_published(t, tdir, pdir, fp, provenance, scores, rebind=True)
+
+    def _decide(self, seq, plddt, msa_depth, hits, spread, template_record, built,
+                top) -> GateDecision:
+        """The gate's decision on the top-ranked prediction (`plddt` [L], NaN where the model
+        gave no position), with this batch's forced reasons (an unreleased checkpoint)."""
+        hit_text = [f"{h.entry} (query {h.query_start + 1}-{h.query_end}, {h.method})"
+                    for h in hits]
+        return route(plddt, length=len(seq), msa_depth=msa_depth,
+                     training_crop=self.loaded.training_crop, screening_hits=hit_text,
+                     policy=self.policy, sequence=seq, forced_reasons=self.forced_reasons,
+                     ensemble_ca_rmsd=None if spread is None else spread["max_ca_rmsd"],
+                     templates=template_names(template_record),
+                     interface=None if built is None else
+                     {"iptm": top["iptm"], "interface_pae": top["interface_pae"],
+                      "interface_scores": interface_rows(built["chains"], top)})
+
+    def _write_files(self, build, t, seq, preds, order, ranking_debug, timings, coverage,
+                     msa_files, built) -> dict[str, str]:
+        """Every structure / score file of the prediction into the build folder."""
+        top = preds[order[0]]
+        return write_prediction_files(build, t.file_name, seq, preds, order, ranking_debug,
+                                      timings, coverage, self.loaded.trunk_config,
+                                      save_distogram=self.config.save_distogram,
+                                      plots=self.config.plots, relax=self.config.relax,
+                                      relax_timeout_s=self.config.relax_timeout_s,
+                                      msa_paths=[m["path"] for m in msa_files],
+                                      chains=None if built is None else built["chains"],
+                                      records={"A": {"description": t.header, "sequence": seq}}
+                                      if built is None else built["records"],
+                                      details={"checkpoint_sha256": top["checkpoint_sha256"],
+                                               "model_name": top.get("model_name"),
+                                               "seed": top["seed"],
+                                               "num_recycles": top["num_recycles"]})
+
+    def _provenance(self, t, seq, pid, fp, fasta, msa_files, template_record, decision,
+                    outputs, row) -> dict:
+        """provenance.json (less the review item and the outputs' digests)."""
+        return {
             "target": t.target_id, "header": t.header, "file_name": t.file_name,
             "prediction_id": pid,
             "not_for_clinical_use": True, "notice": CLINICAL_NOTICE,
@@ -548,7 +551,8 @@ class Predictor:
             "protdp_version": __version__, "code_version": self._code,
             "host": socket.gethostname(), "rank": self.rank, "world_size": self.world_size,
             "checkpoint": self.loaded.describe(),
-            "checkpoints": [m.describe() for m in self.models],
+            "checkpoints": [{**m.describe(), **names} for m, names in
+                            zip(self.models, self.member_names)],
             "inputs": {"fasta": fasta["path"], "fasta_sha256": fasta["sha256"],
                        "fasta_line": t.line, "sequence_sha256": sha256_text(seq),
                        "msa_files": msa_files, "screening_list": self.screening_path,
@@ -559,12 +563,6 @@ class Predictor:
             "gate": decision.to_dict(), "outputs": outputs, "fingerprint": fp,
             "summary": {k: v for k, v in row.items() if k != "gate"},
         }
-        # the pending record (everything but the review item) travels inside the build, so a
-        # crash after the rename is finished by the rerun without redoing the model
-        provenance["outputs_sha256"] = {n: sha256_file(build / n) for n in outputs.values()}
-        write_json(build / PENDING_FILE, provenance)
-        publish_build(build, pdir)
-        return self._complete_published(t, tdir, pdir, fp, provenance, scores, rebind=True)
 
     def _finish_pending(self, t, tdir, pdir, fp) -> dict:
         """A published folder whose run stopped before the queue / completion mark."""

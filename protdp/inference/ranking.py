@@ -4,8 +4,9 @@ AlphaFold (`run_alphafold.py`, v2.3) scores every model with its ranking confide
 pLDDT for monomer models, `0.8 ipTM + 0.2 pTM` for multimer models; sorts them best first;
 writes `ranked_K.pdb` for the K-th best and `ranking_debug.json`:
 
-    {"plddts": {"model_1_seed_000": 91.2, ...}, "order": ["model_3_seed_000", ...]}
-    ({"iptm+ptm": {...}, "order": [...]} for multimer)
+    {"plddts": {"model_1_seed_000": 91.2345, ...}, "order": ["model_3_seed_000", ...]}
+    ({"iptm+ptm": {...}, "order": [...]} for multimer; full floats; protdp adds "ptm" and,
+    for complexes, "iptm" per model, as AlphaPulldown does)
 
 The spread across the ensemble (largest Cα RMSD of the top-ranked model to any other, after
 superposition) is gate evidence: models that disagree send the target to review.
@@ -29,12 +30,19 @@ def prediction_name(model_index: int, seed: int) -> str:
 
 def model_numbers(paths: list) -> list[int]:
     """1-based model number of each checkpoint in the names: AlphaFold's own number for
-    imported `model_N[_ptm]` folders / files (a folder holding only `model_3` gives
-    `model_3_seed_*`, as AlphaFold names it), else the position in `--checkpoint` order (also
+    imported AlphaFold weights (the import's provenance names `params_model_3_ptm.npz`:
+    `model_3_seed_*`, whatever the folder is called, `model_names.alphafold_model_name`) or
+    for `model_N[_ptm]` folders / files, else the position in `--checkpoint` order (also
     whenever two checkpoints would share a number)."""
+    from protdp.inference.model_names import alphafold_model_name, alphafold_model_number
+
     found = []
     for p in paths:
         p = Path(p)
+        imported = alphafold_model_name(p)
+        if imported is not None:
+            found.append(alphafold_model_number(imported))
+            continue
         m = next((re.fullmatch(r"model_(\d+)(_\w+)?", n) for n in (p.stem, p.parent.name)
                   if re.fullmatch(r"model_(\d+)(_\w+)?", n)), None)
         found.append(int(m.group(1)) if m and int(m.group(1)) > 0 else None)
@@ -51,11 +59,17 @@ def ranking_confidence(pred: dict) -> float:
 
 
 def rank(preds: dict[str, dict]) -> tuple[list[str], dict]:
-    """Names best first (ties: name order) and `ranking_debug.json` in AlphaFold's shape."""
+    """Names best first (ties: name order) and `ranking_debug.json` in AlphaFold's shape, at
+    full float precision as AlphaFold writes it, plus each model's pTM (and ipTM) as
+    AlphaPulldown's ranking_debug.json carries them (read by alphajudge)."""
     multimer = all(p.get("iptm") is not None for p in preds.values())
-    conf = {name: round(ranking_confidence(p), 2) for name, p in preds.items()}
+    conf = {name: ranking_confidence(p) for name, p in preds.items()}
     order = sorted(conf, key=lambda n: (-conf[n], n))
-    return order, {"iptm+ptm" if multimer else "plddts": conf, "order": order}
+    debug = {"iptm+ptm" if multimer else "plddts": conf}
+    for key in ("ptm", "iptm"):
+        if all(p.get(key) is not None for p in preds.values()):
+            debug[key] = {name: float(p[key]) for name, p in preds.items()}
+    return order, {**debug, "order": order}
 
 
 def ensemble_spread(preds: dict[str, dict], order: list[str]) -> dict:

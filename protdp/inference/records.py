@@ -53,7 +53,9 @@ def intact_pending(pdir: Path, fingerprint: str) -> bool:
 
 def item_paths(paths: dict, pdir: Path) -> dict:
     """Every file of a prediction for its review item (the queue hashes them): the outputs and
-    pending.json, the record provenance.json repeats once the item id is known."""
-    out = {k: v for k, v in paths.items() if k != "provenance"}
+    pending.json, the record provenance.json repeats once the item id is known. A file in a
+    subfolder (AlphaFold's `msas/chain_id_map.json`) is bound through pending.json, whose
+    `outputs_sha256` holds its digest (the queue binds the files of one folder)."""
+    out = {k: v for k, v in paths.items() if k != "provenance" and Path(v).parent == pdir}
     out["pending"] = str(pdir / PENDING_FILE)
     return out

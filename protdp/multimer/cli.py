@@ -18,6 +18,12 @@ which species); OUT/complex_features.tsv lists every complex with its status. A 
 one line there (and on stderr) and the others go on. Templates are not searched here (zero
 template slots). --pair-mode unpaired|paired|unpaired_paired (ColabFold's names) keeps the
 unpaired rows, the paired block, or both (`protdp.multimer.pair_modes`).
+
+`protdp complex predict --features-dir OUT ...` is `protdp predict --fasta OUT ...` (one
+prediction path, issue 41): the features folder is read as precomputed complexes
+(`protdp.inference.complex_features_input`), with the release check (`--allow-unreleased`),
+the gate, the review queue, the prediction folder layout, ModelCIF, provenance and resume of
+`protdp predict`; every other `protdp predict` flag passes through.
 """
 
 from __future__ import annotations
@@ -25,19 +31,17 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from protdp.data.residues import RESTYPES
 from protdp.errors import InputError, ProtdpError
 from protdp.inference.complexes import chain_inputs, malformed_species_note
 from protdp.inference.writers import printable, safe_name
 from protdp.msa.writers import atomic_write
 from protdp.multimer.features import ChainInput, complex_features, write_pairing_report
-from protdp.multimer.inputs import ComplexTarget, chain_msa_names, read_complexes
+from protdp.multimer.inputs import ComplexTarget, read_complexes
 from protdp.multimer.pair_modes import DEFAULT_PAIR_MODE, PAIR_MODES
 
 MAX_LENGTH = 10_000                 # per chain, as `protdp msa search`
@@ -109,13 +113,22 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--pair-mode", choices=PAIR_MODES, default=DEFAULT_PAIR_MODE,
                    help="paired block, unpaired rows or both, as ColabFold names them "
                         "(%(default)s)")
-    pr = sub.add_parser("predict", help="AlphaFold-Multimer prediction of each complex folder "
-                        "written by `protdp complex features`")
+    pr = sub.add_parser("predict", help="`protdp predict` of each complex folder written by "
+                        "`protdp complex features` (any other `protdp predict` flag, e.g. "
+                        "--allow-unreleased, --queue-url, --seeds, passes through)",
+                        description="`protdp predict --fasta FEATURES_DIR`: the release check "
+                        "(an unreleased checkpoint is refused unless --allow-unreleased), gate, "
+                        "review queue, layout, ModelCIF, provenance and resume of `protdp "
+                        "predict`; every other `protdp predict` flag (--allow-unreleased, "
+                        "--queue-url, --seeds, --no-plots, ...) passes through.")
     pr.add_argument("--features-dir", required=True, help="output of `protdp complex features`")
-    pr.add_argument("--checkpoint", required=True,
-                    help="multimer checkpoint (`protdp weights import` of params_model_N_multimer_v3.npz)")
-    pr.add_argument("--out", required=True, help="output folder (one folder per complex)")
-    pr.add_argument("--seed", type=int, default=0, help="MSA sampling seed (%(default)s)")
+    pr.add_argument("--checkpoint", required=True, action="append",
+                    help="multimer checkpoint (`protdp weights import` of params_model_N_multimer_v3.npz); "
+                         "repeat it for an ensemble")
+    pr.add_argument("--out", required=True,
+                    help="output folder (`protdp predict`'s: targets/<complex>/<id>/, summary.tsv)")
+    pr.add_argument("--seed", type=int, default=0,
+                    help="MSA sampling seed, `protdp predict --random-seed` (%(default)s)")
     pr.add_argument("--gating", default=None, help="gate policy YAML (default: the shipped one)")
     pr.add_argument("--num-recycles", type=int, default=None,
                     help="recycles (default: the checkpoint's; early stop as AlphaFold-Multimer)")
@@ -143,94 +156,37 @@ def _store(args) -> int:
 # ---- end of `protdp complex store` ----
 
 
-def _chains_of(features: dict) -> list[tuple[str, str]]:
-    """[(chain id A, B, ..., sequence)] from asym_id order and aatype (AlphaFold order)."""
-    asym, aatype = np.asarray(features["asym_id"]), np.asarray(features["aatype"])
-    chains = []
-    for k, a in enumerate(dict.fromkeys(asym.tolist())):
-        seq = "".join(RESTYPES[i] if i < len(RESTYPES) else "X" for i in aatype[asym == a])
-        chains.append((chr(ord("A") + k) if k < 26 else f"C{k}", seq))
-    return chains
-
-
-def predict(features_dir: str, checkpoint: str, out: str, seed: int = 0,
-            num_recycles: int | None = None, gating: str | None = None) -> list[dict]:
-    """Every `<complex>/features.npz` under `features_dir` -> `<out>/<complex>/` with
-    `<complex>.pdb`, `<complex>.cif` and `scores.json` (with the gate decision: pLDDT checks
-    plus ipTM and interface PAE); a bad complex is one row, the rest go on."""
-    import torch
-
-    from protdp.gating.policy import load_gate_policy
-    from protdp.gating.route import route
-    from protdp.interface.complex import best_interface, complex_interface_rows
-    from protdp.multimer.outputs import confidence_json, write_complex_structures
-    from protdp.weights.multimer_checkpoint import load_multimer
-    from protdp.weights.store import read_npz
-
-    if not Path(features_dir).is_dir():
+def predict_argv(args, extra: list[str]) -> list[str]:
+    """`protdp complex predict` as the `protdp predict` command line it stands for: the
+    features folder is its --fasta (`protdp.inference.complex_features_input`), so release
+    check (--allow-unreleased), gate, review queue, layout, ModelCIF, provenance and resume
+    are `protdp predict`'s; every other `protdp predict` flag passes through."""
+    folder = Path(args.features_dir)
+    if not folder.is_dir():
         raise InputError("not a folder (give the --out folder of `protdp complex features`)",
-                         path=features_dir)
-    found = sorted(Path(features_dir).glob("*/features.npz"))
-    if not found:
+                         path=folder)
+    if not any(folder.glob("*/features.npz")):
         raise InputError("no <complex>/features.npz in this folder (write them with `protdp "
-                         "complex features --out`)", path=features_dir)
-    model = load_multimer(checkpoint)
-    policy = load_gate_policy(gating)
-    rows = []
-    for path in found:
-        name = path.parent.name
-        row = {"complex": name, "status": "error", "detail": ""}
-        rows.append(row)
-        try:        # no pickles; a folder or non-npz bytes is one line naming the file
-            feats = {k: torch.from_numpy(np.asarray(v))
-                     for k, v in read_npz(path, "features file").items()}
-            chains = _chains_of(feats)
-            gen = torch.Generator().manual_seed(seed)
-            with torch.no_grad():
-                res = model(feats, num_recycles=num_recycles, generator=gen)
-            folder = Path(out) / name
-            if folder.is_symlink():         # a planted link is never written through
-                raise InputError("is a symbolic link; protdp never writes through a link in "
-                                 "its output folder: remove it", path=folder)
-            write_complex_structures(folder, name, chains, res["final_atom_positions"].numpy(),
-                                     res["plddt"].numpy(), res["final_atom_mask"].numpy())
-            ipae = res["interface_pae"]
-            iface = complex_interface_rows(chains, res["final_atom_positions"].numpy(),
-                                          res["plddt"].numpy(), res["pae"].numpy(),
-                                          res["chain_pair_actifptm"].numpy())      # issue 43
-            decision = route(res["plddt"].numpy(), length=len(res["plddt"]),
-                             msa_depth=int(feats["num_alignments"]) if "num_alignments" in feats
-                             else int(feats["msa"].shape[0]), training_crop=None, policy=policy,
-                             sequence="".join(q for _, q in chains),
-                             interface={"iptm": float(res["iptm"]),
-                                        "interface_pae": None if ipae is None else float(ipae),
-                                        "interface_scores": iface})
-            scores = confidence_json(chains, res["plddt"], res)     # one write, gate included:
-            scores["gate"] = decision.to_dict()                      # never a gate-less file
-            scores.update(interface_scores=iface, best_interface=best_interface(iface))
-            atomic_write(folder / "scores.json",
-                         (json.dumps(scores, allow_nan=False) + "\n").encode())
-            row.update(status="ok", detail=f"{decision.route} ({', '.join(decision.reasons) or 'no flag'}); "
-                                           f"ipTM {float(res['iptm']):.3f} pTM {float(res['ptm']):.3f} "
-                                           f"recycles {res['num_recycles']}")
-        except (ProtdpError, ValueError, KeyError, OSError, RuntimeError) as exc:
-            row["detail"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-    return rows
+                         "complex features --out`)", path=folder)
+    argv = [a for c in args.checkpoint for a in ("--checkpoint", c)]
+    argv += ["--fasta", str(folder), "--out", args.out, "--random-seed", str(args.seed)]
+    if args.num_recycles is not None:
+        argv += ["--num-recycles", str(args.num_recycles)]
+    if args.gating is not None:
+        argv += ["--gating", args.gating]
+    return argv + extra
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
+    args, extra = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    if extra and args.cmd != "predict":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.cmd == "store":
         return _store(args)
-    if args.cmd == "predict":
-        rows = predict(args.features_dir, args.checkpoint, args.out, args.seed, args.num_recycles,
-                       args.gating)
-        for r in rows:
-            print(f"  {r['status']}: {r['complex']}: {r['detail']}",
-                  file=sys.stdout if r["status"] == "ok" else sys.stderr)
-        ok = sum(r["status"] == "ok" for r in rows)
-        print(f"protdp complex predict: {len(rows)} complexes: {ok} ok, {len(rows) - ok} failed")
-        return 0 if ok or not rows else 1
+    if args.cmd == "predict":            # one prediction path: `protdp predict` (issue 41)
+        from protdp.inference.cli import main as predict_main
+        return predict_main(predict_argv(args, extra))
     rows = run(args.fasta, args.msa_dir, args.out, args.pairing_db, args.pair_mode)
     ok = sum(r["status"] == "ok" for r in rows)
     print(f"protdp complex features: {len(rows)} complexes: {ok} ok, {len(rows) - ok} rejected; "
