@@ -1,0 +1,104 @@
+"""`protdp predict` through the work queue (issue 45): two processes started by hand on the
+same inputs and --out share the targets; one killed with kill -9 midway loses its target only
+until its lease runs out, the other finishes every target and summary.csv has each exactly
+once; `protdp predict --status OUT` names who is running what."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import torch
+import yaml
+
+from protdp.cli import main as protdp_main
+from protdp.inference.checkpoint import save_model_checkpoint
+from protdp.inference.layout import current_prediction
+from protdp.model.model import build_model
+from protdp.paths import REPO_ROOT
+from protdp.workqueue import run_status
+
+TINY = yaml.safe_load((REPO_ROOT / "configs" / "model" / "tiny.yaml").read_text())
+SEQ = "MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQAPILSRVGDGTQDNLSGAEKAVQVKVKALPDAQFEVVHSLAKWKRQTLGQHDFSAGEGLYTHMKALRPDEDRLSPLHSVYVDQWDWERVMGDGERQFSTLKSTVEAIWAGIKATEAAVSEEFGLAPFLPDQIHFVHSQELLSRYPDLDAKGRERAIAKDLGAVFLVGIGGKLSDGHRHDVRAPDYDDWAAVYHQGTLEERINPLF"
+LEASE_S = 3.0
+
+
+def _cmd(ckpt, fasta, out):
+    return [sys.executable, "-m", "protdp.cli", "predict", "--checkpoint", str(ckpt), "--fasta",
+            str(fasta), "--out", str(out), "--allow-unreleased", "--no-plots", "--no-progress",
+            "--msa-mode", "single_sequence", "--lease-seconds", str(LEASE_S)]
+
+
+def _summary_ids(out):
+    with open(out / "summary.csv", newline="") as fh:
+        return [r["id"] for r in csv.DictReader(fh)]
+
+
+def test_two_processes_by_hand_one_killed(tmp_path, capsys):
+    torch.manual_seed(0)
+    ckpt = save_model_checkpoint(build_model(TINY, verbose=False), None, tmp_path / "m.pt")
+    names = [f"t{i:02d}" for i in range(10)]
+    fasta = tmp_path / "t.fasta"
+    # lengths 40..130: long enough that each process holds a target for a while
+    fasta.write_text("".join(f">{n}\n{SEQ[:40 + 10 * i]}\n" for i, n in enumerate(names)))
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
+    survivor = subprocess.Popen(_cmd(ckpt, fasta, out), env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    victim = subprocess.Popen(_cmd(ckpt, fasta, out), env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    queue = out / ".summary_parts" / "work_queue.sqlite"
+    held, deadline = None, time.monotonic() + 120
+    try:
+        while held is None and time.monotonic() < deadline:     # the victim holds a target
+            time.sleep(0.05)
+            if not queue.is_file():
+                continue
+            try:
+                st = run_status(str(queue))
+            except Exception:   # noqa: BLE001  (the run is being created)
+                continue
+            held = next((r for r in st["running"] if r["pid"] == victim.pid), None)
+        assert held is not None, "the second process never claimed a target"
+        # --status: who runs what (read from the queue while both processes work)
+        assert protdp_main(["predict", "--status", str(out)]) == 0
+        shown = capsys.readouterr().out
+        assert f"running {held['name']}: rank 0 on {held['host']} pid {victim.pid}" in shown
+        assert "of 10" in shown and "left" in shown
+    finally:
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.wait()
+    stdout, stderr = survivor.communicate(timeout=300)
+    assert survivor.returncode == 0, stderr[-3000:]
+    assert victim.returncode == -signal.SIGKILL
+    ids = _summary_ids(out)
+    assert sorted(ids) == names                                 # every target, exactly once
+    assert "10 targets:" in stdout
+    st = run_status(str(queue))
+    assert st["counts"]["done"] == 10 and st["running"] == []
+    # the killed process's target was predicted by the survivor, after the lease ran out
+    prov = json.loads((current_prediction(out / "targets" / held["name"]) /
+                       "provenance.json").read_text())
+    assert prov["host"] and (out / "targets" / held["name"] / "CURRENT").is_file()
+    from sqlalchemy import select
+
+    from protdp.workqueue import WorkQueue
+    from protdp.workqueue.schema import items
+    q = WorkQueue(str(queue), st["run_key"])
+    with q.db.tx(readonly=True) as conn:
+        row = conn.execute(select(items.c.attempts, items.c.pid).where(
+            items.c.run_key == st["run_key"], items.c.idx == held["idx"])).first()
+    q.close()
+    assert row.attempts == 2 and row.pid == survivor.pid
+    # a re-launch into the same --out: the finished run is verified, nothing predicted again
+    again = subprocess.run(_cmd(ckpt, fasta, out), env=env, capture_output=True, text=True,
+                           timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "(10 already complete, skipped)" in again.stdout
+    assert sorted(_summary_ids(out)) == names
