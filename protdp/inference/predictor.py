@@ -46,13 +46,12 @@ from protdp.inference.targets import (Target, clean_sequence, find_msa_files, lo
 from protdp.inference.complexes import (COMPLEX_HINT, COMPLEX_SCORE_KEYS, build_features,
                                        complex_scores, is_complex_record, run_complex_ensemble)
 from protdp.inference.af_outputs import pae_json_values
-from protdp.inference.ensemble import members, run_member, ensemble_stops
+from protdp.inference.ensemble import run_ensemble
 from protdp.inference.layout import (current_prediction, prediction_id,
                                      publish_build, set_aside_damaged, start_build,
                                      write_current)
-from protdp.inference.memory import TargetSize
 from protdp.inference.prediction_files import write_prediction_files
-from protdp.inference.ranking import ensemble_spread, model_numbers, rank
+from protdp.inference.ranking import ensemble_spread, rank
 from protdp.inference.records import PENDING_FILE, completed_record, intact_pending, item_paths
 from protdp.inference.recycling import RecycleEarlyStop
 from protdp.inference.writers import round_plddt, write_json
@@ -315,34 +314,9 @@ class Predictor:
 
     def _run_ensemble(self, seq: str, msa, family_id: str, forward=None,
                       template_inputs: dict | None = None) -> tuple[dict, dict]:
-        """Every (model, seed) prediction -> ({name: prediction}, timings.json);
-        `template_inputs` go to the members with a template module."""
-        c = self.config
-        preds, timings = {}, {}
-        budget = None if c.max_memory_gib is None else int(c.max_memory_gib * 1024 ** 3)
-        numbers = model_numbers([m.path for m in self.models])
-        for mem in members(len(self.models), c.seed, c.num_seeds, numbers):
-            loaded = self.models[mem.model_index]
-            t0 = time.perf_counter()
-            feats = self.features(seq, msa, family_id, seed=mem.seed, loaded=loaded)
-            if template_inputs and loaded.config.templates:
-                feats.update(template_inputs)
-            timings[f"process_features_{mem.name}"] = round(time.perf_counter() - t0, 3)
-            size = TargetSize(len(seq), int(feats["msa"].shape[-2]),
-                              int(feats["extra_msa"].shape[-2]) if "extra_msa" in feats else 0)
-            pred = run_member(loaded.model, feats, self.device, num_recycles=c.num_recycles,
-                              size=size, n_params=loaded.model.num_parameters(),
-                              max_memory_bytes=budget, tolerance=c.recycle_early_stop_tolerance,
-                              stop_at_score=c.stop_at_score, keep_distogram=c.save_distogram,
-                              forward=forward)
-            pred.update(model_index=mem.model_index, model_number=numbers[mem.model_index],
-                        seed=mem.seed,
-                        msa_rows_used=size.S, checkpoint_sha256=loaded.sha256)
-            timings[f"predict_and_compile_{mem.name}"] = pred["seconds"]
-            preds[mem.name] = pred
-            if ensemble_stops(pred, c.stop_at_score):
-                break
-        return preds, timings
+        """Every (model, seed) prediction -> ({name: prediction}, timings.json), seeds batched
+        when memory allows (`ensemble.run_ensemble`)."""
+        return run_ensemble(self, seq, msa, family_id, forward, template_inputs)
 
     def predict_target(self, t: Target, fasta: dict, forward=None) -> dict:
         """Predict (every member of the ensemble), rank, gate, write and (if flagged) enqueue
