@@ -39,7 +39,7 @@ def predictor(tmp_path_factory):
     (d / "q.a3m").write_text(MSA)
     pred = Predictor(loaded, d / "out", release_gate="off",
                      config=PredictConfig(num_seeds=N_SEEDS, seed=11, max_msa_rows=16,
-                                          plots=False))
+                                          plots=False, batch_seeds="always"))
     return pred, parse_msa(d / "q.a3m")
 
 
@@ -65,6 +65,15 @@ def test_batched_seeds_equal_sequential_seeds(predictor):
     # each batch element kept its own seed's features
     assert np.abs(batched[names[0]]["plddt"] - batched[names[1]]["plddt"]).max() > 1e-2
     assert {f"process_features_{n}" for n in names} <= set(timings)
+    # --batch-seeds auto: CUDA only (one batch is slower on a CPU), never: one at a time
+    for mode in ("auto", "never"):
+        pred.config.batch_seeds = mode
+        try:
+            again, _ = run_ensemble(pred, SEQ, msa, "q")
+        finally:
+            pred.config.batch_seeds = "always"
+        assert all("seeds_batched" not in again[n] for n in names)
+        np.testing.assert_array_equal(again[names[2]]["plddt"], one_by_one[names[2]]["plddt"])
 
 
 def test_batch_out_of_memory_falls_back_to_one_at_a_time(predictor, monkeypatch):

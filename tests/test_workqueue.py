@@ -101,10 +101,10 @@ def test_processes_never_share_an_item(queue_url):  # noqa: F811
 
 
 HOLD_WORKER = """
-import sys, time
+import os, socket, sys, time
 from protdp.workqueue import Heartbeat, WorkQueue, Worker, WorkItem
-url, key, lease = sys.argv[1], sys.argv[2], float(sys.argv[3])
-q = WorkQueue(url, key, lease_s=lease, worker=Worker.this_process(1))
+url, key, lease, host = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+q = WorkQueue(url, key, lease_s=lease, worker=Worker(1, host or socket.gethostname(), os.getpid()))
 q.join([WorkItem(i, f"t{i}", c) for i, c in enumerate(%r)])
 item = q.claim()
 with Heartbeat(q, item.idx):
@@ -113,23 +113,17 @@ with Heartbeat(q, item.idx):
 """ % (COSTS,)
 
 
-def test_killed_process_item_reclaimed_after_its_lease(queue_url):  # noqa: F811
-    lease = 1.5
-    proc = subprocess.Popen([sys.executable, "-c", HOLD_WORKER, queue_url, KEY, str(lease)],
+def _hold(queue_url, lease, host=""):
+    """A process (rank 1, on `host`: another node) that claims the costliest item and renews
+    its lease until it is killed; returns it and the item it holds."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_WORKER, queue_url, KEY, str(lease), host],
                             env=_env(), stdout=subprocess.PIPE, text=True)
-    try:
-        held = int(proc.stdout.readline())
-        assert held == 4                                     # the costliest
-        q = WorkQueue(queue_url, KEY, lease_s=lease, worker=Worker(0, "here", os.getpid()))
-        q.join(_items())
-        time.sleep(lease * 1.5)                              # the heartbeat keeps it alive
-        st = run_status(queue_url)
-        assert [(r["idx"], r["rank"], r["pid"], r["expired"]) for r in st["running"]] == [
-            (4, 1, proc.pid, False)]
-        assert f"rank 1 on {st['running'][0]['host']} pid {proc.pid}" in format_status(st)
-    finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
+    return proc, int(proc.stdout.readline())
+
+
+def _drain_after_kill(q, proc):
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
     killed_at = time.monotonic()
     reclaimed = {}
 
@@ -140,8 +134,35 @@ def test_killed_process_item_reclaimed_after_its_lease(queue_url):  # noqa: F811
     drain(q, work, poll_s=0.1)
     assert [r["idx"] for r in q.results()] == list(range(6))    # each item once
     assert set(reclaimed) == set(range(6))
+    return reclaimed
+
+
+def test_killed_process_item_reclaimed_after_its_lease(queue_url):  # noqa: F811
+    lease = 1.5
+    proc, held = _hold(queue_url, lease, host="node-b")             # on another node
+    q = WorkQueue(queue_url, KEY, lease_s=lease, worker=Worker(0, "node-a", os.getpid()))
+    try:
+        assert held == 4                                     # the costliest
+        q.join(_items())
+        time.sleep(lease * 1.5)                              # the heartbeat keeps it alive
+        st = run_status(queue_url)
+        assert [(r["idx"], r["rank"], r["pid"], r["expired"]) for r in st["running"]] == [
+            (4, 1, proc.pid, False)]
+        assert f"running t4: rank 1 on node-b pid {proc.pid}" in format_status(st)
+    finally:
+        reclaimed = _drain_after_kill(q, proc)
     # the killed process's item came back once its lease ran out, not before, and soon after
     assert lease * 0.5 <= reclaimed[4] <= lease + 5.0
+    q.close()
+
+
+def test_killed_process_on_this_host_not_waited_for(queue_url):  # noqa: F811
+    lease = 60.0
+    proc, held = _hold(queue_url, lease)                      # this host: its pid tells
+    q = WorkQueue(queue_url, KEY, lease_s=lease)
+    q.join(_items())
+    reclaimed = _drain_after_kill(q, proc)
+    assert held == 4 and reclaimed[4] < lease / 4
     q.close()
 
 

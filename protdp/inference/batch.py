@@ -6,6 +6,9 @@ whatever process dies when)."""
 
 from __future__ import annotations
 
+import fcntl
+import json
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
@@ -18,8 +21,12 @@ from protdp.inference.checkpoint import LoadedModel, load_model_checkpoint
 from protdp.inference.complexes import read_complex_targets
 from protdp.inference.predictor import (CLINICAL_NOTICE, PARTS_DIR, PredictConfig, Predictor,
                                         ReviewSink, RunResult)
-from protdp.inference.work import default_queue_url, predict_queued, write_run_summary
-from protdp.workqueue import DEFAULT_LEASE_S
+from protdp.inference.af_outputs import write_summary_csv
+from protdp.inference.work import WORK_DIR, default_queue_url, predict_queued
+from protdp.inference.writers import write_json, write_summary
+from protdp.workqueue import DEFAULT_LEASE_S, WorkQueue
+
+SUMMARY_LOCK = "summary.lock"
 
 
 def _counts(rows: list[dict]) -> dict:
@@ -89,3 +96,28 @@ def predict_batch(checkpoint: str | Path | LoadedModel | list, fasta: str | Path
     return RunResult(pred.out_dir, rows, pred.sink.display, summary_path, _counts(rows),
                      sum(1 for r in rows if r["status"] == "skipped"))
 
+
+@contextmanager
+def _summary_lock(out_dir: Path):
+    with open(out_dir / WORK_DIR / SUMMARY_LOCK, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def write_run_summary(out_dir: Path, queue: WorkQueue, rows: list[dict], extra: dict) -> Path:
+    """summary.tsv / .csv / .json of a finished run, once per generation (the first process
+    to get here writes; the others find it written)."""
+    stamp = {"run_key": queue.run_key, "generation": queue.generation}
+    with _summary_lock(out_dir):
+        try:
+            done = json.loads((out_dir / "summary.json").read_text()).get("run") == stamp
+        except (OSError, ValueError, AttributeError):
+            done = False
+        if not done:
+            write_summary(out_dir / "summary.tsv", rows)
+            write_summary_csv(out_dir / "summary.csv", rows)
+            write_json(out_dir / "summary.json", {**extra, "rows": rows, "run": stamp})
+    return out_dir / "summary.tsv"

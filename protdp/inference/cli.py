@@ -23,7 +23,7 @@ from pathlib import Path
 
 from protdp.data.safeio import writable_folder
 from protdp.errors import ConfigError, DistributedError, InputError
-from protdp.inference.predictor import MSA_MODES, PredictConfig
+from protdp.inference.predictor import BATCH_SEEDS, MSA_MODES, PredictConfig
 from protdp.msa.cli import add_search_arguments
 from protdp.workflows import predict, review_commands
 
@@ -69,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--seeds", type=int, default=d.num_seeds,
                    help="predictions per checkpoint, seeds --random-seed .. +N-1 (%(default)s)")
     e.add_argument("--random-seed", type=int, default=d.seed, help="first seed (%(default)s)")
+    e.add_argument("--batch-seeds", choices=BATCH_SEEDS, default=d.batch_seeds,
+                   help="run a checkpoint's seeds as one batch when memory allows: auto = on "
+                        "CUDA only (on a CPU it was measured slower), always, never "
+                        "(%(default)s)")
     e.add_argument("--msa-mode", choices=MSA_MODES, default=d.msa_mode,
                    help="single_sequence: ignore MSAs (%(default)s)")
     e.add_argument("--sort-queries-by-length", action="store_true",
@@ -313,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
                                stop_at_score=args.stop_at_score, max_memory_gib=args.max_memory,
                                save_distogram=args.save_distogram, plots=not args.no_plots,
                                relax=args.relax, relax_timeout_s=args.relax_timeout,
-                               bf16=args.bf16)
+                               bf16=args.bf16, batch_seeds=args.batch_seeds)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     _work_queue(args)                        # a bad --lease-seconds before any work

@@ -12,7 +12,8 @@ score, the remaining members are not run.
 Seeds batched (issue 45): the seeds of one checkpoint differ only in their features (same
 length, same MSA depth after the cap), so `--seeds N` runs them as one batch [N, ...] through
 the model when the memory model says N working sets fit (`memory.seed_batch_size`; else
-groups of fewer, down to one at a time) and no per-member early stop needs them apart. Each
+groups of fewer, down to one at a time), no per-member early stop needs them apart, and
+--batch-seeds allows it (`seed_groups`: by default on CUDA only). Each
 seed keeps its own features (its MSA sample and masking), so the outputs are those of the
 seeds run one after another; an out-of-memory error in a batch falls back to one at a time.
 """
@@ -158,12 +159,17 @@ def run_seeds_batched(model: torch.nn.Module, features: list[dict], device: torc
     return results
 
 
-def seed_groups(pred, loaded, size: TargetSize, n_seeds: int, batchable: bool) -> tuple[int, int | None]:
+def seed_groups(pred, loaded, size: TargetSize, n_seeds: int,
+                batchable: bool) -> tuple[int, int | None]:
     """(seeds per batch, chunk) for one checkpoint's seeds: `memory.seed_batch_size` under
-    --max-memory, else under the device's free memory."""
-    if not batchable or n_seeds < 2:
-        return 1, None
+    --max-memory, else under the device's free memory. --batch-seeds "auto" batches on CUDA
+    only: on a CPU one batch of 5 seeds ran at 0.65x the speed of one seed at a time (L=100,
+    1 thread: larger working sets fall out of cache; benchmarks/results/predict_throughput.json)."""
     c = pred.config
+    mode = c.batch_seeds
+    if (not batchable or n_seeds < 2 or mode == "never"
+            or (mode == "auto" and pred.device.type != "cuda")):
+        return 1, None
     budget = (int(c.max_memory_gib * GIB) if c.max_memory_gib is not None
               else device_budget_bytes(pred.device))
     return seed_batch_size(loaded.model.config, size, loaded.model.num_parameters(), n_seeds,

@@ -62,10 +62,11 @@ CLINICAL_NOTICE = ("Computational prediction for research use. NOT for clinical 
                    "decisions without review by a qualified person; see the gate route and reasons.")
 TARGETS_DIR = "targets"
 MSA_MODES = ("auto", "single_sequence")
+BATCH_SEEDS = ("auto", "always", "never")
 PARTS_DIR = ".summary_parts"
 # settings added after prediction folders were first written: at these values they are left out
 # of the fingerprint, so a rerun over an older folder with the setting off skips it, not redoes it
-LATER_SETTINGS = {"bf16": False}
+LATER_SETTINGS = {"bf16": False, "batch_seeds": "auto"}
 
 
 @dataclass
@@ -110,6 +111,9 @@ class PredictConfig:
     """Run every model's trunk under bf16 autocast (--bf16; the model config's `bf16`, a
     multimer's `trunk.bf16`): structure module, heads and confidences stay fp32
     (`protdp.model.precision`). A checkpoint whose config already sets it runs bf16 anyway."""
+    batch_seeds: str = "auto"
+    """--seeds N as one batch when memory allows (`ensemble.seed_groups`): "auto" on CUDA
+    only (on a CPU one batch was measured slower), "always", or "never" (--batch-seeds)."""
 
     def __post_init__(self):
         if isinstance(self.num_seeds, bool) or not isinstance(self.num_seeds, int) \
@@ -117,6 +121,8 @@ class PredictConfig:
             raise ValueError(f"num_seeds must be a positive integer, got {self.num_seeds!r}")
         if self.msa_mode not in MSA_MODES:
             raise ValueError(f"msa_mode must be one of {MSA_MODES}, got {self.msa_mode!r}")
+        if self.batch_seeds not in BATCH_SEEDS:
+            raise ValueError(f"batch_seeds must be one of {BATCH_SEEDS}, got {self.batch_seeds!r}")
         if self.max_memory_gib is not None and not self.max_memory_gib > 0:
             raise ValueError(f"max_memory_gib must be > 0, got {self.max_memory_gib!r}")
         RecycleEarlyStop(self.recycle_early_stop_tolerance, self.stop_at_score)   # validates

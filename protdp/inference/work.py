@@ -12,27 +12,23 @@ process joins, how it predicts what it claims, and the run's summary, written fr
   process killed midway leaves its target to be claimed again when the lease runs out.
 - Summary: the queue holds each target's row once (a second result for a target whose lease
   was lost is dropped), and summary.tsv / .csv / .json are written from it, under a file lock,
-  once every target is final; so each target is in summary.csv exactly once.
+  once every target is final (`batch.write_run_summary`); so each target is in summary.csv
+  exactly once.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import math
-from contextlib import contextmanager
 from pathlib import Path
 
-from protdp.inference.af_outputs import write_summary_csv
 from protdp.inference.predictor import PARTS_DIR as WORK_DIR   # the summary's parts: the queue
 from protdp.inference.sharding import target_cost
-from protdp.inference.writers import write_json, write_summary
 from protdp.workqueue import DEFAULT_LEASE_S, WorkItem, WorkQueue, Worker, drain
 from protdp.workqueue.progress import RunProgress
 
 QUEUE_FILE = "work_queue.sqlite"
-LOCK_FILE = "summary.lock"
 
 
 def default_queue_url(out_dir: str | Path, given: str | None = None) -> str:
@@ -64,32 +60,6 @@ def _plain(obj):
     if isinstance(obj, Path):
         return str(obj)
     return obj
-
-
-@contextmanager
-def _summary_lock(out_dir: Path):
-    with open(out_dir / WORK_DIR / LOCK_FILE, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def write_run_summary(out_dir: Path, queue: WorkQueue, rows: list[dict], extra: dict) -> Path:
-    """summary.tsv / .csv / .json of a finished run, once per generation (the first process
-    to get here writes; the others find it written)."""
-    stamp = {"run_key": queue.run_key, "generation": queue.generation}
-    with _summary_lock(out_dir):
-        try:
-            done = json.loads((out_dir / "summary.json").read_text()).get("run") == stamp
-        except (OSError, ValueError, AttributeError):
-            done = False
-        if not done:
-            write_summary(out_dir / "summary.tsv", rows)
-            write_summary_csv(out_dir / "summary.csv", rows)
-            write_json(out_dir / "summary.json", {**extra, "rows": rows, "run": stamp})
-    return out_dir / "summary.tsv"
 
 
 def predict_queued(pred, targets: list, lengths: list, info: dict, *, queue_url: str,

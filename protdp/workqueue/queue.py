@@ -9,6 +9,9 @@ dies when, every item ends with exactly one result. The same claim is a single w
 transaction (SQLite: BEGIN IMMEDIATE; PostgreSQL: FOR UPDATE SKIP LOCKED), so two processes
 never hold one item.
 
+A holder on this host whose process is gone (its pid no longer exists: a kill -9, a crash) is
+not waited for: its items are claimable at once. On other hosts only the lease tells.
+
 A run is named by a `run_key` (what it computes); joining a run that is still going (items left,
 or leased) takes only what is not done; joining one that finished starts its next generation,
 every item to do again (the predictor then verifies and skips completed work).
@@ -29,6 +32,19 @@ from protdp.workqueue.schema import (DONE, FAILED, FINAL_STATES, RUNNING, TODO, 
 
 DEFAULT_LEASE_S = 120.0
 _PG_SCHEMA_LOCK = 7310571
+
+
+def pid_alive(pid: int | None) -> bool:
+    """Whether process `pid` exists on this host (a zombie counts as gone only once reaped)."""
+    if not pid or pid < 1:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:        # exists, another user's
+        return True
+    return True
 
 
 @dataclass(frozen=True)
@@ -118,13 +134,26 @@ class WorkQueue:
             return generation
 
     # -- items ------------------------------------------------------------------------------
+    def _expire_dead_holders(self, conn, now: float) -> None:
+        """Leases held by processes of this host that no longer exist end now."""
+        held = conn.execute(select(items.c.idx, items.c.pid).where(
+            items.c.run_key == self.run_key, items.c.state == RUNNING,
+            items.c.host == self.worker.host, items.c.lease_until >= now)).all()
+        dead = [r.idx for r in held if r.pid != self.worker.pid and not pid_alive(r.pid)]
+        if dead:
+            conn.execute(items.update().where(items.c.run_key == self.run_key,
+                                              items.c.idx.in_(dead))
+                         .values(lease_until=now - 1.0))
+
     def claim(self) -> WorkItem | None:
-        """The next free item (to do, or leased by a process whose lease ran out), costliest
-        first, leased to this worker; None when there is none right now."""
+        """The next free item (to do, or leased by a process whose lease ran out or that is
+        gone from this host), costliest first, leased to this worker; None when there is
+        none right now."""
         order = (items.c.cost.desc() if self.largest_first else items.c.cost.asc(),
                  items.c.idx.asc())
         with self.db.tx() as conn:
             now = self.db.now(conn)
+            self._expire_dead_holders(conn, now)
             free = or_(items.c.state == TODO,
                        and_(items.c.state == RUNNING, items.c.lease_until < now))
             row = conn.execute(select(items.c.idx, items.c.name, items.c.cost)
