@@ -43,15 +43,16 @@ def predict_batch(checkpoint: str | Path | LoadedModel | list, fasta: str | Path
                   device: str | torch.device | None = None, progress: bool = True,
                   msa_search: dict | None = None, release_gate: str = "enforce",
                   sort_by_length: bool = False, templates: tuple[str, ...] = (),
-                  work_queue_url: str | None = None,
-                  lease_s: float = DEFAULT_LEASE_S) -> RunResult:
+                  work_queue_url: str | None = None, lease_s: float = DEFAULT_LEASE_S,
+                  prefetch_workers: int = 0) -> RunResult:
     """Predict every target of `fasta` (a FASTA file, a folder of FASTA/a3m files or a CSV,
     see `inputs`) claimed by this process from the run's work queue (`work_queue_url`, default
     `work.default_queue_url`; leases of `lease_s`), flagged ones handed to `sink`; the
     summary is written from the queue when every target is final (`barrier()`, when given, is
     called before: DAP followers are released by it). `checkpoint`: one checkpoint or a list
     (an ensemble, AlphaFold's model_1..5). Targets are claimed costliest first (length^2,
-    `sharding`), shortest first when `sort_by_length`. `release_gate`: "enforce" (an unreleased checkpoint is refused),
+    `sharding`), shortest first when `sort_by_length`; `prefetch_workers` processes prepare
+    the next target's MSA and features meanwhile (`prefetch`). `release_gate`: "enforce" (an unreleased checkpoint is refused),
     "review" (it runs, every prediction to review) or "off" (evaluation tools only)."""
     from protdp.inference.inputs import read_inputs
     from protdp.inference.sharding import target_lengths
@@ -81,7 +82,7 @@ def predict_batch(checkpoint: str | Path | LoadedModel | list, fasta: str | Path
     try:
         queue, mine = predict_queued(pred, targets, lengths, info, queue_url=url, rank=rank,
                                      lease_s=lease_s, largest_first=not sort_by_length,
-                                     progress=progress)
+                                     progress=progress, prefetch_workers=prefetch_workers)
     finally:
         pred.close()
     if barrier is not None:

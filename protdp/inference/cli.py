@@ -126,6 +126,10 @@ def add_work_queue_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument("--lease-seconds", type=float, default=DEFAULT_LEASE_S,
                    help="a claimed target whose process stops renewing its lease for this "
                         "long (killed, node lost) is claimed again (%(default)s)")
+    w.add_argument("--prefetch", type=int, default=None, metavar="N",
+                   help="worker processes preparing the next target's MSA and features while "
+                        "the model predicts (default: 1 on CUDA, 0 on a CPU, where they "
+                        "would share the cores)")
     w.add_argument("--status", metavar="OUT", default=None,
                    help="print the run in OUT: done / running (rank, host, pid, since) / left / "
                         "failed, and exit (no other flag needed)")
@@ -383,8 +387,15 @@ def _work_queue(args) -> dict:
 
     if not args.lease_seconds > 0:
         raise ConfigError(f"--lease-seconds {args.lease_seconds:g}: must be > 0")
+    if args.prefetch is not None and args.prefetch < 0:
+        raise ConfigError(f"--prefetch {args.prefetch}: must be >= 0")
+    prefetch = args.prefetch
+    if prefetch is None:
+        import torch
+        prefetch = 1 if (args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+                         ).startswith("cuda") else 0
     return {"work_queue_url": default_queue_url(args.out, args.work_queue_url),
-            "lease_s": args.lease_seconds}
+            "lease_s": args.lease_seconds, "prefetch_workers": prefetch}
 
 
 def _main_dap(args, config: PredictConfig, launch) -> int:

@@ -179,7 +179,12 @@ def seed_groups(pred, loaded, size: TargetSize, n_seeds: int,
 def _member_features(pred, loaded, seq: str, msa, family_id: str, mem: Member,
                      template_inputs: dict | None, timings: dict) -> dict:
     t0 = time.perf_counter()
-    feats = pred.features(seq, msa, family_id, seed=mem.seed, loaded=loaded)
+    c = pred.config
+    passes = (c.num_recycles if c.num_recycles is not None else loaded.config.num_recycles) + 1
+    cache = getattr(pred, "feature_cache", None)        # prefetched (`prefetch`), else None
+    feats = None if cache is None else cache(seq, family_id, mem.seed, passes)
+    if feats is None:
+        feats = pred.features(seq, msa, family_id, seed=mem.seed, loaded=loaded)
     if template_inputs and loaded.config.templates:
         feats.update(template_inputs)
     timings[f"process_features_{mem.name}"] = round(time.perf_counter() - t0, 3)

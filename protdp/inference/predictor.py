@@ -238,6 +238,8 @@ class Predictor:
                               "through a link in its output folder: remove it")
         self.targets_dir.mkdir(parents=True, exist_ok=True)
         self.sink = sink if sink is not None else NoReviewSink()
+        # issue 45: inputs prepared ahead in worker processes (`prefetch.FeaturePrefetcher`)
+        self.msa_loader, self.feature_cache = load_msa, None
         self.forced_reasons, releases = {}, []
         for m in self.models:
             record, forced = self._check_release(release_gate, m)
@@ -372,7 +374,7 @@ class Predictor:
                 msa_depth, coverage, template_record = built["msa_depth"], built["coverage"], None
             elif done is None:
                 t0 = time.perf_counter()
-                msa = load_msa(msa_paths)
+                msa = self.msa_loader(msa_paths)
                 msa_depth = 1 if msa is None else msa.depth
                 hits = self.screening.hits(seq) if self.screening is not None else []
                 template_inputs, template_record = None, None

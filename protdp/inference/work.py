@@ -24,6 +24,7 @@ import math
 from pathlib import Path
 
 from protdp.inference.predictor import PARTS_DIR as WORK_DIR   # the summary's parts: the queue
+from protdp.inference.prefetch import DEFAULT_LOOKAHEAD, FeaturePrefetcher
 from protdp.inference.sharding import target_cost
 from protdp.workqueue import DEFAULT_LEASE_S, WorkItem, WorkQueue, Worker, drain
 from protdp.workqueue.progress import RunProgress
@@ -64,16 +65,24 @@ def _plain(obj):
 
 def predict_queued(pred, targets: list, lengths: list, info: dict, *, queue_url: str,
                    rank: int, lease_s: float = DEFAULT_LEASE_S, largest_first: bool = True,
-                   progress: bool = True) -> tuple[WorkQueue, list[dict]]:
-    """Join the run, predict targets until none is left (`workqueue.drain`); returns the
-    queue and the rows this process recorded."""
+                   progress: bool = True, prefetch_workers: int = 0,
+                   lookahead: int = DEFAULT_LOOKAHEAD) -> tuple[WorkQueue, list[dict]]:
+    """Join the run, predict targets until none is left (`workqueue.drain`); with
+    `prefetch_workers`, the inputs of `lookahead` claimed targets ahead are prepared in that
+    many worker processes meanwhile (`prefetch`). Returns the queue and the rows this process
+    recorded."""
     (pred.out_dir / WORK_DIR).mkdir(exist_ok=True)
     queue = WorkQueue(queue_url, run_key(pred.out_dir, info, pred.settings), lease_s=lease_s,
                       worker=Worker.this_process(rank), largest_first=largest_first)
     queue.join([WorkItem(t.index, t.target_id, target_cost(lengths[t.index])) for t in targets],
                label=str(pred.out_dir))
 
+    prefetch = FeaturePrefetcher(pred, targets, info, prefetch_workers) \
+        if prefetch_workers > 0 else None
+
     def work(item: WorkItem) -> tuple[dict, bool]:
+        if prefetch is not None:
+            prefetch.take(item.idx)
         try:
             row = pred.predict_target(targets[item.idx], info)
         except FileExistsError:
@@ -82,7 +91,13 @@ def predict_queued(pred, targets: list, lengths: list, info: dict, *, queue_url:
             row = pred.predict_target(targets[item.idx], info)
         return _plain(row), row["status"] == "rejected"
 
-    with RunProgress(queue, "predict", enabled=progress and rank == 0):
-        mine = drain(queue, work)
+    try:
+        with RunProgress(queue, "predict", enabled=progress and rank == 0):
+            mine = drain(queue, work, lookahead=lookahead if prefetch is not None else 0,
+                         on_claim=None if prefetch is None else
+                         (lambda item: prefetch.submit(item.idx)))
+    finally:
+        if prefetch is not None:
+            prefetch.close()
     return queue, [row for _, row in mine]
 

@@ -53,32 +53,48 @@ class Heartbeat:
         self._thread.join()
 
 
+def _give_back(queue: WorkQueue, held: list) -> None:
+    for item, hb in held:
+        hb.__exit__(None, None, None)
+        try:
+            queue.release(item.idx)
+        except WorkQueueError:       # the lease then runs out: the same outcome
+            pass
+
+
 def drain(queue: WorkQueue, work: Callable[[WorkItem], tuple[dict, bool]], *,
           on_done: Callable[[WorkItem, dict, bool], None] | None = None,
+          on_claim: Callable[[WorkItem], None] | None = None, lookahead: int = 0,
           poll_s: float = WAIT_POLL_S) -> list[tuple[WorkItem, dict]]:
     """Claim and work items until every item of the run is final. `work(item)` returns
-    (result row, failed); an exception gives the item back (another process may take it) and
-    propagates. Returns the (item, result) pairs this process recorded; `on_done` is called
-    after each (also with results that another process recorded first: `kept` False)."""
-    mine = []
+    (result row, failed); an exception gives the held items back (another process may take
+    them) and propagates. With `lookahead` k, up to k more items are claimed (and leased)
+    ahead of the one being worked, `on_claim(item)` told of each (to prepare its inputs).
+    Returns the (item, result) pairs this process recorded; `on_done` is called after each
+    (also for a result another process recorded first: `kept` False)."""
+    mine, held = [], []          # held: [(item, heartbeat)], in claim order
     while True:
-        item = queue.claim()
-        if item is None:
+        while len(held) < 1 + lookahead:
+            item = queue.claim()
+            if item is None:
+                break
+            held.append((item, Heartbeat(queue, item.idx).__enter__()))
+            if on_claim is not None:
+                on_claim(item)
+        if not held:
             counts = queue.counts()
             if counts["todo"] == 0 and counts["running"] == 0:
                 return mine
             wait = counts["next_expiry_s"]
             time.sleep(poll_s if wait is None else min(poll_s, max(0.05, wait + 0.05)))
             continue
-        with Heartbeat(queue, item.idx):
-            try:
-                result, failed = work(item)
-            except BaseException:
-                try:
-                    queue.release(item.idx)
-                except WorkQueueError:       # the lease then runs out: the same outcome
-                    pass
-                raise
+        item, hb = held.pop(0)
+        try:
+            result, failed = work(item)
+        except BaseException:
+            _give_back(queue, [(item, hb)] + held)
+            raise
+        hb.__exit__(None, None, None)
         kept = queue.complete(item.idx, result, failed=failed)
         if kept:
             mine.append((item, result))
