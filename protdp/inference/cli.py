@@ -328,6 +328,11 @@ def main(argv: list[str] | None = None) -> int:
     from protdp.parallel.env import detect_launch_env
 
     launch = detect_launch_env()
+    if launch.local_world_size < launch.world_size and not args.work_queue_url \
+            and launch.rank == 0:     # SQLite's locks are not reliable over network file systems
+        print("protdp predict: warning: ranks on several nodes share the SQLite work queue in "
+              "--out; give --work-queue-url postgresql://... (e.g. the review queue's server)",
+              file=sys.stderr)
     if args.dap_size < 1 or launch.world_size % args.dap_size:
         raise ConfigError(f"--dap-size {args.dap_size}: must be >= 1 and divide the world size "
                           f"{launch.world_size}")
