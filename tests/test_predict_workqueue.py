@@ -102,3 +102,17 @@ def test_two_processes_by_hand_one_killed(tmp_path, capsys):
     assert again.returncode == 0, again.stderr[-3000:]
     assert "(10 already complete, skipped)" in again.stdout
     assert sorted(_summary_ids(out)) == names
+
+
+def test_status_of_a_folder_without_a_run_is_one_line(tmp_path, capsys):
+    assert protdp_main(["predict", "--status", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no prediction run has started in this folder" in err
+    assert protdp_main(["predict", "--status", str(tmp_path / "nope")]) == 2
+    assert "output folder not found" in capsys.readouterr().err
+    (tmp_path / "t.fasta").write_text(">a\nMKT\n")
+    (tmp_path / "m.pt").write_bytes(b"")
+    assert protdp_main(["predict", "--checkpoint", str(tmp_path / "m.pt"), "--fasta",
+                        str(tmp_path / "t.fasta"), "--out", str(tmp_path / "o"),
+                        "--lease-seconds", "0"]) == 2
+    assert "--lease-seconds 0: must be > 0" in capsys.readouterr().err

@@ -26,8 +26,9 @@ def run_status(url: str, run_key: str | None = None, label: str | None = None) -
                         if label in (None, r.label)]
             run = next((r for r in all_runs if run_key in (None, r.run_key)), None)
             if run is None:
-                raise WorkQueueError(f"{db.safe_url}: no run "
-                                     f"{run_key or ''}{'' if label is None else ' of ' + label}")
+                which = " ".join(x for x in (run_key, None if label is None else f"of {label}")
+                                 if x)
+                raise WorkQueueError(f"{db.safe_url}: no run {which}".rstrip())
             rows = conn.execute(select(items).where(items.c.run_key == run.run_key)
                                 .order_by(items.c.idx)).all()
     finally:
