@@ -187,3 +187,25 @@ def test_bad_urls_are_one_line(tmp_path):
         WorkQueue("mysql://x@y/z", KEY)
     with pytest.raises(InputError, match="does not exist"):
         WorkQueue(str(tmp_path / "nope" / "q.sqlite"), KEY)
+
+
+def test_one_progress_bar_for_the_whole_run(tmp_path, capsys):
+    """The bar counts every process's finished items (here another worker's), not this one's."""
+    from protdp.workqueue.progress import RunProgress
+    url = str(tmp_path / "q.sqlite")
+    q = WorkQueue(url, KEY, lease_s=30)
+    q.join(_items())
+    other = WorkQueue(url, KEY, lease_s=30, worker=Worker(1, "elsewhere", 7))
+    for _ in range(2):
+        assert other.complete(other.claim().idx, {})
+    with RunProgress(q, "predict", poll_s=0.05):
+        time.sleep(0.3)
+        assert "2/6" in capsys.readouterr().err
+        drain(other, lambda it: ({}, False))
+        time.sleep(0.3)
+    assert "6/6" in capsys.readouterr().err
+    with RunProgress(q, "predict", enabled=False):
+        pass
+    assert capsys.readouterr().err == ""
+    q.close()
+    other.close()

@@ -9,7 +9,8 @@ process joins, how it predicts what it claims, and the run's summary, written fr
   the work queue's tables are its own, `work_runs` / `work_items`).
 - Claims: costliest first (length^2, `sharding.target_cost`), shortest first with
   --sort-queries-by-length. Each claimed target's lease is renewed while it is predicted; a
-  process killed midway leaves its target to be claimed again when the lease runs out.
+  process killed midway leaves its target to be claimed again when the lease runs out (at
+  once by a process on the same host, which sees that the pid is gone).
 - Summary: the queue holds each target's row once (a second result for a target whose lease
   was lost is dropped), and summary.tsv / .csv / .json are written from it, under a file lock,
   once every target is final (`batch.write_run_summary`); so each target is in summary.csv
