@@ -116,3 +116,37 @@ def test_status_of_a_folder_without_a_run_is_one_line(tmp_path, capsys):
                         str(tmp_path / "t.fasta"), "--out", str(tmp_path / "o"),
                         "--lease-seconds", "0"]) == 2
     assert "--lease-seconds 0: must be > 0" in capsys.readouterr().err
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_slurm_ranks_share_the_queue(tmp_path):
+    """Two ranks of one SLURM step (SLURM_PROCID / SLURM_NTASKS, as srun sets them) claim from
+    one queue: every target predicted once, by one of the two ranks."""
+    torch.manual_seed(0)
+    ckpt = save_model_checkpoint(build_model(TINY, verbose=False), None, tmp_path / "m.pt")
+    names = [f"s{i}" for i in range(6)]
+    fasta = tmp_path / "t.fasta"
+    fasta.write_text("".join(f">{n}\n{SEQ[:20 + 8 * i]}\n" for i, n in enumerate(names)))
+    out = tmp_path / "out"
+    port = str(_free_port())
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK")}
+    procs = [subprocess.Popen(
+        [sys.executable, str(REPO_ROOT / "pipelines" / "predict.py"), *_cmd(ckpt, fasta, out)[4:],
+         "--dist-timeout-minutes", "2"],
+        env={**base, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1", "SLURM_PROCID": str(r),
+             "SLURM_LOCALID": str(r), "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "2",
+             "SLURM_JOB_NODELIST": "localhost", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
+    assert sorted(_summary_ids(out)) == names
+    worlds = {json.loads((current_prediction(out / "targets" / n) / "provenance.json")
+                        .read_text())["world_size"] for n in names}
+    assert worlds == {2} and "6 targets:" in outs[0][0]
