@@ -39,6 +39,17 @@ def _summary_ids(out):
         return [r["id"] for r in csv.DictReader(fh)]
 
 
+def _held_by(queue, pid):
+    """The target process `pid` holds in the run's queue (None: none, or no run yet)."""
+    if not queue.is_file():
+        return None
+    try:
+        st = run_status(str(queue))
+    except Exception:   # noqa: BLE001  (the run is being created)
+        return None
+    return next((r for r in st["running"] if r["pid"] == pid), None)
+
+
 def test_two_processes_by_hand_one_killed(tmp_path, capsys):
     torch.manual_seed(0)
     ckpt = save_model_checkpoint(build_model(TINY, verbose=False), None, tmp_path / "m.pt")
@@ -58,15 +69,14 @@ def test_two_processes_by_hand_one_killed(tmp_path, capsys):
     try:
         while held is None and time.monotonic() < deadline:     # the victim holds a target
             time.sleep(0.05)
-            if not queue.is_file():
+            if _held_by(queue, victim.pid) is None:
                 continue
-            try:
-                st = run_status(str(queue))
-            except Exception:   # noqa: BLE001  (the run is being created)
-                continue
-            held = next((r for r in st["running"] if r["pid"] == victim.pid), None)
+            os.kill(victim.pid, signal.SIGSTOP)      # frozen while it holds it (or just not)
+            held = _held_by(queue, victim.pid)
+            if held is None:
+                os.kill(victim.pid, signal.SIGCONT)
         assert held is not None, "the second process never claimed a target"
-        # --status: who runs what (read from the queue while both processes work)
+        # --status: who runs what (read from the queue while both processes are alive)
         assert protdp_main(["predict", "--status", str(out)]) == 0
         shown = capsys.readouterr().out
         assert f"running {held['name']}: rank 0 on {held['host']} pid {victim.pid}" in shown
