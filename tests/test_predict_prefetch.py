@@ -11,6 +11,7 @@ import numpy as np
 import torch
 import yaml
 
+from model_fixtures import af2_reference, one_thread  # noqa: F401
 from protdp.inference.checkpoint import save_model_checkpoint
 from protdp.inference.layout import current_prediction
 from protdp.inference.predictor import PredictConfig, Predictor
@@ -18,6 +19,7 @@ from protdp.model.model import build_model
 from protdp.paths import REPO_ROOT
 from protdp.workflows import predict
 
+TPL_PARAMS = "templates/params/params_model_1_ptm_templates_small.npz"
 TINY = yaml.safe_load((REPO_ROOT / "configs" / "model" / "tiny.yaml").read_text())
 RECORDS = [("a", "MKTAYIAKQRQISFVKSHFSRQ"), ("b", "GSHMLEDPVDAFQKLAEE"), ("bad", "MKTAYIAKQR"),
            ("c", "MQIFVKTLTGKTITLE")]
@@ -63,3 +65,41 @@ def test_prefetched_features_are_the_inline_ones(tmp_path, monkeypatch):
         assert s_in["msa_depth"] == s_ahead["msa_depth"] == {"a": 2, "b": 3, "c": 1}[name]
     assert current_prediction(tmp_path / "ahead" / "targets" / "a").name == \
         current_prediction(tmp_path / "inline" / "targets" / "a").name   # same fingerprint
+
+
+def test_prefetched_custom_templates_are_the_inline_ones(af2_reference, tmp_path,  # noqa: F811
+                                                         monkeypatch):
+    """--template: the worker aligns the template (kalign) for the next target; the prediction
+    and its provenance are those of the inline alignment, which the process no longer runs;
+    a target too short to align is still rejected naming the template file."""
+    from protdp.templates.inputs import TemplateProvider
+    from protdp.weights import cli as weights_cli
+    ckpt = tmp_path / "ckpt"
+    assert weights_cli.main(["import", "--format", "alphafold", str(af2_reference / TPL_PARAMS),
+                             "--out", str(ckpt), "--sm-layers", "2", "--num-recycles", "0"]) == 0
+    raw = af2_reference / "templates" / "raw_inputs"
+    fasta = tmp_path / "t.fasta"
+    fasta.write_text((raw / "4hhb_B_1-61.fasta").read_text() + ">short\nMKV\n")
+    kw = dict(templates=(f"{raw / 'mmcif' / '4hhb.cif'}:A",), release_gate="review",
+              device="cpu", progress=False)
+    inline = predict(ckpt, fasta, tmp_path / "inline", **kw)
+    aligned = []
+    real = TemplateProvider.for_target
+
+    def counting(self, query, *a, **k):
+        aligned.append(query)
+        return real(self, query, *a, **k)
+
+    monkeypatch.setattr(TemplateProvider, "for_target", counting)
+    ahead = predict(ckpt, fasta, tmp_path / "ahead", prefetch_workers=1, **kw)
+    assert aligned == ["MKV"]     # the good target aligned in the worker only; the failed one
+                                  # again inline, where its error becomes the row
+    rows = {r["target"]: r for r in ahead.rows}
+    assert rows["short"]["route"] == "rejected" and "4hhb.cif" in rows["short"]["detail"]
+    name = rows["4hhb_B_1-61"]["file_name"]
+    docs = [{f: json.loads((current_prediction(tmp_path / d / "targets" / name) / f).read_text())
+             for f in ("scores.json", "provenance.json")} for d in ("inline", "ahead")]
+    np.testing.assert_array_equal(docs[0]["scores.json"]["plddt"], docs[1]["scores.json"]["plddt"])
+    assert docs[0]["provenance.json"]["templates"] == docs[1]["provenance.json"]["templates"]
+    assert docs[1]["provenance.json"]["templates"]["templates"][0]["id"] == "4hhb"
+    assert [r["route"] for r in inline.rows] == [r["route"] for r in ahead.rows]

@@ -269,6 +269,7 @@ class Predictor:
         with_templates = [m for m in self.models if m.config.templates]
         self.templates = None if self.multimer else template_provider(
             (with_templates or self.models)[0].config, templates)
+        self.template_loader = None if self.templates is None else self.templates.for_target
         if templates:   # custom templates: their bytes are part of the prediction's identity
             self.settings["templates"] = [
                 {"spec": str(t), "sha256": sha256_file(Path(str(t).rsplit(":", 1)[0]))
@@ -379,7 +380,7 @@ class Predictor:
                 hits = self.screening.hits(seq) if self.screening is not None else []
                 template_inputs, template_record = None, None
                 if self.templates is not None:
-                    template_inputs, template_record = self.templates.for_target(
+                    template_inputs, template_record = self.template_loader(
                         seq, fasta["msa_dir"], t.file_name)
                 preds, timings = self._run_ensemble(seq, msa, t.file_name, forward,
                                                     template_inputs)

@@ -3,11 +3,13 @@ current one (issue 45): bounded prefetch, bounded host memory.
 
 The process claims `lookahead` targets beyond the one it predicts (`workqueue.drain`, their
 leases renewed too) and hands each to a pool of `workers` processes, which validate the
-sequence, find and parse its MSA files (`targets.load_msa`) and sample the features of every
-(checkpoint, seed) (`featurize_query`, AF2's MSA sampling and masking: a pure function of
+sequence, find and parse its MSA files (`targets.load_msa`), align its --template files
+(kalign) or read its template features (`templates.inputs.TemplateProvider`), and sample the
+features of every (checkpoint, seed) (`featurize_query`, AF2's MSA sampling and masking: a pure function of
 sequence, MSA, seed and settings). At most `lookahead` targets' inputs are held at a time, and
 a target's are dropped once it is predicted. The predictor then takes the parsed MSA and the
-features instead of computing them (`Predictor.msa_loader`, `ensemble._member_features`),
+features instead of computing them (`Predictor.msa_loader` / `template_loader`,
+`ensemble._member_features`),
 keyed by everything they depend on, so a prefetched input is exactly the inline one.
 
 Prefetch only saves time: whatever fails in a worker (a bad MSA, an invalid sequence, a dead
@@ -53,6 +55,11 @@ def prepare_target(job: dict) -> dict | None:
         else:
             paths = find_msa_files(job["msa_dir"], job["file_name"])
         msa = load_msa(paths)
+        templates = None
+        if job["templates"] is not None:       # custom templates aligned (kalign), or read
+            inputs, record = job["templates"].for_target(seq, job["msa_dir"], job["file_name"])
+            templates = ({k: (v.numpy() if torch.is_tensor(v) else v) for k, v in inputs.items()},
+                         record)
         feats = {}
         for passes in job["passes"]:
             for seed in job["seeds"]:
@@ -63,7 +70,8 @@ def prepare_target(job: dict) -> dict | None:
                                     masked_msa_fraction=c.masked_msa_fraction)
                 feats[feature_key(seq, job["file_name"], seed, passes)] = {
                     k: (v.numpy() if torch.is_tensor(v) else v) for k, v in f.items()}
-        return {"msa_paths": tuple(str(p) for p in paths), "msa": msa, "features": feats}
+        return {"msa_paths": tuple(str(p) for p in paths), "msa": msa, "features": feats,
+                "sequence": seq, "templates": templates}
     except Exception:   # noqa: BLE001  (inline, the predictor records the reason)
         return None
 
@@ -84,6 +92,9 @@ class FeaturePrefetcher:
         self.passes = _passes(c, [m.config.num_recycles for m in pred.models])
         pred.msa_loader = self._load_msa
         pred.feature_cache = self._features
+        self._template_loader = pred.template_loader
+        if pred.template_loader is not None:
+            pred.template_loader = self._load_templates
 
     def submit(self, idx: int) -> None:
         t = self.targets[idx]
@@ -92,7 +103,7 @@ class FeaturePrefetcher:
         job = {"config": self.pred.config, "raw_sequence": t.raw_sequence,
                "file_name": t.file_name, "msa_dir": self.info["msa_dir"],
                "msa_files": t.extra.get("msa_files"), "seeds": self.seeds,
-               "passes": self.passes}
+               "passes": self.passes, "templates": self.pred.templates}
         self.futures[idx] = self.pool.submit(prepare_target, job)
 
     def take(self, idx: int) -> None:
@@ -110,6 +121,14 @@ class FeaturePrefetcher:
             return cur["msa"]
         return load_msa(paths)
 
+    def _load_templates(self, sequence: str, msa_dir, file_name: str) -> tuple[dict, dict]:
+        cur = self._current
+        if cur is None or cur["templates"] is None or cur["sequence"] != sequence:
+            return self._template_loader(sequence, msa_dir, file_name)
+        inputs, record = cur["templates"]
+        return {k: (torch.from_numpy(v) if isinstance(v, np.ndarray) else v)
+                for k, v in inputs.items()}, record
+
     def _features(self, sequence: str, family_id: str, seed: int, passes: int) -> dict | None:
         cur = self._current
         f = None if cur is None else cur["features"].get(
@@ -126,3 +145,4 @@ class FeaturePrefetcher:
         self._current = None
         self.pred.msa_loader = load_msa
         self.pred.feature_cache = None
+        self.pred.template_loader = self._template_loader
