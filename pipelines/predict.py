@@ -1,5 +1,6 @@
-"""Batch prediction entry point: launch it plainly or with torchrun / mpirun / srun; the targets
-are sharded across ranks (target i goes to rank i % world_size) and rank 0 writes summary.tsv.
+"""Batch prediction entry point: launch it plainly or with torchrun / mpirun / srun; the ranks
+claim targets from one leased work queue (`protdp.inference.work`; several plain launches on
+the same inputs and --out share it too) and summary.tsv is written from it at the end.
 
     torchrun --nproc_per_node 2 pipelines/predict.py --checkpoint ckpt/ --fasta targets.fasta \
         --msa-dir msas/ --out predictions/

@@ -22,6 +22,7 @@ FLOORS = {
     "parallel": 3,
     "train": 4,
     "gating": 5,
+    "workqueue": 5.8,
     "relax": 5.5,
     "inference": 6, "review": 6,
     "workflows": 7, "external": 7.5,

@@ -56,10 +56,12 @@ def test_bf16_flag_monomer(tmp_path):
     assert fp32["prov"]["config"]["model"]["bf16"] is False
     assert bf16["prov"]["fingerprint"] != fp32["prov"]["fingerprint"]
     # the setting came after prediction folders did: off, it is not in the fingerprint, so
-    # folders written before it are skipped on a rerun (hashlib reconstruction, without it)
+    # folders written before it are skipped on a rerun (hashlib reconstruction, without it
+    # nor any other later setting at its default: --batch-seeds auto)
     settings = {k: v for k, v in fp32["prov"]["config"].items() if k != "model"}
     settings["predict"] = {k: v for k, v in settings["predict"].items()   # (pair_mode: later
-                           if k not in ("bf16", "pair_mode")}              # too, issue 46)
+                           if k not in ("bf16", "pair_mode")                # too, issue 46)
+                           and (k, v) != ("batch_seeds", "auto")}
     blob = json.dumps({"settings": settings, "msa": [],
                        "sequence_sha256": fp32["prov"]["inputs"]["sequence_sha256"]},
                       sort_keys=True)

@@ -1,25 +1,32 @@
-"""Batch prediction: every target of a FASTA / folder / CSV dealt to this rank, run by one
-`Predictor`, then rank 0 merges the per-rank parts into summary.tsv / summary.csv /
-summary.json (issue 30: a failed target is a row, the rest go on)."""
+"""Batch prediction: every target of a FASTA / folder / CSV, claimed from the run's leased work
+queue (`protdp.inference.work`) by every process of the run and predicted by one `Predictor`;
+summary.tsv / summary.csv / summary.json are written from the queue once every target is final
+(issue 30: a failed target is a row, the rest go on; issue 45: each target exactly once,
+whatever process dies when)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
 import torch
-from tqdm import tqdm
 
 from protdp.data.screening import ScreeningList
-from protdp.errors import ConfigError, InputError, ProtdpError
+from protdp.errors import ConfigError, InputError
 from protdp.gating import ROUTES, GatePolicy, load_gate_policy
-from protdp.inference.af_outputs import write_summary_csv
 from protdp.inference.checkpoint import LoadedModel, load_model_checkpoint
 from protdp.inference.complexes import read_complex_targets
 from protdp.inference.predictor import (CLINICAL_NOTICE, PARTS_DIR, PredictConfig, Predictor,
                                         ReviewSink, RunResult)
+from protdp.inference.af_outputs import write_summary_csv
+from protdp.inference.work import WORK_DIR, default_queue_url, predict_queued
 from protdp.inference.writers import write_json, write_summary
+from protdp.workqueue import DEFAULT_LEASE_S, WorkQueue
+
+SUMMARY_LOCK = "summary.lock"
 
 
 def _counts(rows: list[dict]) -> dict:
@@ -35,22 +42,24 @@ def predict_batch(checkpoint: str | Path | LoadedModel | list, fasta: str | Path
                   barrier: Callable[[], None] | None = None,
                   device: str | torch.device | None = None, progress: bool = True,
                   msa_search: dict | None = None, release_gate: str = "enforce",
-                  sort_by_length: bool = False, templates: tuple[str, ...] = ()) -> RunResult:
+                  sort_by_length: bool = False, templates: tuple[str, ...] = (),
+                  work_queue_url: str | None = None, lease_s: float = DEFAULT_LEASE_S,
+                  prefetch_workers: int = 0) -> RunResult:
     """Predict every target of `fasta` (a FASTA file, a folder of FASTA/a3m files or a CSV,
-    see `inputs`) owned by this rank, flagged ones handed to `sink`; rank 0 merges
-    summary.tsv / summary.csv after `barrier()` (pass one when world_size > 1).
-    `checkpoint`: one checkpoint or a list (an ensemble, AlphaFold's model_1..5).
-    Targets are dealt to ranks by cost (length^2, `sharding`), shortest first when
-    `sort_by_length`. `release_gate`: "enforce" (an unreleased checkpoint is refused),
+    see `inputs`) claimed by this process from the run's work queue (`work_queue_url`, default
+    `work.default_queue_url`; leases of `lease_s`), flagged ones handed to `sink`; the
+    summary is written from the queue when every target is final (`barrier()`, when given, is
+    called before: DAP followers are released by it). `checkpoint`: one checkpoint or a list
+    (an ensemble, AlphaFold's model_1..5). Targets are claimed costliest first (length^2,
+    `sharding`), shortest first when `sort_by_length`; `prefetch_workers` processes prepare
+    the next target's MSA and features meanwhile (`prefetch`). `release_gate`: "enforce" (an unreleased checkpoint is refused),
     "review" (it runs, every prediction to review) or "off" (evaluation tools only)."""
     from protdp.inference.inputs import read_inputs
-    from protdp.inference.sharding import run_order, shard_by_cost, target_lengths
+    from protdp.inference.sharding import target_lengths
 
     fasta = Path(fasta)
     if msa_dir is not None and not Path(msa_dir).is_dir():
         raise InputError("MSA directory not found", path=msa_dir)
-    if world_size > 1 and barrier is None:
-        raise ConfigError("world_size > 1 needs a barrier to merge the summary")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     ckpts = checkpoint if isinstance(checkpoint, (list, tuple)) else [checkpoint]
     loaded = [c if isinstance(c, LoadedModel) else load_model_checkpoint(c, device=device)
@@ -69,39 +78,47 @@ def predict_batch(checkpoint: str | Path | LoadedModel | list, fasta: str | Path
     info = {"path": str(fasta.resolve()), "sha256": input_sha,
             "msa_dir": None if msa_dir is None else Path(msa_dir).resolve()}
     lengths = target_lengths(targets)
-    order = run_order(shard_by_cost(lengths, world_size)[rank], lengths, sort_by_length)
-    rows = []
+    url = default_queue_url(pred.out_dir, work_queue_url)
     try:
-        for i in tqdm(order, desc=f"predict [rank {rank}]" if world_size > 1 else "predict",
-                      unit="target", position=rank, disable=not progress, leave=True):
-            rows.append(pred.predict_target(targets[i], info))
+        queue, mine = predict_queued(pred, targets, lengths, info, queue_url=url, rank=rank,
+                                     lease_s=lease_s, largest_first=not sort_by_length,
+                                     progress=progress, prefetch_workers=prefetch_workers)
     finally:
         pred.close()
-    parts = pred.out_dir / PARTS_DIR
-    parts.mkdir(exist_ok=True)
-    part = parts / f"rank{rank:05d}-of-{world_size:05d}.json"
-    write_json(part, {"fasta_sha256": info["sha256"], "rows": rows})
     if barrier is not None:
         barrier()
-    summary_path = None
-    if rank == 0:
-        rows = _merge_parts(parts, world_size, info["sha256"], len(targets))
-        summary_path = write_summary(pred.out_dir / "summary.tsv", rows)
-        write_summary_csv(pred.out_dir / "summary.csv", rows)
-        write_json(pred.out_dir / "summary.json", {"counts": _counts(rows), "rows": rows,
-                                                   "queue_url": pred.sink.display,
-                                                   "notice": CLINICAL_NOTICE})
+    rows, summary_path = queue.results(), None
+    if rows is None:       # a later process restarted the finished run: it writes the summary
+        rows = sorted(mine, key=lambda r: r["index"])
+    else:
+        summary_path = write_run_summary(pred.out_dir, queue, rows, {
+            "counts": _counts(rows), "queue_url": pred.sink.display, "notice": CLINICAL_NOTICE})
+    queue.close()
     return RunResult(pred.out_dir, rows, pred.sink.display, summary_path, _counts(rows),
                      sum(1 for r in rows if r["status"] == "skipped"))
 
 
-def _merge_parts(parts: Path, world_size: int, fasta_sha: str, n_targets: int) -> list[dict]:
-    rows = []
-    for r in range(world_size):
-        data = json.loads((parts / f"rank{r:05d}-of-{world_size:05d}.json").read_text())
-        if data["fasta_sha256"] != fasta_sha:
-            raise ProtdpError(f"rank {r} summary part is from another FASTA")
-        rows += data["rows"]
-    if sorted(r["index"] for r in rows) != list(range(n_targets)):
-        raise ProtdpError(f"summary parts cover {len(rows)} of {n_targets} targets")
-    return sorted(rows, key=lambda r: r["index"])
+@contextmanager
+def _summary_lock(out_dir: Path):
+    with open(out_dir / WORK_DIR / SUMMARY_LOCK, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def write_run_summary(out_dir: Path, queue: WorkQueue, rows: list[dict], extra: dict) -> Path:
+    """summary.tsv / .csv / .json of a finished run, once per generation (the first process
+    to get here writes; the others find it written)."""
+    stamp = {"run_key": queue.run_key, "generation": queue.generation}
+    with _summary_lock(out_dir):
+        try:
+            done = json.loads((out_dir / "summary.json").read_text()).get("run") == stamp
+        except (OSError, ValueError, AttributeError):
+            done = False
+        if not done:
+            write_summary(out_dir / "summary.tsv", rows)
+            write_summary_csv(out_dir / "summary.csv", rows)
+            write_json(out_dir / "summary.json", {**extra, "rows": rows, "run": stamp})
+    return out_dir / "summary.tsv"

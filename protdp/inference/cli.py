@@ -8,8 +8,10 @@ With --db, targets without an MSA in --msa-dir get one from `protdp msa search` 
 jackhmmer settings) into OUT/msa_search; provenance.json records the databases, their sha256
 and the search settings (config.msa_search).
 
-Under torchrun / mpirun / srun (`pipelines/predict.py`) every rank takes the targets with
-index % world_size == rank; a gloo barrier (with a timeout) lets rank 0 merge summary.tsv.
+Under torchrun / mpirun / srun (`pipelines/predict.py`), and for several `protdp predict`
+processes on the same inputs and --out (job-array tasks), every process claims targets from
+one leased work queue (`protdp.inference.work`); a killed process's target is claimed again
+when its lease runs out. `protdp predict --status OUT` shows the run.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 
 from protdp.data.safeio import writable_folder
 from protdp.errors import ConfigError, DistributedError, InputError
-from protdp.inference.predictor import MSA_MODES, PredictConfig
+from protdp.inference.predictor import BATCH_SEEDS, MSA_MODES, PredictConfig
 from protdp.msa.cli import add_search_arguments
 from protdp.multimer.pair_modes import PAIR_MODES
 from protdp.workflows import predict, review_commands
@@ -71,6 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--seeds", type=int, default=d.num_seeds,
                    help="predictions per checkpoint, seeds --random-seed .. +N-1 (%(default)s)")
     e.add_argument("--random-seed", type=int, default=d.seed, help="first seed (%(default)s)")
+    e.add_argument("--batch-seeds", choices=BATCH_SEEDS, default=d.batch_seeds,
+                   help="run a checkpoint's seeds as one batch when memory allows: auto = on "
+                        "CUDA only (on a CPU it was measured slower), always, never "
+                        "(%(default)s)")
     e.add_argument("--msa-mode", choices=MSA_MODES, default=d.msa_mode,
                    help="single_sequence: ignore MSAs (%(default)s)")
     e.add_argument("--pair-mode", choices=PAIR_MODES, default=d.pair_mode,
@@ -108,10 +114,53 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ranks that share each target, its Evoformer split over them (dynamic "
                         "axial parallelism) for targets too long for one device; world = "
                         "target-parallel ranks x dap size (%(default)s)")
+    add_work_queue_arguments(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--dist-timeout-minutes", type=float, default=24 * 60.0,
                    help="timeout of the end-of-run barrier across ranks (%(default)s)")
     return p
+
+
+def add_work_queue_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags of the leased work queue the processes of a run share (issue 45)."""
+    from protdp.workqueue import DEFAULT_LEASE_S
+
+    w = p.add_argument_group("work queue (every process / rank of a run shares it)")
+    w.add_argument("--work-queue-url", default=os.environ.get("PROTDP_WORK_QUEUE_URL"),
+                   help="postgresql:// (e.g. the review queue's server) for ranks on several "
+                        "nodes, or a SQLite file (default OUT/.summary_parts/work_queue.sqlite, "
+                        "one node)")
+    w.add_argument("--lease-seconds", type=float, default=DEFAULT_LEASE_S,
+                   help="a claimed target whose process stops renewing its lease for this "
+                        "long (killed, node lost) is claimed again (%(default)s)")
+    w.add_argument("--prefetch", type=int, default=None, metavar="N",
+                   help="worker processes preparing the next target's MSA and features while "
+                        "the model predicts (default: 1 on CUDA, 0 on a CPU, where they "
+                        "would share the cores)")
+    w.add_argument("--status", metavar="OUT", default=None,
+                   help="print the run in OUT: done / running (rank, host, pid, since) / left / "
+                        "failed, and exit (no other flag needed)")
+
+
+def print_status(argv: list[str] | None) -> int | None:
+    """`protdp predict --status OUT [--work-queue-url URL]`: None when --status is not given."""
+    p = argparse.ArgumentParser(prog="protdp predict", add_help=False)
+    add_work_queue_arguments(p)
+    args, _ = p.parse_known_args(argv)
+    if args.status is None:
+        return None
+    from protdp.inference.work import default_queue_url
+    from protdp.workqueue import format_status, run_status
+
+    out = Path(args.status)
+    if not out.is_dir():
+        raise InputError("output folder not found", path=out)
+    url = default_queue_url(out, args.work_queue_url)
+    if "://" not in url and not Path(url).is_file():
+        raise InputError("no prediction run has started in this folder (no work queue)",
+                         path=out)
+    print(format_status(run_status(url, label=str(out.resolve()))))
+    return 0
 
 
 def expand_checkpoints(paths: list[str]) -> list[str]:
@@ -261,6 +310,9 @@ def _search_complex_msas(args, config: PredictConfig, rank: int, world_size: int
 
 
 def main(argv: list[str] | None = None) -> int:
+    status = print_status(argv if argv is not None else sys.argv[1:])
+    if status is not None:
+        return status
     args = build_parser().parse_args(argv)
     # a typo: one line, and no empty --out folder left behind
     if not os.path.lexists(args.fasta):
@@ -278,12 +330,18 @@ def main(argv: list[str] | None = None) -> int:
                                stop_at_score=args.stop_at_score, max_memory_gib=args.max_memory,
                                save_distogram=args.save_distogram, plots=not args.no_plots,
                                relax=args.relax, relax_timeout_s=args.relax_timeout,
-                               bf16=args.bf16)
+                               bf16=args.bf16, batch_seeds=args.batch_seeds)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    _work_queue(args)                        # a bad --lease-seconds before any work
     from protdp.parallel.env import detect_launch_env
 
     launch = detect_launch_env()
+    if launch.local_world_size < launch.world_size and not args.work_queue_url \
+            and launch.rank == 0:     # SQLite's locks are not reliable over network file systems
+        print("protdp predict: warning: ranks on several nodes share the SQLite work queue in "
+              "--out; give --work-queue-url postgresql://... (e.g. the review queue's server)",
+              file=sys.stderr)
     if args.dap_size < 1 or launch.world_size % args.dap_size:
         raise ConfigError(f"--dap-size {args.dap_size}: must be >= 1 and divide the world size "
                           f"{launch.world_size}")
@@ -323,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
                          world_size=launch.world_size, barrier=barrier, device=device,
                          progress=not args.no_progress, templates=tuple(args.template),
                          release_gate="review" if args.allow_unreleased else "enforce",
-                         sort_by_length=args.sort_queries_by_length)
+                         sort_by_length=args.sort_queries_by_length, **_work_queue(args))
     finally:
         if barrier is not None and dist.is_initialized():
             dist.destroy_process_group()
@@ -335,6 +393,23 @@ def main(argv: list[str] | None = None) -> int:
         if c["needs_review"]:
             print("review the flagged predictions with:\n" + review_commands(result.queue_url))
     return 0
+
+
+def _work_queue(args) -> dict:
+    """predict()'s work-queue keywords from the flags."""
+    from protdp.inference.work import default_queue_url
+
+    if not args.lease_seconds > 0:
+        raise ConfigError(f"--lease-seconds {args.lease_seconds:g}: must be > 0")
+    if args.prefetch is not None and args.prefetch < 0:
+        raise ConfigError(f"--prefetch {args.prefetch}: must be >= 0")
+    prefetch = args.prefetch
+    if prefetch is None:
+        import torch
+        prefetch = 1 if (args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+                         ).startswith("cuda") else 0
+    return {"work_queue_url": default_queue_url(args.out, args.work_queue_url),
+            "lease_s": args.lease_seconds, "prefetch_workers": prefetch}
 
 
 def _main_dap(args, config: PredictConfig, launch) -> int:
@@ -391,7 +466,8 @@ def _main_dap(args, config: PredictConfig, launch) -> int:
                          screening=args.screening, queue_url=args.queue_url, rank=groups.dp_rank,
                          world_size=groups.dp_size, barrier=barrier, device=device,
                          progress=not args.no_progress,
-                         release_gate="review" if args.allow_unreleased else "enforce")
+                         release_gate="review" if args.allow_unreleased else "enforce",
+                         **_work_queue(args))
     finally:
         if not state["synced"]:      # an error: release the followers, then leave together
             barrier()

@@ -8,6 +8,14 @@ fits `--max-memory`, and on an out-of-memory error the same member is retried wi
 chunks (`memory.smaller_chunks`); when those fail too the target fails with the reason.
 `--stop-at-score` also ends the ensemble early, as ColabFold does: once a member reaches the
 score, the remaining members are not run.
+
+Seeds batched (issue 45): the seeds of one checkpoint differ only in their features (same
+length, same MSA depth after the cap), so `--seeds N` runs them as one batch [N, ...] through
+the model when the memory model says N working sets fit (`memory.seed_batch_size`; else
+groups of fewer, down to one at a time), no per-member early stop needs them apart, and
+--batch-seeds allows it (`seed_groups`: by default on CUDA only). Each
+seed keeps its own features (its MSA sample and masking), so the outputs are those of the
+seeds run one after another; an out-of-memory error in a batch falls back to one at a time.
 """
 
 from __future__ import annotations
@@ -20,9 +28,11 @@ import torch
 
 from protdp.data.features import collate
 from protdp.errors import ProtdpError
-from protdp.inference.memory import (TargetSize, choose_chunk_size, is_out_of_memory,
-                                     release_cached_memory, set_chunk_size, smaller_chunks)
-from protdp.inference.ranking import prediction_name
+from protdp.inference.memory import (TargetSize, choose_chunk_size, device_budget_bytes,
+                                     is_out_of_memory, release_cached_memory, seed_batch_size,
+                                     set_chunk_size, smaller_chunks)
+from protdp.inference.model_names import colabfold_tag
+from protdp.inference.ranking import model_numbers, prediction_name
 from protdp.inference.recycling import RecycleEarlyStop
 
 GIB = 1024 ** 3
@@ -51,17 +61,27 @@ def members(n_models: int, first_seed: int, n_seeds: int,
             for i in range(n_models) for s in range(n_seeds)]
 
 
-def _to_numpy(out: dict, keep_distogram: bool) -> dict:
-    res = {"positions": out["final_atom_positions"][0].float().cpu().numpy(),   # [L, 37, 3]
-           "atom_mask": out["final_atom_mask"][0].float().cpu().numpy(),         # [L, 37]
-           "plddt": out["plddt"][0].float().cpu().numpy(),                       # [L]
+def _to_numpy(out: dict, keep_distogram: bool, b: int = 0) -> dict:
+    """Batch element `b` of the model's outputs."""
+    res = {"positions": out["final_atom_positions"][b].float().cpu().numpy(),   # [L, 37, 3]
+           "atom_mask": out["final_atom_mask"][b].float().cpu().numpy(),         # [L, 37]
+           "plddt": out["plddt"][b].float().cpu().numpy(),                       # [L]
            "num_recycles": int(out["num_recycles"])}
     if "pae" in out:
-        res["pae"] = out["pae"][0].float().cpu().numpy()                         # [L, L]
-        res["ptm"] = float(out["ptm"].reshape(-1)[0])
+        res["pae"] = out["pae"][b].float().cpu().numpy()                         # [L, L]
+        res["ptm"] = float(out["ptm"].reshape(-1)[b])
     if keep_distogram:
-        res["distogram_logits"] = out["distogram_logits"][0].float().cpu().numpy()  # [L, L, B]
+        res["distogram_logits"] = out["distogram_logits"][b].float().cpu().numpy()  # [L, L, B]
     return res
+
+
+def model_batch(features: list[dict], device: torch.device) -> dict:
+    """The model's batch [B, ...] of B examples of one target (template keys stacked: no
+    padding, one target), on `device`."""
+    batch = {**collate(features),
+             **{k: torch.stack([f[k] for f in features])
+                for k in features[0] if k.startswith("template_")}}
+    return {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in batch.items()}
 
 
 @torch.no_grad()
@@ -73,9 +93,7 @@ def run_member(model: torch.nn.Module, features: dict, device: torch.device, *,
     """One prediction with chunk choice + OOM retries; adds 'chunk_size', 'oom_retries',
     'predicted_peak_gib', 'early_stop', 'seconds'. `forward(batch, chunk, hook)` replaces the
     model call (tests simulate running out of memory through it)."""
-    batch = {**collate([features]),    # template keys: one target, no padding to collate
-             **{k: v[None] for k, v in features.items() if k.startswith("template_")}}
-    batch = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in batch.items()}
+    batch = model_batch([features], device)
     chunk, need = choose_chunk_size(model.config, size, n_params, max_memory_bytes)
     tries = [chunk] + smaller_chunks(chunk, size.L)
     failures = []
@@ -110,3 +128,112 @@ def run_member(model: torch.nn.Module, features: dict, device: torch.device, *,
 def ensemble_stops(pred: dict, stop_at_score: float | None) -> bool:
     """ColabFold: with --stop-at-score, no further members once one reaches it."""
     return stop_at_score is not None and float(np.mean(pred["plddt"])) >= stop_at_score
+
+
+@torch.no_grad()
+def run_seeds_batched(model: torch.nn.Module, features: list[dict], device: torch.device, *,
+                      num_recycles: int | None, size: TargetSize, n_params: int,
+                      chunk: int | None, keep_distogram: bool) -> list[dict] | None:
+    """The seeds' features [B] through the model as one batch; one result per seed, as
+    `run_member` gives it (seconds: the batch's share). None when the batch runs out of
+    memory (the caller then runs the seeds one at a time)."""
+    batch = model_batch(features, device)
+    _, one = choose_chunk_size(model.config, size, n_params, None)
+    t0 = time.perf_counter()
+    try:
+        set_chunk_size(model, chunk)
+        out = model(batch, num_recycles=num_recycles)
+        results = [_to_numpy(out, keep_distogram, b) for b in range(len(features))]
+    except Exception as exc:   # noqa: BLE001  (only memory errors fall back)
+        if not is_out_of_memory(exc):
+            raise
+        del exc
+        release_cached_memory(device)
+        return None
+    finally:
+        set_chunk_size(model, model.config.chunk_size)
+    seconds = round((time.perf_counter() - t0) / len(features), 3)
+    for res in results:
+        res.update(chunk_size=chunk, oom_retries=[], predicted_peak_gib=round(one / GIB, 4),
+                   early_stop=RecycleEarlyStop(None, None).record(), seconds=seconds,
+                   seeds_batched=len(features))
+    return results
+
+
+def seed_groups(pred, loaded, size: TargetSize, n_seeds: int,
+                batchable: bool) -> tuple[int, int | None]:
+    """(seeds per batch, chunk) for one checkpoint's seeds: `memory.seed_batch_size` under
+    --max-memory, else under the device's free memory. --batch-seeds "auto" batches on CUDA
+    only: on a CPU one batch of 5 seeds ran at 0.65x the speed of one seed at a time (L=100,
+    1 thread: larger working sets fall out of cache; benchmarks/results/predict_throughput.json)."""
+    c = pred.config
+    mode = c.batch_seeds
+    if (not batchable or n_seeds < 2 or mode == "never"
+            or (mode == "auto" and pred.device.type != "cuda")):
+        return 1, None
+    budget = (int(c.max_memory_gib * GIB) if c.max_memory_gib is not None
+              else device_budget_bytes(pred.device))
+    return seed_batch_size(loaded.model.config, size, loaded.model.num_parameters(), n_seeds,
+                           budget)
+
+
+def _member_features(pred, loaded, seq: str, msa, family_id: str, mem: Member,
+                     template_inputs: dict | None, timings: dict) -> dict:
+    t0 = time.perf_counter()
+    c = pred.config
+    passes = (c.num_recycles if c.num_recycles is not None else loaded.config.num_recycles) + 1
+    cache = getattr(pred, "feature_cache", None)        # prefetched (`prefetch`), else None
+    feats = None if cache is None else cache(seq, family_id, mem.seed, passes)
+    if feats is None:
+        feats = pred.features(seq, msa, family_id, seed=mem.seed, loaded=loaded)
+    if template_inputs and loaded.config.templates:
+        feats.update(template_inputs)
+    timings[f"process_features_{mem.name}"] = round(time.perf_counter() - t0, 3)
+    return feats
+
+
+def run_ensemble(pred, seq: str, msa, family_id: str, forward=None,
+                 template_inputs: dict | None = None) -> tuple[dict, dict]:
+    """Every (model, seed) prediction of one target for predictor `pred` -> ({name:
+    prediction}, timings.json); `template_inputs` go to the members with a template module.
+    A checkpoint's seeds run batched when `seed_groups` allows and no member may stop early
+    (--stop-at-score, --recycle-early-stop-tolerance) or `forward` replaces the model."""
+    c = pred.config
+    preds, timings = {}, {}
+    budget = None if c.max_memory_gib is None else int(c.max_memory_gib * GIB)
+    numbers = model_numbers([m.path for m in pred.models])
+    batchable = (forward is None and c.recycle_early_stop_tolerance is None
+                 and c.stop_at_score is None)
+    everyone = members(len(pred.models), c.seed, c.num_seeds, numbers)
+    for i, loaded in enumerate(pred.models):
+        mine = [m for m in everyone if m.model_index == i]
+        ready = {mine[0].name: _member_features(pred, loaded, seq, msa, family_id, mine[0],
+                                                template_inputs, timings)}
+        first = ready[mine[0].name]
+        size = TargetSize(len(seq), int(first["msa"].shape[-2]),
+                          int(first["extra_msa"].shape[-2]) if "extra_msa" in first else 0)
+        n_params = loaded.model.num_parameters()
+        group, chunk = seed_groups(pred, loaded, size, len(mine), batchable)
+        for start in range(0, len(mine), group):
+            part = mine[start:start + group]
+            feats = [ready.pop(m.name, None) or _member_features(
+                pred, loaded, seq, msa, family_id, m, template_inputs, timings) for m in part]
+            results = None if len(part) == 1 else run_seeds_batched(
+                loaded.model, feats, pred.device, num_recycles=c.num_recycles, size=size,
+                n_params=n_params, chunk=chunk, keep_distogram=c.save_distogram)
+            for k, mem in enumerate(part):
+                res = results[k] if results is not None else run_member(
+                    loaded.model, feats[k], pred.device, num_recycles=c.num_recycles,
+                    size=size, n_params=n_params, max_memory_bytes=budget,
+                    tolerance=c.recycle_early_stop_tolerance, stop_at_score=c.stop_at_score,
+                    keep_distogram=c.save_distogram, forward=forward)
+                names = pred.member_names[mem.model_index]     # AlphaFold / ColabFold names
+                res.update(model_index=mem.model_index, model_number=numbers[mem.model_index],
+                           seed=mem.seed, **names,
+                           colabfold_tag=colabfold_tag(mem.name, names["model_type"]),
+                           msa_rows_used=size.S, checkpoint_sha256=loaded.sha256)
+                timings[f"predict_and_compile_{mem.name}"] = res["seconds"]
+                preds[mem.name] = res
+                if ensemble_stops(res, c.stop_at_score):
+                    return preds, timings
+    return preds, timings

@@ -90,6 +90,32 @@ def choose_chunk_size(cfg: ModelConfig, size: TargetSize, n_params: int,
     return CHUNK_CHOICES[-1], predicted_peak_bytes(cfg, size, CHUNK_CHOICES[-1], n_params)
 
 
+def seed_batch_size(cfg: ModelConfig, size: TargetSize, n_params: int, n_seeds: int,
+                    max_bytes: int | None) -> tuple[int, int | None]:
+    """How many seeds of one target run as one batch (`--seeds N`): the largest B <= n_seeds
+    whose predicted peak, the weights once and B working sets at the chunk size chosen for one
+    seed, fits `max_bytes` (None: no limit); 1 when even two do not fit. Returns (B, chunk)."""
+    chunk, one = choose_chunk_size(cfg, size, n_params, max_bytes)
+    per_seed = one - BYTES * n_params
+    for b in range(max(n_seeds, 1), 1, -1):
+        if max_bytes is None or (BYTES * n_params + b * per_seed) * HEADROOM <= max_bytes:
+            return b, chunk
+    return 1, chunk
+
+
+def device_budget_bytes(device: torch.device) -> int | None:
+    """Memory the seeds of a batch may use when --max-memory is not given: free device memory
+    on CUDA, half the available RAM on a CPU (None when it cannot be read)."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free)
+    try:
+        import os
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 def smaller_chunks(chunk: int | None, L: int) -> list[int]:
     """The chunk sizes to retry with after an out-of-memory error at `chunk`: halving, at
     most 3 retries, never below 1."""

@@ -45,15 +45,14 @@ from protdp.inference.targets import (Target, clean_sequence, find_msa_files, lo
 from protdp.inference.complexes import (COMPLEX_HINT, COMPLEX_SCORE_KEYS, complex_inputs,
                                        interface_rows,
                                        is_complex_record, run_complex_ensemble)
-from protdp.inference.model_names import colabfold_tag, describe_members
+from protdp.inference.model_names import describe_members
 from protdp.inference.scores_json import prediction_scores
-from protdp.inference.ensemble import members, run_member, ensemble_stops
+from protdp.inference.ensemble import run_ensemble
 from protdp.inference.layout import (current_prediction, prediction_id,
                                      publish_build, set_aside_damaged, start_build,
                                      write_current)
-from protdp.inference.memory import TargetSize
 from protdp.inference.prediction_files import write_prediction_files
-from protdp.inference.ranking import ensemble_spread, model_numbers, rank
+from protdp.inference.ranking import ensemble_spread, rank
 from protdp.inference.records import PENDING_FILE, completed_record, intact_pending, item_paths
 from protdp.inference.recycling import RecycleEarlyStop
 from protdp.inference.writers import round_plddt, write_json
@@ -64,10 +63,11 @@ CLINICAL_NOTICE = ("Computational prediction for research use. NOT for clinical 
                    "decisions without review by a qualified person; see the gate route and reasons.")
 TARGETS_DIR = "targets"
 MSA_MODES = ("auto", "single_sequence")
+BATCH_SEEDS = ("auto", "always", "never")
 PARTS_DIR = ".summary_parts"
 # settings added after prediction folders were first written: at these values they are left out
 # of the fingerprint, so a rerun over an older folder with the setting off skips it, not redoes it
-LATER_SETTINGS = {"bf16": False, "pair_mode": "unpaired_paired"}
+LATER_SETTINGS = {"bf16": False, "pair_mode": "unpaired_paired", "batch_seeds": "auto"}
 
 
 @dataclass
@@ -114,6 +114,9 @@ class PredictConfig:
     """Run every model's trunk under bf16 autocast (--bf16; the model config's `bf16`, a
     multimer's `trunk.bf16`): structure module, heads and confidences stay fp32
     (`protdp.model.precision`). A checkpoint whose config already sets it runs bf16 anyway."""
+    batch_seeds: str = "auto"
+    """--seeds N as one batch when memory allows (`ensemble.seed_groups`): "auto" on CUDA
+    only (on a CPU one batch was measured slower), "always", or "never" (--batch-seeds)."""
 
     def __post_init__(self):
         if isinstance(self.num_seeds, bool) or not isinstance(self.num_seeds, int) \
@@ -121,6 +124,8 @@ class PredictConfig:
             raise ValueError(f"num_seeds must be a positive integer, got {self.num_seeds!r}")
         if self.msa_mode not in MSA_MODES:
             raise ValueError(f"msa_mode must be one of {MSA_MODES}, got {self.msa_mode!r}")
+        if self.batch_seeds not in BATCH_SEEDS:
+            raise ValueError(f"batch_seeds must be one of {BATCH_SEEDS}, got {self.batch_seeds!r}")
         if self.max_memory_gib is not None and not self.max_memory_gib > 0:
             raise ValueError(f"max_memory_gib must be > 0, got {self.max_memory_gib!r}")
         RecycleEarlyStop(self.recycle_early_stop_tolerance, self.stop_at_score)   # validates
@@ -237,6 +242,8 @@ class Predictor:
                               "through a link in its output folder: remove it")
         self.targets_dir.mkdir(parents=True, exist_ok=True)
         self.sink = sink if sink is not None else NoReviewSink()
+        # issue 45: inputs prepared ahead in worker processes (`prefetch.FeaturePrefetcher`)
+        self.msa_loader, self.feature_cache = load_msa, None
         self.forced_reasons, releases = {}, []
         for m in self.models:
             record, forced = self._check_release(release_gate, m)
@@ -266,6 +273,7 @@ class Predictor:
         with_templates = [m for m in self.models if m.config.templates]
         self.templates = None if self.multimer else template_provider(
             (with_templates or self.models)[0].config, templates)
+        self.template_loader = None if self.templates is None else self.templates.for_target
         if templates:   # custom templates: their bytes are part of the prediction's identity
             self.settings["templates"] = [
                 {"spec": str(t), "sha256": sha256_file(Path(str(t).rsplit(":", 1)[0]))
@@ -319,36 +327,9 @@ class Predictor:
 
     def _run_ensemble(self, seq: str, msa, family_id: str, forward=None,
                       template_inputs: dict | None = None) -> tuple[dict, dict]:
-        """Every (model, seed) prediction -> ({name: prediction}, timings.json);
-        `template_inputs` go to the members with a template module."""
-        c = self.config
-        preds, timings = {}, {}
-        budget = None if c.max_memory_gib is None else int(c.max_memory_gib * 1024 ** 3)
-        numbers = model_numbers([m.path for m in self.models])
-        for mem in members(len(self.models), c.seed, c.num_seeds, numbers):
-            loaded = self.models[mem.model_index]
-            t0 = time.perf_counter()
-            feats = self.features(seq, msa, family_id, seed=mem.seed, loaded=loaded)
-            if template_inputs and loaded.config.templates:
-                feats.update(template_inputs)
-            timings[f"process_features_{mem.name}"] = round(time.perf_counter() - t0, 3)
-            size = TargetSize(len(seq), int(feats["msa"].shape[-2]),
-                              int(feats["extra_msa"].shape[-2]) if "extra_msa" in feats else 0)
-            pred = run_member(loaded.model, feats, self.device, num_recycles=c.num_recycles,
-                              size=size, n_params=loaded.model.num_parameters(),
-                              max_memory_bytes=budget, tolerance=c.recycle_early_stop_tolerance,
-                              stop_at_score=c.stop_at_score, keep_distogram=c.save_distogram,
-                              forward=forward)
-            names = self.member_names[mem.model_index]
-            pred.update(model_index=mem.model_index, model_number=numbers[mem.model_index],
-                        seed=mem.seed, **names,
-                        colabfold_tag=colabfold_tag(mem.name, names["model_type"]),
-                        msa_rows_used=size.S, checkpoint_sha256=loaded.sha256)
-            timings[f"predict_and_compile_{mem.name}"] = pred["seconds"]
-            preds[mem.name] = pred
-            if ensemble_stops(pred, c.stop_at_score):
-                break
-        return preds, timings
+        """Every (model, seed) prediction -> ({name: prediction}, timings.json), seeds batched
+        when memory allows (`ensemble.run_ensemble`)."""
+        return run_ensemble(self, seq, msa, family_id, forward, template_inputs)
 
     def predict_target(self, t: Target, fasta: dict, forward=None) -> dict:
         """Predict (every member of the ensemble), rank, gate, write and (if flagged) enqueue
@@ -399,12 +380,12 @@ class Predictor:
                 msa_depth, coverage, template_record = built["msa_depth"], built["coverage"], None
             elif done is None:
                 t0 = time.perf_counter()
-                msa = load_msa(msa_paths)
+                msa = self.msa_loader(msa_paths)
                 msa_depth = 1 if msa is None else msa.depth
                 hits = self.screening.hits(seq) if self.screening is not None else []
                 template_inputs, template_record = None, None
                 if self.templates is not None:
-                    template_inputs, template_record = self.templates.for_target(
+                    template_inputs, template_record = self.template_loader(
                         seq, fasta["msa_dir"], t.file_name)
                 preds, timings = self._run_ensemble(seq, msa, t.file_name, forward,
                                                     template_inputs)

@@ -1,5 +1,10 @@
-"""Which rank predicts which target, and in which order (a pure function of the input, so
-every rank computes the same plan without communicating).
+"""Target cost, and static dealing of targets to ranks (a pure function of the input, so every
+rank computes the same plan without communicating).
+
+Prediction itself no longer deals statically: ranks claim targets from the run's leased work
+queue, costliest first by `target_cost` (`protdp.inference.work`, issue 45). `shard_by_cost`
+still deals the MSA search of targets without an MSA (`protdp predict --db`) and is the
+static baseline of `benchmarks/predict_throughput.py`.
 
 Prediction cost grows with the pair representation and triangle updates, ~L^2 per pass (L^3
 for triangle attention, but at the lengths of a proteome the L^2 terms dominate on a GPU), so
