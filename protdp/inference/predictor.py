@@ -33,6 +33,7 @@ import torch
 
 from protdp import __version__
 from protdp.config import to_dict
+from protdp.data.bounds import check_predict_bounds
 from protdp.data.features import featurize_query
 from protdp.templates.inputs import template_names, template_provider
 from protdp.data.residues import GAP_ID
@@ -136,6 +137,7 @@ class PredictConfig:
         if self.num_recycles is not None and (not isinstance(self.num_recycles, int)
                                               or self.num_recycles < 0):
             raise ValueError(f"num_recycles must be a non-negative integer or null, got {self.num_recycles!r}")
+        check_predict_bounds(self.seed, self.num_seeds, self.num_recycles)   # issue 47
 
 
 @dataclass
