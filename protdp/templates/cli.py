@@ -57,7 +57,7 @@ def store_fasta(store: Path, out: Path, force: bool) -> int:
 
 def _features(path: Path, length: int) -> dict:
     """The four stored keys of one templates.npz, checked against the family's length."""
-    feats = read_features(path, length)          # shapes, finiteness, masks (issue 47)
+    feats = read_features(path, length, "family")        # shapes, finiteness, masks (issue 47)
     try:
         with np.load(path, allow_pickle=False) as f:
             feats["template_domain_names"] = f["template_domain_names"]

@@ -30,7 +30,7 @@ FEATURE_KEYS = ("template_aatype", "template_all_atom_positions", "template_all_
 NPZ_ERRORS = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
 
 
-def feature_problem(feats: dict, length: int) -> str | None:
+def feature_problem(feats: dict, length: int, what: str = "target") -> str | None:
     """Why `feats` are not template features of a `length`-residue target (None: they are)."""
     missing = [k for k in FEATURE_KEYS if k not in feats]
     if missing:
@@ -46,7 +46,7 @@ def feature_problem(feats: dict, length: int) -> str | None:
             return f"{key} has shape {tuple(a.shape)}, expected [T, {length}, " \
                    f"{', '.join(map(str, tail))}]"
         if a.shape[1] != length:
-            return f"{key} covers {a.shape[1]} residues, the target has {length}"
+            return f"{key} covers {a.shape[1]} residues, the {what} has {length}"
         if T is not None and a.shape[0] != T:
             return f"{key} has {a.shape[0]} templates, template_aatype has {T}"
         T = a.shape[0]
@@ -63,15 +63,15 @@ def feature_problem(feats: dict, length: int) -> str | None:
     return None
 
 
-def check_features(feats: dict, length: int, path) -> dict:
+def check_features(feats: dict, length: int, path, what: str = "target") -> dict:
     """`feats` if they are template features of a `length`-residue target, else InputError."""
-    problem = feature_problem(feats, length)
+    problem = feature_problem(feats, length, what)
     if problem:
         raise InputError(f"not usable template features: {problem}", path=path)
     return feats
 
 
-def read_features(path: Path, length: int) -> dict:
+def read_features(path: Path, length: int, what: str = "target") -> dict:
     """The template keys of one templates.npz (never unpickled), checked (`check_features`)."""
     try:
         with np.load(path, allow_pickle=False) as f:
@@ -79,7 +79,7 @@ def read_features(path: Path, length: int) -> dict:
     except NPZ_ERRORS as exc:
         raise InputError(f"unreadable template features: {str(exc).splitlines()[0][:200]}",
                          path=path) from None
-    return check_features(feats, length, path)
+    return check_features(feats, length, path, what)
 
 
 def read_record(path: Path) -> dict:
