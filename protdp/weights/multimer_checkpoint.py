@@ -26,6 +26,7 @@ from protdp.fileio import sha256_file
 from protdp.model.config import ModelConfig
 from protdp.model.multimer_model import MultimerConfig, MultimerModel
 from protdp.model.multimer_msa import MaskedMsaConfig
+from protdp.train.multimer_file import read_multimer_file
 from protdp.weights.alphafold_multimer import (infer_multimer_config, is_multimer,
                                                multimer_state_from_arrays)
 from protdp.weights.store import PROVENANCE_FILE, LazyNpz, write_json
@@ -131,16 +132,10 @@ def load_multimer(path: str | Path) -> MultimerModel:
     file = path / MULTIMER_MODEL_FILE if path.is_dir() else path
     if not file.is_file():
         raise InputError(f"no {MULTIMER_MODEL_FILE} (not a multimer checkpoint)", path=path)
-    blob = torch.load(file, map_location="cpu", weights_only=True)
-    if not isinstance(blob, dict) or blob.get("kind") != KIND:
-        raise InputError("not an AlphaFold-Multimer checkpoint", path=file)
-    bad = [k for k, v in blob["state_dict"].items()
-           if torch.is_tensor(v) and v.is_floating_point() and not torch.isfinite(v).all()]
-    if bad:   # as `protdp predict` / `release` refuse them (inference.multimer_loading)
-        raise InputError(f"{len(bad)} weight tensor(s) hold NaN/Inf, first {bad[0]}", path=file)
-    model = MultimerModel(config_from_dict(blob["multimer_config"]))
+    cfg, state = read_multimer_file(file)       # every field checked (issue 47)
+    model = MultimerModel(cfg)
     try:
-        model.load_state_dict(blob["state_dict"])
+        model.load_state_dict(state)
     except RuntimeError as exc:
         raise InputError(f"weights do not fit the config: {str(exc).splitlines()[0]}",
                          path=file) from None
