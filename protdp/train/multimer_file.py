@@ -78,9 +78,11 @@ def weights_problem(state: dict) -> str | None:
             return f"entry {str(name)[:60]!r} is not a named tensor"
         if value.layout != torch.strided or value.device.type == "meta":
             return f"{name} is not a dense tensor"
+    bad = [k for k, v in state.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    if bad:       # worded as the monomer loader (train.checkpointing.merged_weights)
+        return f"{len(bad)} weight tensor(s) hold NaN/Inf, first {bad[0]}"
+    for name, value in state.items():
         if value.is_floating_point() and value.numel():
-            if not torch.isfinite(value).all():
-                return f"{name} holds NaN/Inf"
             peak = float(value.abs().max())
             if peak > MAX_WEIGHT_MAGNITUDE:
                 return (f"{name} holds |w| = {peak:.3g} > {MAX_WEIGHT_MAGNITUDE:g} (the "
