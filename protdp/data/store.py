@@ -79,10 +79,12 @@ def check_format_version(attrs, path: str | Path) -> int:
         raise InputError("not a protdp family store (no format_version attribute); build one "
                          f"with: {REBUILD_COMMAND.format(path=path)}", path=path)
     try:
+        if isinstance(raw, (str, bytes, bool, np.bool_)):    # "2" is not version 2 (issue 47)
+            raise TypeError
         version = int(raw)
         if version != float(raw):
             raise ValueError
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise InputError(f"unknown store format_version {raw!r}; refusing to read it (this "
                          f"protdp reads version {FORMAT_VERSION})", path=path) from None
     if version < FORMAT_VERSION:
