@@ -53,7 +53,7 @@ from protdp.inference.layout import (current_prediction, prediction_id,
                                      write_current)
 from protdp.inference.memory import TargetSize
 from protdp.inference.prediction_files import write_prediction_files
-from protdp.inference.ranking import ensemble_spread, model_numbers, rank
+from protdp.inference.ranking import ensemble_spread, model_numbers, rank, split_failed
 from protdp.inference.records import PENDING_FILE, completed_record, intact_pending, item_paths
 from protdp.inference.recycling import RecycleEarlyStop
 from protdp.inference.writers import round_plddt, write_json
@@ -467,7 +467,10 @@ class Predictor:
         """Rank, gate and write the prediction folder (built hidden, renamed into place), then
         enqueue and mark it complete (`_complete_published`). `built`: a complex's inputs
         (`complexes.build_features`): chains in the files, ipTM / interface PAE in the gate."""
+        preds, failed = split_failed(preds)       # a NaN member is failed, the rest ranked
         order, ranking_debug = rank(preds)
+        if failed:
+            ranking_debug["failed_members"] = failed
         spread = ensemble_spread(preds, order) if len(preds) > 1 else None
         top = preds[order[0]]
         finite_xyz = np.isfinite(top["positions"]).all(axis=(-1, -2))             # [L]
