@@ -83,7 +83,9 @@ def _csv_targets(path: Path, start: int) -> list[Target]:
         else:
             t.raw_sequence = row[i_seq].replace(":", "")
             if ":" in row[i_seq]:
-                t.error = f"{path}:{lineno}: complexes (':' separated chains) are not supported"
+                t.error = (f"{path}:{lineno}: a complex (':' separated chains) needs a multimer "
+                           "checkpoint (`protdp weights import` of params_model_N_multimer_v3."
+                           "npz); this one is a monomer")
         out.append(t)
     return out
 
