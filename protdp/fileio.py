@@ -26,11 +26,14 @@ def torch_load_refusal(exc: BaseException) -> str:
     a paragraph whose first advice, to load with weights_only=False, would run code from an
     untrusted pickle; for a file that is not a checkpoint at all it is simply wrong."""
     text = str(exc)
-    pickled = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+    pickled = re.search(r"(?:Unsupported global: GLOBAL|unsupported GLOBAL) ([\w.]+)", text)
     if pickled:
         return (f"it holds pickled Python objects ({pickled.group(1)}) besides tensors, which "
                 "protdp does not unpickle (that can run code); save its state dict of tensors "
                 "alone and give that file")
+    if re.search(r"Unsupported operand|Trying to call reduce|Unsupported class", text):
+        return ("it is a pickle with operations beyond tensors (possibly code), which protdp "
+                "does not unpickle; save its state dict of tensors alone and give that file")
     if "Weights only load failed" in text:
         return "not a PyTorch checkpoint (neither a torch.save archive nor a pickle of tensors)"
     if isinstance(exc, EOFError) or "zip archive" in text:

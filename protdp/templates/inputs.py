@@ -50,8 +50,9 @@ def parse_spec(spec: str) -> tuple[Path, str | None]:
 def custom_template(query: str, spec: str, kalign_binary: str = "kalign") -> tuple[dict, dict]:
     """One `--template` structure aligned to `query` -> (AlphaFold feature row, record)."""
     path, chain = parse_spec(spec)
-    if not path.is_file():
-        raise InputError("template file not found", path=path)
+    if not path.is_file():     # a FIFO or device is named as what it is, not as missing
+        raise InputError("not a regular file (a FIFO, device or folder)" if path.exists()
+                         else "template file not found", path=path)
     s = read_structure(path)
     if not s.chain_to_seqres:
         raise InputError("no protein chain with coordinates in the first model", path=path)
