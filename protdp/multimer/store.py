@@ -479,6 +479,8 @@ class ComplexStore:
                     problems += chain_value_problems(rec, f"complex {complex_id} chain {k}")
                     chains.append(rec)
                 resolution = float(g.attrs["resolution"])
+                if not problems and content_sha256(chains) != g.attrs.get("content_sha256"):
+                    problems = [f"complex {complex_id}: arrays differ from content_sha256"]
         except (KeyError, OSError, ValueError, TypeError) as exc:
             raise InputError(f"complex {complex_id!r} cannot be read ({type(exc).__name__}); "
                              f"check it with `protdp data verify {self.path}`",
