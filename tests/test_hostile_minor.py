@@ -95,3 +95,13 @@ def test_fifo_template_is_named_as_a_fifo(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(InputError, match="not a regular file"):
         custom_template("MKVLAAGIVG", str(fifo))
+
+
+def test_fifo_in_the_input_folder_is_a_rejected_row(tmp_path):
+    from protdp.inference.inputs import read_inputs
+    (tmp_path / "a.fasta").write_text(">a\nMKVLAAG\n")
+    os.mkfifo(tmp_path / "b.fasta")
+    targets, _ = read_inputs(tmp_path)
+    rows = {t.target_id: t for t in targets}
+    assert rows["a"].error is None and rows["a"].raw_sequence == "MKVLAAG"
+    assert "not a regular file" in rows["b.fasta"].error and "b.fasta" in rows["b.fasta"].error
