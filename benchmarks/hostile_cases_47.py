@@ -2,7 +2,9 @@
 in `hostile_audit.py` plus
 
 * hang    - ran past CASE_SECONDS or past the audit's address-space limit (MemoryError): a
-            small file that demanded unbounded time or memory.
+            small file that demanded unbounded time or memory;
+* valid_change - (template mmCIF) a corruption that is itself a valid value (a coordinate
+            of -3, an occupancy of 1.5): accepted, the output follows the file.
 
 Sections: template mmCIF fields and random field corruptions (reference: the untouched file's
 chain A atoms), templates.npz / templates.json (predict's reader), multimer_model.pt files
@@ -111,8 +113,8 @@ def audit_template_mmcif(tmp: Path, fixture: Path) -> Counter:
         if outcome == "accepted":
             pos = got["template_all_atom_positions"]
             same = np.array_equal(pos, ref["template_all_atom_positions"])
-            outcome = "intact" if same else ("silent" if not np.isfinite(pos).all() or value in (
-                "nan", "-inf", "1e300", "inf") else "intact")
+            bad_value = not np.isfinite(pos).all() or value in ("nan", "-inf", "1e300", "inf")
+            outcome = "intact" if same else ("silent" if bad_value else "valid_change")
         counts[outcome] += 1
     return counts
 
