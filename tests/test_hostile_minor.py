@@ -105,3 +105,38 @@ def test_fifo_in_the_input_folder_is_a_rejected_row(tmp_path):
     rows = {t.target_id: t for t in targets}
     assert rows["a"].error is None and rows["a"].raw_sequence == "MKVLAAG"
     assert "not a regular file" in rows["b.fasta"].error and "b.fasta" in rows["b.fasta"].error
+
+
+@pytest.mark.parametrize("kw,match", [({"seed": -1}, "--random-seed -1"),
+                                      ({"seed": 2 ** 64}, "--random-seed 18446744073709551616"),
+                                      ({"seed": 2 ** 32 - 1, "num_seeds": 2}, "the last seed"),
+                                      ({"num_seeds": 10 ** 9}, "--seeds 1000000000"),
+                                      ({"num_recycles": 10 ** 9}, "--num-recycles")])
+def test_prediction_options_are_bounded_before_any_work(kw, match):
+    from protdp.inference.predictor import PredictConfig
+    with pytest.raises(InputError, match=match):
+        PredictConfig(**kw)
+    PredictConfig(seed=2 ** 32 - 1)          # the largest unsigned 32-bit seed is fine
+
+
+def test_seed_and_queue_checked_before_the_first_prediction(tmp_path, capsys):
+    from model_fixtures import tiny_config
+    from protdp.cli import main as protdp_main
+    from protdp.inference.checkpoint import save_model_checkpoint
+    from protdp.model import build_model
+    cfg = tiny_config()
+    save_model_checkpoint(build_model(cfg, verbose=False), cfg, tmp_path / "m.pt")
+    fasta = tmp_path / "t.fasta"
+    fasta.write_text(">a\nMKVLAAGIVG\n")
+    not_a_db = tmp_path / "notes.txt"
+    not_a_db.write_text("hello\n")
+    for extra, match in ((["--random-seed", "-1"], "--random-seed -1 is outside"),
+                         (["--queue-url", str(not_a_db)], "is not an SQLite database")):
+        out = tmp_path / f"o{len(extra[1])}"
+        rc = protdp_main(["predict", "--checkpoint", str(tmp_path / "m.pt"), "--fasta",
+                          str(fasta), "--out", str(out), "--no-progress", "--no-plots",
+                          "--allow-unreleased", *extra])
+        err = capsys.readouterr().err
+        assert rc == 2 and match in err and "Traceback" not in err, err
+        assert not (out / "targets").exists() or not any((out / "targets").iterdir())
+    assert not_a_db.read_text() == "hello\n"

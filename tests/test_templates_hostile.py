@@ -239,3 +239,34 @@ def test_fuzz_templates_npz(tmp_path):
         for name in good:
             assert np.array_equal(np.asarray(got[name], np.float64),
                                   np.asarray(good[name], np.float64)), (k, kind, name)
+
+
+def test_fuzz_templates_json(tmp_path):
+    """Random JSON values in place of a valid templates.json's parts: each read gives the same
+    record or is refused in one line naming the file."""
+    rng = random.Random(47)
+    good = {"templates": [{"id": "4hhb", "chain": "A", "release_date": "1984-07-17"}],
+            "warnings": [], "errors": []}
+    values = [None, 1, 1.5, "x", [], {}, [1], {"id": 3}, True, float("nan")]
+    for k in range(40):
+        record = json.loads(json.dumps(good))
+        where = rng.choice(["root", "templates", "entry", "id", "chain"])
+        value = rng.choice(values)
+        if where == "root":
+            record = value
+        elif where == "templates":
+            record["templates"] = value
+        elif where == "entry":
+            record["templates"][0] = value
+        else:
+            record["templates"][0][where] = value
+        path = tmp_path / f"t{k}.json"
+        path.write_text(json.dumps(record))
+        try:
+            got = read_record(path)
+        except InputError as exc:
+            assert str(exc).startswith(str(path)) and "\n" not in str(exc)
+            continue
+        assert got == record and isinstance(got.get("templates", []), list)
+        assert all(isinstance(t["id"], str) and isinstance(t["chain"], str)
+                   for t in got.get("templates", []))

@@ -38,6 +38,9 @@ MAX_WEIGHT_MAGNITUDE = 1e4
 corrupt or hostile file whose forward pass overflows to NaN."""
 MAX_SEED = 2 ** 32 - 1
 """Seeds are unsigned 32-bit, as AlphaFold's `random_seed` (numpy's legacy RandomState)."""
+MAX_SEEDS = 100_000
+"""Predictions per checkpoint (`--seeds`): massive-sampling runs (AFsample) use ~1,200; the
+ensemble's member list is built up front."""
 MAX_COMPRESSION_RATIO = 1100
 """Declared bytes per stored byte an HDF5 dataset may claim (gzip/deflate tops out at ~1032:1)."""
 MAX_DECLARED_BYTES = 64 * 1024 ** 3
@@ -99,6 +102,7 @@ def check_predict_bounds(seed, num_seeds: int, num_recycles) -> None:
     seed of the ensemble in [0, 2^32 - 1] and recycles in [0, MAX_RECYCLES]."""
     check_seed(seed, "--random-seed")
     if isinstance(num_seeds, int) and not isinstance(num_seeds, bool):
+        check_count(num_seeds, MAX_SEEDS, "--seeds", minimum=1)
         check_seed(seed + num_seeds - 1, "--random-seed + --seeds - 1 (the last seed)")
     if num_recycles is not None:
         check_count(num_recycles, MAX_RECYCLES, "--num-recycles")
