@@ -25,6 +25,7 @@ from protdp.data.bounds import MAX_COMPRESSION_RATIO, MAX_MSA_ROWS
 from protdp.data.store import FamilyStore, verify_store
 from protdp.errors import InputError
 from protdp.multimer.store import ComplexStore, build_complex_store, verify_complex_store
+from protdp.paths import REPO_ROOT
 
 KIB = 1024
 
@@ -208,3 +209,19 @@ def test_fuzz_complex_store(complex_store, tmp_path):
         assert time.perf_counter() - t0 < 20
         assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 512 * KIB
     assert outcomes["refused"] >= 8
+
+
+@pytest.mark.parametrize("kind", ["0-row msa", "msa 2^31-1"])
+def test_train_on_a_hostile_store_is_one_line(data_dir, tmp_path, kind, capsys):
+    """`protdp train` stops with one line naming the store and the family (main: IndexError /
+    RuntimeError, or an ArrayMemoryError traceback)."""
+    path = build_pairs_store(data_dir, ["2q2k_A", "5awl_A"], tmp_path)
+    fid = FamilyStore(path).family_ids[0]
+    with h5py.File(path, "r+") as h5:
+        _family_damage(kind, h5, fid)
+    rc = protdp_main(["train", "--config", str(REPO_ROOT / "configs/train/tiny.yaml"), "--data",
+                      str(path),
+                      "--global-batch-size", "1", "--train-iters", "2", "--eval-iters", "0",
+                      "--val-fraction", "0", "--log-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"family '{fid}'" in err and "Traceback" not in err, err[-2000:]
