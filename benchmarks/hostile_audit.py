@@ -12,7 +12,12 @@ hostile YAML, hostile sequence databases for `msa search`, and a device node giv
 output writer (as root). Writes benchmarks/results/hostile_audit.json; exit 1 when any raw or
 silent outcome remains.
 
+Round 4 (issue 47, `--round4 LABEL`): template mmCIF / templates.npz / multimer_model.pt /
+family and complex stores / predict options (benchmarks/hostile_cases_47.py), with a `hang`
+outcome for a case past 30 s or 8 GiB; written under `round4_LABEL` (after, main_d2865ec).
+
     .venv/bin/python benchmarks/hostile_audit.py
+    .venv/bin/python benchmarks/hostile_audit.py --round4 after
 """
 
 from __future__ import annotations
@@ -192,7 +197,49 @@ def audit_device_outputs(tmp: Path) -> Counter:
     return counts
 
 
+def round4(label: str) -> int:
+    """Issue 47's sections (benchmarks/hostile_cases_47.py) into the JSON under
+    `round4_<label>` (label "after": this tree; "main_d2865ec": the same script run against
+    main, the before numbers); the earlier rounds' results are kept as they are."""
+    sys.path.insert(0, str(REPO_ROOT / "tests"))
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    from complex_fixtures import GOOD_ROWS, write_manifest
+    from data_fixtures import build_pairs_store
+    from hostile_cases_47 import limit_memory, sections
+
+    from protdp.multimer.store import build_complex_store
+    from protdp.weights import cli as weights_cli
+
+    fixture = data_root().parent / "af2_reference"
+    t0 = time.time()
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        (tmp / "fam").mkdir()
+        family = build_pairs_store(data_root(), ["2q2k_A"], tmp / "fam")
+        build_complex_store(write_manifest(tmp / "m.tsv", GOOD_ROWS[4:]), tmp / "c.h5",
+                            log=lambda _: 0)
+        mm = tmp / "mm"
+        weights_cli.main(["import", "--format", "alphafold", str(
+            fixture / "multimer" / "params" / "params_model_1_multimer_v3_small.npz"), "--out",
+            str(mm), "--alphafold-config", str(
+                fixture / "multimer" / "config_model_1_multimer_v3_small.json")])
+        (tmp / "cases").mkdir()
+        limit_memory()
+        results = sections(tmp / "cases", fixture, family, tmp / "c.h5", mm)
+    totals = Counter()
+    for c in results.values():
+        totals.update(c)
+    doc = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
+    doc[f"round4_{label}"] = {"cases": results, "totals": dict(totals),
+                              "seconds": round(time.time() - t0, 1)}
+    RESULTS.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    print(json.dumps(dict(totals)))
+    return 1 if totals["raw"] or totals["silent"] or totals["hang"] else 0
+
+
 def main() -> int:
+    if len(sys.argv) > 2 and sys.argv[1] == "--round4":
+        return round4(sys.argv[2])
     rng = random.Random(SEED)
     t0 = time.time()
     results = {}

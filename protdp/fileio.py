@@ -21,22 +21,35 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def torch_load_refusal(exc: BaseException) -> str:
+def torch_load_refusal(exc: BaseException, path: str | Path | None = None) -> str:
     """Why `torch.load(..., weights_only=True)` refused a file, in one line. torch's own text is
     a paragraph whose first advice, to load with weights_only=False, would run code from an
     untrusted pickle; for a file that is not a checkpoint at all it is simply wrong."""
     text = str(exc)
-    pickled = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+    pickled = re.search(r"(?:Unsupported global: GLOBAL|unsupported GLOBAL) ([\w.]+)", text)
     if pickled:
         return (f"it holds pickled Python objects ({pickled.group(1)}) besides tensors, which "
                 "protdp does not unpickle (that can run code); save its state dict of tensors "
                 "alone and give that file")
+    if re.search(r"Trying to call reduce|Unsupported class", text) or (
+            "Unsupported operand" in text and path is not None and _is_pickle(path)):
+        return ("it is a pickle with operations beyond tensors (possibly code), which protdp "
+                "does not unpickle; save its state dict of tensors alone and give that file")
     if "Weights only load failed" in text:
         return "not a PyTorch checkpoint (neither a torch.save archive nor a pickle of tensors)"
     if isinstance(exc, EOFError) or "zip archive" in text:
         return "empty, truncated or corrupt (the torch.save archive cannot be read)"
     first = text.strip().splitlines()[0] if text.strip() else ""
     return f"cannot be read by torch.load ({type(exc).__name__}: {first})"
+
+
+def _is_pickle(path: str | Path) -> bool:
+    """A file that starts with pickle's PROTO opcode (protocol 2+): a raw pickle, not text."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(1) == b"\x80"
+    except OSError:
+        return False
 
 
 # --- Output files: one guard for every writer ------------------------------------------------

@@ -56,6 +56,9 @@ def predict(checkpoint, fasta: str | Path, out_dir: str | Path, *, queue_url: st
             **kwargs) -> RunResult:
     """`predict_batch` with flagged predictions enqueued in the review queue at `queue_url`
     (default OUT/review_queue.sqlite); other keywords as `predict_batch`."""
+    if queue_url:                             # a given queue: checked before any work (issue 47)
+        from protdp.review.probe import probe_queue
+        probe_queue(queue_url)
     queue_url = queue_url or str(Path(out_dir).resolve() / "review_queue.sqlite")
     result = predict_batch(checkpoint, fasta, out_dir, sink=QueueSink(queue_url), **kwargs)
     return dataclasses.replace(result, queue_url=queue_url)

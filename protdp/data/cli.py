@@ -59,6 +59,11 @@ def main(argv: list[str] | None = None) -> int:
         return _build(args)
     if args.cmd == "verify":
         from protdp.data.store import verify_store
+        from protdp.multimer.store import is_complex_store, verify_complex_report
+        if is_complex_store(args.store):           # complex stores too (issue 47)
+            report = verify_complex_report(args.store)
+            print(report.summary())
+            return 0 if report.ok else 1
         report = verify_store(args.store)
         print(report.summary())
         return 0 if report.ok else 1

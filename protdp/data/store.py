@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from protdp.data.atoms import COORD_LIMIT, backbone_from_atom37
+from protdp.data.bounds import (MAX_MSA_ROWS, MAX_RESIDUES, MAX_TEMPLATES, dataset_problem,
+                                file_bytes)
 from protdp.data.residue_constants import NUM_ATOM37
 from protdp.data.residues import GAP_ID, sequence_to_ids
 from protdp.errors import InputError
@@ -77,10 +79,12 @@ def check_format_version(attrs, path: str | Path) -> int:
         raise InputError("not a protdp family store (no format_version attribute); build one "
                          f"with: {REBUILD_COMMAND.format(path=path)}", path=path)
     try:
+        if isinstance(raw, (str, bytes, bool, np.bool_)):    # "2" is not version 2 (issue 47)
+            raise TypeError
         version = int(raw)
         if version != float(raw):
             raise ValueError
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise InputError(f"unknown store format_version {raw!r}; refusing to read it (this "
                          f"protdp reads version {FORMAT_VERSION})", path=path) from None
     if version < FORMAT_VERSION:
@@ -164,6 +168,71 @@ def read_arrays(g) -> dict:
     return {k: g[k][()] for k in FAMILY_ARRAYS}
 
 
+def header_problems(g, fid: str, file_size: int) -> list[str]:
+    """What one family group declares, checked from the HDF5 headers alone before any array is
+    read (issue 47): num_seq / length within protdp.data.bounds and at least 1, every array's
+    dtype and shape as `family_array_specs`, and no array declaring more bytes than the file
+    can hold (`bounds.dataset_problem`) - a 278 KB file declaring 20 GB costs no memory."""
+    try:
+        n, L = int(g.attrs["num_seq"]), int(g.attrs["length"])
+    except H5_ERRORS:
+        return [f"{fid}: num_seq / length attributes missing or unreadable"]
+    if not (1 <= n <= MAX_MSA_ROWS and 1 <= L <= MAX_RESIDUES):
+        return [f"{fid}: num_seq {n} / length {L} outside [1, {MAX_MSA_ROWS}] / "
+                f"[1, {MAX_RESIDUES}] (an empty family or a declared size beyond "
+                "protdp.data.bounds)"]
+    out = []
+    for name, (dtype, shape) in family_array_specs(n, L).items():
+        try:
+            ds = g[name]
+            got = (ds.dtype, tuple(ds.shape or ()))
+        except H5_ERRORS + (AttributeError,):
+            out.append(f"{fid}: {name} missing or unreadable (damaged data)")
+            continue
+        if got != (dtype, shape):
+            out.append(f"{fid}: {name} is {got[0]} {got[1]}, expected {dtype} {shape}")
+            continue
+        problem = dataset_problem(ds, file_size, f"{fid}: {name}")
+        if problem:
+            out.append(problem)
+    if not out and "templates" in g:
+        out += template_header_problems(g["templates"], fid, L, file_size)
+    return out
+
+
+def template_header_problems(t, fid: str, L: int, file_size: int) -> list[str]:
+    """The optional templates group (protdp.templates.training layout) from its headers."""
+    want = {"aatype": (L,), "all_atom_positions": (L, NUM_ATOM37, 3),
+            "all_atom_mask": (L, NUM_ATOM37), "domain_names": ()}
+    out, count = [], None
+    for name, tail in want.items():
+        try:
+            shape = tuple(t[name].shape or ())
+        except H5_ERRORS + (AttributeError,):
+            return [f"{fid}: templates/{name} missing or unreadable"]
+        if len(shape) != 1 + len(tail) or shape[1:] != tail or \
+                (count is not None and shape[0] != count):
+            return [f"{fid}: templates/{name} has shape {shape}, expected [T, "
+                    f"{', '.join(map(str, tail))}]".replace(", ]", "]")]
+        count = shape[0]
+        problem = dataset_problem(t[name], file_size, f"{fid}: templates/{name}")
+        if problem:
+            out.append(problem)
+    if not out and not 0 <= count <= MAX_TEMPLATES:
+        out.append(f"{fid}: {count} templates (at most {MAX_TEMPLATES}, protdp.data.bounds)")
+    return out
+
+
+def template_value_problems(stored: dict, fid: str) -> list[str]:
+    """Finite, in-range template coordinates and 0/1 masks (what add-to-store checks)."""
+    pos, mask = stored["all_atom_positions"], stored["all_atom_mask"]
+    if not np.isfinite(pos).all() or (np.abs(pos) > COORD_LIMIT).any():
+        return [f"{fid}: templates/all_atom_positions holds NaN/Inf or |x| > {COORD_LIMIT}"]
+    if (mask > 1).any() or (stored["aatype"] < 0).any() or (stored["aatype"] > GAP_ID).any():
+        return [f"{fid}: templates/all_atom_mask is not 0/1 or aatype out of range"]
+    return []
+
+
 # ------------------------------------------------------------------------------------ read
 
 H5_ERRORS = (KeyError, OSError, RuntimeError, ValueError, TypeError)   # h5py on damaged files
@@ -206,6 +275,27 @@ def open_store_h5(path: Path):
                      f"rebuild it with: {REBUILD_COMMAND.format(path=path)}", path=path)
 
 
+def read_index(h5, path) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """/index as (family ids, lengths int64 [F], num_seqs int64 [F]); sizes checked from the
+    headers first, and the three arrays must agree in length (a family must never drop out
+    of training unseen) and hold no family id twice."""
+    idx, size = h5["index"], file_bytes(path)
+    for name in ("family_id", "length", "num_seq"):
+        problem = dataset_problem(idx[name], size, f"index/{name}")
+        if problem:
+            raise InputError(problem, path=path)
+    ids = [x.decode() if isinstance(x, bytes) else str(x) for x in idx["family_id"][()]]
+    lengths = np.asarray(idx["length"][()], np.int64)                  # [F]
+    num_seqs = np.asarray(idx["num_seq"][()], np.int64)                # [F]
+    if not len(ids) == len(lengths) == len(num_seqs) or len(set(ids)) != len(ids) or \
+            lengths.ndim != 1 or num_seqs.ndim != 1:
+        raise InputError(f"the index arrays disagree (family_id {len(ids)}, length "
+                         f"{lengths.shape}, num_seq {num_seqs.shape}, {len(set(ids))} distinct "
+                         "ids); check it with `protdp data verify` or rebuild it: "
+                         f"{REBUILD_COMMAND.format(path=path)}", path=path)
+    return ids, lengths, num_seqs
+
+
 class FamilyStore:
     """Read-only view of a built store; the HDF5 handle is opened lazily in each process
     (safe with DataLoader workers and several ranks reading the same file)."""
@@ -221,11 +311,7 @@ class FamilyStore:
             self.attrs = store_attrs(h5, self.path)
             self.format_version = int(self.attrs["format_version"])
             try:
-                idx = h5["index"]
-                self.family_ids: list[str] = [x.decode() if isinstance(x, bytes) else str(x)
-                                              for x in idx["family_id"][()]]
-                self.lengths = np.asarray(idx["length"][()], np.int64)      # [F]
-                self.num_seqs = np.asarray(idx["num_seq"][()], np.int64)    # [F]
+                self.family_ids, self.lengths, self.num_seqs = read_index(h5, self.path)
             except H5_ERRORS:
                 raise InputError("not a complete protdp family store (no readable /index); "
                                  "rebuild it "
@@ -255,14 +341,18 @@ class FamilyStore:
             raise InputError(f"family '{family_id}' is not in the store", path=self.path)
         try:
             g = self._file()["families"][family_id]
-            out = read_arrays(g)
-            attrs = dict(g.attrs)
-            if "templates" in g:      # optional template hits (docs/store_format.md, issue 31)
-                out["templates"] = {k: g["templates"][k][()] for k in g["templates"]}
+            problems = [f"family '{family_id}': {p.split(': ', 1)[1]}"
+                        for p in header_problems(g, family_id, file_bytes(self.path))]
+            if not problems:                      # sizes checked before anything is read
+                out = read_arrays(g)
+                attrs = dict(g.attrs)
+                if "templates" in g:  # optional template hits (docs/store_format.md, issue 31)
+                    out["templates"] = {k: g["templates"][k][()] for k in g["templates"]}
+                    problems = template_value_problems(out["templates"], family_id)
         except H5_ERRORS:
             raise InputError(f"family '{family_id}' cannot be read (damaged store?); check it "
                              f"with `protdp data verify {self.path}`", path=self.path) from None
-        problems = read_problems(out, attrs, family_id)
+        problems = problems or read_problems(out, attrs, family_id)
         if problems:                 # featurizing it would train on garbage or crash later
             raise InputError(f"{problems[0]}; the store is damaged or was not written by "
                              f"`protdp data build` (check it with `protdp data verify "
@@ -332,13 +422,23 @@ def read_problems(arrays: dict, attrs: dict, fid: str) -> list[str]:
                    for p in value_problems(arrays, attrs, fid, n, L)]
 
 
-def family_problems(g, fid: str) -> list[str]:
-    """Everything wrong with one family group (empty list = sound)."""
+def family_problems(g, fid: str, file_size: int | None = None) -> list[str]:
+    """Everything wrong with one family group (empty list = sound); sizes from the headers
+    first (`header_problems`), so nothing oversized is ever read."""
     try:
         attrs = dict(g.attrs)
         n, L = int(attrs["num_seq"]), int(attrs["length"])
     except H5_ERRORS:
         return [f"{fid}: attributes missing or unreadable"]
+    templates = []
+    if file_size is not None:
+        out = header_problems(g, fid, file_size)
+        if out:
+            return out
+        if "templates" in g:
+            t = g["templates"]
+            templates = template_value_problems(
+                {k: t[k][()] for k in ("aatype", "all_atom_positions", "all_atom_mask")}, fid)
     out = []
     arrays = {}
     for name, (dtype, shape) in family_array_specs(n, L).items():
@@ -354,7 +454,7 @@ def family_problems(g, fid: str) -> list[str]:
         return out
     if content_sha256(arrays) != attrs.get("content_sha256"):
         out.append(f"{fid}: content hash differs from content_sha256 (data changed or damaged)")
-    return out + value_problems(arrays, attrs, fid, n, L)
+    return out + value_problems(arrays, attrs, fid, n, L) + templates
 
 
 def value_problems(arrays: dict, attrs: dict, fid: str, n: int, L: int) -> list[str]:
@@ -375,16 +475,19 @@ def value_problems(arrays: dict, attrs: dict, fid: str, n: int, L: int) -> list[
     return out
 
 
-def _check_families(path: str, items: list[tuple[str, int]]) -> list[str]:
-    """Problems of the families `items` ((id, index length)) of the store at `path`."""
+def _check_families(path: str, items: list[tuple[str, int, int]]) -> list[str]:
+    """Problems of the families `items` ((id, index length, index num_seq)) of the store at
+    `path`."""
     problems = []
+    size = file_bytes(path)
     with open_store_h5(Path(path)) as h5:
-        for fid, L in items:
+        for fid, L, n in items:
             try:
                 g = h5["families"][fid]
-                found = family_problems(g, fid)
-                if not found and int(g.attrs["length"]) != int(L):
-                    found = [f"{fid}: index length {int(L)} differs from the family's"]
+                found = family_problems(g, fid, size)
+                if not found and (int(g.attrs["length"]), int(g.attrs["num_seq"])) != (L, n):
+                    found = [f"{fid}: index length/num_seq {L}/{n} differ from the family's "
+                             f"{int(g.attrs['length'])}/{int(g.attrs['num_seq'])}"]
             except H5_ERRORS:
                 found = [f"{fid}: group missing or unreadable (damaged metadata)"]
             problems += found
@@ -402,10 +505,11 @@ def verify_store(path: str | Path, workers: int = 1) -> VerifyReport:
     with open_store_h5(path) as h5:
         store_attrs(h5, path)
         try:
-            ids = [x.decode() if isinstance(x, bytes) else str(x)
-                   for x in h5["index/family_id"][()]]
-            lengths = [int(x) for x in h5["index/length"][()]]
+            ids, lengths, num_seqs = read_index(h5, path)
             groups = set(h5["families"].keys())
+        except InputError as exc:
+            report.problems.append(exc.reason)
+            return report
         except H5_ERRORS:
             report.problems.append("index or families group missing or unreadable")
             return report
@@ -413,7 +517,7 @@ def verify_store(path: str | Path, workers: int = 1) -> VerifyReport:
         report.problems.append(f"index lists {len(ids)} families, the file holds "
                                f"{len(groups)} (missing: {sorted(set(ids) - groups)[:5]}, "
                                f"unlisted: {sorted(groups - set(ids))[:5]})")
-    items = [(f, L) for f, L in zip(ids, lengths) if f in groups]
+    items = [(f, int(L), int(n)) for f, L, n in zip(ids, lengths, num_seqs) if f in groups]
     report.families = len(items)
     if workers <= 1 or len(items) < 2 * workers:
         report.problems += _check_families(str(path), items)

@@ -83,7 +83,9 @@ def _csv_targets(path: Path, start: int) -> list[Target]:
         else:
             t.raw_sequence = row[i_seq].replace(":", "")
             if ":" in row[i_seq]:
-                t.error = f"{path}:{lineno}: complexes (':' separated chains) are not supported"
+                t.error = (f"{path}:{lineno}: a complex (':' separated chains) needs a multimer "
+                           "checkpoint (`protdp weights import` of params_model_N_multimer_v3."
+                           "npz); this one is a monomer")
         out.append(t)
     return out
 
@@ -92,10 +94,12 @@ def read_inputs(path: str | Path) -> tuple[list[Target], str]:
     """(targets in input order, input_sha256) from a FASTA file, a CSV or a folder."""
     path = Path(path)
     if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.is_file()
-                       and (p.name.lower().endswith(FASTA_SUFFIXES) or p.name.endswith(".a3m")
-                            or p.name.lower().endswith(".csv")))
-        if not files:
+        named = sorted(p for p in path.iterdir()
+                       if p.name.lower().endswith(FASTA_SUFFIXES) or p.name.endswith(".a3m")
+                       or p.name.lower().endswith(".csv"))
+        files = [p for p in named if p.is_file()]
+        special = [p for p in named if not p.is_file() and not p.is_dir()]   # FIFO, device
+        if not files and not special:
             raise InputError("no FASTA, a3m or CSV files in the input folder", path=path)
         targets: list[Target] = []
         digest = hashlib.sha256()
@@ -111,6 +115,10 @@ def read_inputs(path: str | Path) -> tuple[list[Target], str]:
                     targets.append(t)
             for t in targets:
                 t.extra.setdefault("source", str(f))   # a rejected row names its file and line
+        for f in special:                 # a row each, never skipped unseen (issue 47)
+            targets.append(Target(len(targets), f.name, f.name, "", 1,
+                                  error=f"{f}: not a regular file (a FIFO, socket or device)",
+                                  extra={"source": str(f)}))
         _assign_names(targets, path)
         return targets, digest.hexdigest()
     if path.name.lower().endswith(".csv"):

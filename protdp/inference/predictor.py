@@ -32,6 +32,7 @@ import torch
 
 from protdp import __version__
 from protdp.config import to_dict
+from protdp.data.bounds import check_predict_bounds
 from protdp.data.features import featurize_query
 from protdp.templates.inputs import template_names, template_provider
 from protdp.data.residues import GAP_ID
@@ -52,7 +53,7 @@ from protdp.inference.layout import (current_prediction, prediction_id,
                                      publish_build, set_aside_damaged, start_build,
                                      write_current)
 from protdp.inference.prediction_files import write_prediction_files
-from protdp.inference.ranking import ensemble_spread, rank
+from protdp.inference.ranking import ensemble_spread, rank, split_failed
 from protdp.inference.records import PENDING_FILE, completed_record, intact_pending, item_paths
 from protdp.inference.recycling import RecycleEarlyStop
 from protdp.inference.writers import round_plddt, write_json
@@ -144,6 +145,7 @@ class PredictConfig:
         if self.num_recycles is not None and (not isinstance(self.num_recycles, int)
                                               or self.num_recycles < 0):
             raise ValueError(f"num_recycles must be a non-negative integer or null, got {self.num_recycles!r}")
+        check_predict_bounds(self.seed, self.num_seeds, self.num_recycles)   # issue 47
 
 
 @dataclass
@@ -453,7 +455,10 @@ class Predictor:
         """Rank, gate and write the prediction folder (built hidden, renamed into place), then
         enqueue and mark it complete (`_complete_published`). `built`: a complex's inputs
         (`complexes.complex_inputs`): chains in the files, ipTM / interface PAE in the gate."""
+        preds, failed = split_failed(preds)       # a NaN member is failed, the rest ranked
         order, ranking_debug = rank(preds)
+        if failed:
+            ranking_debug["failed_members"] = failed
         spread = ensemble_spread(preds, order) if len(preds) > 1 else None
         top = preds[order[0]]
         finite_xyz = np.isfinite(top["positions"]).all(axis=(-1, -2))             # [L]

@@ -72,11 +72,39 @@ def rank(preds: dict[str, dict]) -> tuple[list[str], dict]:
     return order, {**debug, "order": order}
 
 
+def member_failure(pred: dict) -> str | None:
+    """Why one prediction of the ensemble is unusable (None: it is usable): NaN/Inf in its
+    pLDDT, its scores (pTM, ipTM, PAE) or the positions of its present atoms - a model with
+    overflowing weights or a diverged seed (issue 47). Such a member is a failed member: it is
+    recorded, not ranked, and the others are ranked without it."""
+    plddt = np.asarray(pred["plddt"], np.float64)
+    if not np.isfinite(plddt).all():
+        return "pLDDT holds NaN/Inf"
+    for key in ("ptm", "iptm", "pae"):
+        if pred.get(key) is not None and not np.isfinite(np.asarray(pred[key], np.float64)).all():
+            return f"{key} holds NaN/Inf"
+    pos = np.asarray(pred["positions"], np.float64)
+    mask = np.asarray(pred.get("atom_mask", np.ones(pos.shape[:-1])), bool)
+    if not np.isfinite(pos[mask]).all():
+        return "atom positions hold NaN/Inf"
+    return None
+
+
+def split_failed(preds: dict[str, dict]) -> tuple[dict[str, dict], dict[str, str]]:
+    """(usable members, {failed member: reason}); when every member failed they are all kept
+    (the gate then rejects the target as invalid, as before)."""
+    failed = {n: why for n, p in preds.items() if (why := member_failure(p))}
+    if len(failed) == len(preds):
+        return preds, failed
+    return {n: p for n, p in preds.items() if n not in failed}, failed
+
+
 def ensemble_spread(preds: dict[str, dict], order: list[str]) -> dict:
     """Cα RMSD (Å, Kabsch-superposed) of the top-ranked model to every other, its maximum, and
     the range of mean pLDDT; `max_ca_rmsd` is None for a single prediction."""
     top = preds[order[0]]["positions"][:, CA_INDEX]                          # [L, 3]
-    rmsd = {n: round(rmsd_ca(preds[n]["positions"][:, CA_INDEX], top), 3) for n in order[1:]}
+    rmsd = {n: round(rmsd_ca(preds[n]["positions"][:, CA_INDEX], top), 3) for n in order[1:]
+            if np.isfinite(preds[n]["positions"][:, CA_INDEX]).all() and np.isfinite(top).all()}
     means = [float(np.mean(p["plddt"])) for p in preds.values()]
     return {"ca_rmsd_to_top": rmsd, "max_ca_rmsd": max(rmsd.values()) if rmsd else None,
             "mean_plddt_range": round(max(means) - min(means), 2)}

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from protdp.data.bounds import MAX_BLOCKS, MAX_CHANNELS, MAX_MSA_ROWS, MAX_RECYCLES, MAX_TEMPLATES
+
 
 @dataclass
 class LossConfig:
@@ -208,6 +210,23 @@ class ModelConfig:
     attention_backend: str = "auto"
     """Biased-attention kernel: auto | explicit | sdpa | recompute | lowmem (protdp.model.attention)."""
 
+    def _check_upper_bounds(self, positive: tuple[str, ...]) -> None:
+        """Sizes a (possibly hostile) checkpoint declares, bounded before any module is built
+        (protdp.data.bounds: a config of 10^7 blocks is refused in microseconds)."""
+        bounds = {"n_blocks": MAX_BLOCKS, "n_extra_blocks": MAX_BLOCKS, "sm_layers": MAX_BLOCKS,
+                  "template_pair_blocks": MAX_BLOCKS, "n_resnet_blocks": MAX_BLOCKS,
+                  "sm_transition_layers": MAX_BLOCKS, "num_recycles": MAX_RECYCLES,
+                  "max_recycles": MAX_RECYCLES, "max_templates": MAX_TEMPLATES,
+                  "max_msa_clusters": MAX_MSA_ROWS}
+        for name in positive + ("n_blocks", "n_extra_blocks", "num_recycles", "max_recycles",
+                                "template_pair_blocks", "c_sm", "c_ipa_v", "chunk_size"):
+            value, bound = getattr(self, name), bounds.get(name, MAX_CHANNELS)
+            if name == "chunk_size":
+                bound = MAX_MSA_ROWS
+            if isinstance(value, int) and value > bound:
+                raise ValueError(f"{name} {value} is above the bound {bound} "
+                                 "(protdp.data.bounds)")
+
     @property
     def sm_channels(self) -> int:
         """Structure-module width: c_sm, or c_s when null."""
@@ -238,6 +257,7 @@ class ModelConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+        self._check_upper_bounds(positive)
         for name in ("msa_dropout", "pair_dropout", "sm_dropout", "template_dropout"):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:

@@ -222,6 +222,9 @@ def read_complexes(path: str | Path) -> list[ComplexTarget]:
                            f"{seen[t.complex_id]}")
             seen.setdefault(t.complex_id, t.path)
         return out
+    if path.name.lower().endswith(".csv"):       # ColabFold's CSV form (issue 47)
+        from protdp.multimer.csv_inputs import read_colabfold_csv
+        return read_colabfold_csv(path)
     text, bad = _read_fasta(path)
     if any(CHAIN_SEPARATOR in seq for _, seq, _, _ in _records(text, path, bad)):
         return read_colabfold_fasta(path)

@@ -47,11 +47,13 @@ from pathlib import Path
 import numpy as np
 
 from protdp.data.atoms import read_structure
+from protdp.data.bounds import dataset_problem, file_bytes
 from protdp.data.parse import merge_msas, pair_msa_structure, parse_msa, parse_structure
 from protdp.data.residues import sequence_to_ids
 from protdp.errors import InputError
 from protdp.fileio import commit_file, sha256_file
 from protdp.multimer.inputs import MAX_CHAINS
+from protdp.multimer.store_checks import chain_value_problems, complex_header_problems
 
 STORE_KIND = "complexes"
 COMPLEX_FORMAT_VERSION = 1
@@ -293,29 +295,80 @@ def _check_target(out: Path, force: bool) -> None:
 
 
 def verify_complex_store(path: str | Path) -> list[str]:
-    """Every complex of the store read back against its content_sha256 and the index: the
-    problems found, one line each (empty: the store is whole)."""
+    """Every complex of the store checked from its headers, then its values and content_sha256,
+    and the index (`protdp.multimer.store_checks`): the problems found, one line each (empty:
+    the store is whole)."""
     import h5py
 
     problems = []
     try:
         with h5py.File(path, "r") as h5:
-            ids = [i.decode() if isinstance(i, bytes) else str(i)
-                   for i in h5["index/complex_id"][()]]
+            ids, lengths = read_complex_index(h5, path)
             if sorted(ids) != sorted(h5["complexes"].keys()):
                 problems.append("the index does not list exactly the stored complexes")
-            for cid in ids:
-                try:
-                    g = h5["complexes"][cid]
-                    chains = [{n: g[str(k)][n][()] for n in CHAIN_ARRAYS}
-                              for k in range(int(g.attrs["num_chains"]))]
-                    if content_sha256(chains) != g.attrs.get("content_sha256"):
-                        problems.append(f"complex {cid}: arrays differ from content_sha256")
-                except (KeyError, OSError, ValueError) as exc:
-                    problems.append(f"complex {cid}: unreadable ({type(exc).__name__})")
-    except (KeyError, OSError, ValueError) as exc:
+            for cid, length in zip(ids, lengths):
+                problems += _complex_problems(h5, cid, int(length), file_bytes(path))
+    except InputError as exc:
+        problems.append(exc.reason)
+    except (KeyError, OSError, ValueError, TypeError) as exc:
         problems.append(f"not a readable complex store ({type(exc).__name__})")
     return problems
+
+
+def verify_complex_report(path: str | Path):
+    """`protdp data verify` of a complex store: a `protdp.data.store.VerifyReport` (its
+    "families" are the complexes)."""
+    import h5py
+
+    from protdp.data.store import VerifyReport
+    report = VerifyReport(str(path), problems=verify_complex_store(path))
+    try:
+        with h5py.File(path, "r") as h5:
+            report.families = len(read_complex_index(h5, path)[0])
+    except (InputError, KeyError, OSError, ValueError, TypeError):
+        pass
+    return report
+
+
+def _complex_problems(h5, cid: str, length: int, size: int) -> list[str]:
+    try:
+        g = h5["complexes"][cid]
+        found = complex_header_problems(g, cid, size)
+        if found:
+            return found
+        chains = [_read_chain(g[str(k)]) for k in range(int(g.attrs["num_chains"]))]
+        found = [p for k, c in enumerate(chains)
+                 for p in chain_value_problems(c, f"complex {cid} chain {k}")]
+        if content_sha256(chains) != g.attrs.get("content_sha256"):
+            found.append(f"complex {cid}: arrays differ from content_sha256")
+        if int(g.attrs["length"]) != length:
+            found.append(f"complex {cid}: index length {length} differs from the complex's")
+        return found
+    except (KeyError, OSError, ValueError, TypeError) as exc:
+        return [f"complex {cid}: unreadable ({type(exc).__name__})"]
+
+
+def _read_chain(cg) -> dict:
+    rec = {name: cg[name][()] for name in CHAIN_ARRAYS}
+    rec["sequence"] = str(cg.attrs["sequence"])
+    return rec
+
+
+def read_complex_index(h5, path) -> tuple[list[str], np.ndarray]:
+    """/index as (complex ids, lengths): sizes from the headers first; the two arrays must
+    agree in length and name each complex once."""
+    idx, size = h5["index"], file_bytes(path)
+    for name in ("complex_id", "length"):
+        problem = dataset_problem(idx[name], size, f"index/{name}")
+        if problem:
+            raise InputError(problem, path=path)
+    ids = [i.decode() if isinstance(i, bytes) else str(i) for i in idx["complex_id"][()]]
+    lengths = np.asarray(idx["length"][()], np.int64)
+    if lengths.ndim != 1 or len(ids) != len(lengths) or len(set(ids)) != len(ids):
+        raise InputError(f"the index arrays disagree (complex_id {len(ids)}, length "
+                         f"{lengths.shape}, {len(set(ids))} distinct ids); rebuild the store "
+                         "with `protdp complex store`", path=path)
+    return ids, lengths
 
 
 def build_complex_store(manifest: str | Path, out: str | Path, force: bool = False,
@@ -391,10 +444,9 @@ class ComplexStore:
                 if version is None or int(version) != COMPLEX_FORMAT_VERSION:
                     raise InputError(f"complex store format version {version!r}; this protdp "
                                      f"reads {COMPLEX_FORMAT_VERSION}", path=self.path)
-                ids = [i.decode() if isinstance(i, bytes) else str(i)
-                       for i in h5["index/complex_id"][()]]
-                self._lengths = dict(zip(ids, (int(n) for n in h5["index/length"][()])))
-        except OSError as exc:
+                ids, lengths = read_complex_index(h5, self.path)
+                self._lengths = dict(zip(ids, (int(n) for n in lengths)))
+        except (OSError, KeyError, ValueError, TypeError) as exc:
             raise InputError(f"not a readable HDF5 file ({exc})", path=self.path) from None
         self.complex_ids = ids
         self.family_ids = ids              # the trainer's name for the examples of a store
@@ -414,14 +466,26 @@ class ComplexStore:
     def read(self, complex_id: str) -> dict:
         import h5py
 
-        with h5py.File(self.path, "r") as h5:
-            g = h5["complexes"][complex_id]
-            chains = []
-            for k in range(int(g.attrs["num_chains"])):
-                cg = g[str(k)]
-                rec = {name: cg[name][()] for name in CHAIN_ARRAYS}
-                rec.update({a: cg.attrs[a] for a in ("chain_id", "sequence")})
-                rec.update({a: int(cg.attrs[a]) for a in ("asym_id", "entity_id", "sym_id")})
-                chains.append(rec)
-            return {"complex_id": complex_id, "resolution": float(g.attrs["resolution"]),
-                    "chains": chains}
+        try:
+            with h5py.File(self.path, "r") as h5:
+                g = h5["complexes"][complex_id]
+                problems = complex_header_problems(g, complex_id, file_bytes(self.path))
+                chains = []
+                for k in range(0 if problems else int(g.attrs["num_chains"])):
+                    cg = g[str(k)]
+                    rec = {name: cg[name][()] for name in CHAIN_ARRAYS}
+                    rec.update({a: cg.attrs[a] for a in ("chain_id", "sequence")})
+                    rec.update({a: int(cg.attrs[a]) for a in ("asym_id", "entity_id", "sym_id")})
+                    problems += chain_value_problems(rec, f"complex {complex_id} chain {k}")
+                    chains.append(rec)
+                resolution = float(g.attrs["resolution"])
+                if not problems and content_sha256(chains) != g.attrs.get("content_sha256"):
+                    problems = [f"complex {complex_id}: arrays differ from content_sha256"]
+        except (KeyError, OSError, ValueError, TypeError) as exc:
+            raise InputError(f"complex {complex_id!r} cannot be read ({type(exc).__name__}); "
+                             f"check it with `protdp data verify {self.path}`",
+                             path=self.path) from None
+        if problems:               # featurizing it would train on garbage or crash later
+            raise InputError(f"{problems[0]}; check the store with `protdp data verify "
+                             f"{self.path}`", path=self.path)
+        return {"complex_id": complex_id, "resolution": resolution, "chains": chains}

@@ -387,12 +387,18 @@ def add_reviewer_row(db, conn: Connection, now: float, actor: str, name: str, *,
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise InputError(f"reviewer name {str(name)[:70]!r} must be 1-64 of letters, digits, "
                          "'_.@-'", field="name")
-    if conn.execute(select(reviewers.c.id).where(reviewers.c.name == name)).first():
+    row = conn.execute(select(reviewers.c.id, reviewers.c.active)
+                       .where(reviewers.c.name == name)).first()
+    if row is not None and row.active:
         raise QueueError(f"reviewer '{name}' already exists")
     token = new_token()
     digest = token_hash(token)
-    conn.execute(reviewers.insert().values(name=name, token_sha256=digest, active=True,
-                                           is_admin=admin, created_at=now))
+    if row is not None:        # removed earlier: back with a fresh token (the old stays revoked)
+        conn.execute(update(reviewers).where(reviewers.c.id == row.id).values(
+            token_sha256=digest, active=True, is_admin=admin))
+    else:
+        conn.execute(reviewers.insert().values(name=name, token_sha256=digest, active=True,
+                                               is_admin=admin, created_at=now))
     audit.append(db, conn, now, [{"subject": name, "actor": actor,
                                   "action": "admin_added" if admin else "reviewer_added",
                                   "comment": f"token sha256 {digest}"}])

@@ -28,10 +28,7 @@ from protdp.errors import InputError
 from protdp.fileio import atomic_write_bytes, check_output, replace_file
 from protdp.templates.run import FEATURES_FILE
 from protdp.templates.training import write_family_templates
-
-_KEYS = ("template_aatype", "template_all_atom_positions", "template_all_atom_masks",
-         "template_domain_names")
-
+from protdp.templates.validate import NPZ_ERRORS, read_features, real_templates
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="protdp templates", description=__doc__,
@@ -60,15 +57,17 @@ def store_fasta(store: Path, out: Path, force: bool) -> int:
 
 def _features(path: Path, length: int) -> dict:
     """The four stored keys of one templates.npz, checked against the family's length."""
+    feats = read_features(path, length, "family")        # shapes, finiteness, masks (issue 47)
     try:
         with np.load(path, allow_pickle=False) as f:
-            feats = {k: f[k] for k in _KEYS}
-    except (OSError, ValueError, KeyError) as exc:
-        raise InputError(f"unreadable template features: {exc}", path=path) from None
-    got = feats["template_aatype"].shape
-    if len(got) != 3 or got[1] != length:
-        raise InputError(f"template features cover {got[1] if len(got) == 3 else '?'} residues, "
-                         f"the family has {length}", path=path)
+            feats["template_domain_names"] = f["template_domain_names"]
+    except NPZ_ERRORS as exc:
+        raise InputError(f"unreadable template features: {str(exc).splitlines()[0][:200]}",
+                         path=path) from None
+    names = feats["template_domain_names"]
+    if names.ndim != 1 or len(names) != len(feats["template_aatype"]):
+        raise InputError(f"template_domain_names has shape {names.shape}, expected "
+                         f"[{len(feats['template_aatype'])}]", path=path)
     return feats
 
 
@@ -109,7 +108,7 @@ def add_to_store(store: Path, msa_dir: Path) -> int:
                          path=store) from None
     finally:
         Path(tmp).unlink(missing_ok=True)
-    n_templates = sum(int(f["template_aatype"].shape[0]) for f in feats.values())
+    n_templates = sum(real_templates(f) for f in feats.values())   # not the placeholder row
     print(f"protdp templates: {len(feats)} families got {n_templates} template hits in {store}; "
           f"{len(lengths) - len(found)} have no {FEATURES_FILE}; {len(bad)} skipped")
     return 0

@@ -14,7 +14,6 @@ none (the model then sees AlphaFold's own no-template placeholder).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from protdp.errors import InputError
 from protdp.templates.featurize import TemplateError, _features, _stack, kalign
 from protdp.templates.mmcif import read_structure
 from protdp.templates.run import FEATURES_FILE, RECORD_FILE
+from protdp.templates.validate import check_features, read_features, read_record
 
 
 def model_inputs(features: dict, max_templates: int) -> dict[str, torch.Tensor]:
@@ -50,9 +50,12 @@ def parse_spec(spec: str) -> tuple[Path, str | None]:
 def custom_template(query: str, spec: str, kalign_binary: str = "kalign") -> tuple[dict, dict]:
     """One `--template` structure aligned to `query` -> (AlphaFold feature row, record)."""
     path, chain = parse_spec(spec)
-    if not path.is_file():
-        raise InputError("template file not found", path=path)
+    if not path.is_file():     # a FIFO or device is named as what it is, not as missing
+        raise InputError("not a regular file (a FIFO, device or folder)" if path.exists()
+                         else "template file not found", path=path)
     s = read_structure(path)
+    if not s.chain_to_seqres:
+        raise InputError("no protein chain with coordinates in the first model", path=path)
     chain = chain or next(iter(s.chain_to_seqres))
     if chain not in s.chain_to_seqres:
         raise InputError(f"chain {chain!r} is not a protein chain of this structure (chains: "
@@ -90,21 +93,14 @@ class TemplateProvider:
         """(model inputs or {}, provenance record {source, templates, warnings})."""
         if self.specs:
             rows, used = zip(*(custom_template(query, s, self.kalign_binary) for s in self.specs))
-            feats = _stack(list(rows))
+            feats = check_features(_stack(list(rows)), len(query), ", ".join(self.specs))
             return model_inputs(feats, self.max_templates), {
                 "source": "--template", "templates": list(used)[:self.max_templates]}
         folder = None if msa_dir is None else Path(msa_dir) / file_name
         if folder is None or not (folder / FEATURES_FILE).is_file():
             return {}, {"source": None, "templates": []}
-        try:
-            with np.load(folder / FEATURES_FILE) as f:
-                feats = {k: f[k] for k in f.files}
-            record = json.loads((folder / RECORD_FILE).read_text())
-        except (OSError, ValueError, KeyError) as exc:
-            raise InputError(f"unreadable template features: {exc}", path=folder) from None
-        if feats["template_aatype"].shape[1] != len(query):
-            raise InputError(f"template features cover {feats['template_aatype'].shape[1]} "
-                             f"residues, the target has {len(query)}", path=folder / FEATURES_FILE)
+        feats = read_features(folder / FEATURES_FILE, len(query))      # checked (issue 47)
+        record = read_record(folder / RECORD_FILE)
         return model_inputs(feats, self.max_templates), {
             "source": str(folder / FEATURES_FILE), **record,
             "templates": record.get("templates", [])[:self.max_templates]}

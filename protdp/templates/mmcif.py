@@ -17,6 +17,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +26,8 @@ import gemmi
 import numpy as np
 
 from protdp.data import residue_constants as rc
+from protdp.data.atoms import COORD_LIMIT
+from protdp.data.bounds import MAX_RESIDUES
 from protdp.errors import InputError
 
 ATOM37 = len(rc.ATOM_TYPES)
@@ -54,6 +58,22 @@ def _loop(block: gemmi.cif.Block, category: str, tags: list[str]) -> list[list[s
     return [[row.str(i) for i in range(len(tags))] for row in table]
 
 
+def _number(text: str, kind, category: str, tag: str, path: Path, row: int) -> int | float:
+    """`int(text)` / `float(text)` of one mmCIF field; '?', '.', words and non-finite values are
+    an InputError naming the file, field, row and value (a template must never be NaN)."""
+    try:
+        value = kind(text)
+    except (TypeError, ValueError):
+        value = None
+    if value is None or (kind is float and not math.isfinite(value)) or \
+            (kind is float and abs(value) > COORD_LIMIT):
+        shown = repr(text[:40]) if text else "unknown ('?' or '.')"
+        raise InputError(f"row {row}: {shown} is not a finite number"
+                         + (f" (|x| <= {COORD_LIMIT:g})" if kind is float else ""),
+                         path=path, field=f"{category}{tag}")
+    return value
+
+
 def read_structure(path: str | Path, file_id: str | None = None) -> TemplateStructure:
     """Parse `path`; a file that is not an mmCIF with protein chains is an InputError naming it."""
     path = Path(path)
@@ -81,8 +101,13 @@ def read_structure(path: str | Path, file_id: str | None = None) -> TemplateStru
 
     chem = {r[0]: r[1] for r in _loop(block, "_chem_comp.", ["id", "type"])}
     polymers: dict[str, list[tuple[str, int]]] = {}
-    for entity, num, mon in _loop(block, "_entity_poly_seq.", ["entity_id", "num", "mon_id"]):
-        polymers.setdefault(entity, []).append((mon, int(num)))
+    for k, (entity, num, mon) in enumerate(_loop(block, "_entity_poly_seq.",
+                                                 ["entity_id", "num", "mon_id"]), 1):
+        polymers.setdefault(entity, []).append(
+            (mon, _number(num, int, "_entity_poly_seq.", "num", path, k)))
+    if any(len(seq) > MAX_RESIDUES for seq in polymers.values()):
+        raise InputError(f"an entity longer than {MAX_RESIDUES} residues (protdp.data.bounds)",
+                         path=path, field="_entity_poly_seq.num")
     asyms: dict[str, list[str]] = {}
     for asym, entity in _loop(block, "_struct_asym.", ["id", "entity_id"]):
         asyms.setdefault(entity, []).append(asym)
@@ -104,22 +129,26 @@ def read_structure(path: str | Path, file_id: str | None = None) -> TemplateStru
     label_to_author: dict[str, str] = {}
     mapping: dict[str, dict[int, tuple]] = {}
     occupancy: dict[tuple, float] = {}
-    for (group, atom, alt, comp, asym, seq, icode, x, y, z, occ, auth_seq, auth_asym,
-         model) in rows:
-        if model != "1":
+    first_model = rows[0][-1]            # AF2 / Biopython read the first model, whatever its number
+    for row, (group, atom, alt, comp, asym, seq, icode, x, y, z, occ, auth_seq, auth_asym,
+              model) in enumerate(rows, 1):
+        if model != first_model:
             continue
+        num = functools.partial(_number, category="_atom_site.", path=path, row=row)
         label_to_author[asym] = auth_asym
         het = " "
         if group == "HETATM":
             het = "W" if comp in ("HOH", "WAT") else "H_" + comp
         icode = " " if icode in ("?", ".") else icode
-        key = (auth_asym, het, int(auth_seq), icode)
+        key = (auth_asym, het, num(auth_seq, int, tag="auth_seq_id"), icode)
         if asym in valid:
-            mapping.setdefault(auth_asym, {})[int(seq) - start[asym]] = key
+            mapping.setdefault(auth_asym, {})[num(seq, int, tag="label_seq_id")
+                                              - start[asym]] = key
         atoms = out.atoms.setdefault(key, {"__name__": comp})
-        o = float(occ) if occ not in ("?", ".") else 1.0
+        o = num(occ, float, tag="occupancy") if occ not in ("?", ".") else 1.0
         if atom not in atoms or o > occupancy[key + (atom,)]:   # ties: the first one stays
-            atoms[atom] = (float(x), float(y), float(z))
+            atoms[atom] = tuple(num(v, float, tag=f"Cartn_{a}")
+                                for v, a in ((x, "x"), (y, "y"), (z, "z")))
             occupancy[key + (atom,)] = o
     for asym, seq in valid.items():
         author = label_to_author.get(asym)

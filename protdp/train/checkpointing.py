@@ -116,7 +116,7 @@ def read_rank_file(path: Path) -> dict:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
         raise InputError(
-            f"refused: {torch_load_refusal(exc)}; rank files written before format "
+            f"refused: {torch_load_refusal(exc, path)}; rank files written before format "
             f"'{RANK_FILE_FORMAT}' held pickled objects and are not read any more (they could "
             "run code); restart from a newer checkpoint, or fine-tune from this one's weights "
             "with --finetune-from", path=path) from None
@@ -312,7 +312,7 @@ def load_cpu(path: Path):
     except PermissionError:
         raise InputError("permission denied reading the checkpoint", path=path) from None
     except Exception as exc:  # corrupt/truncated/foreign pickle: say which file
-        raise InputError(f"not a readable checkpoint: {torch_load_refusal(exc)}",
+        raise InputError(f"not a readable checkpoint: {torch_load_refusal(exc, path)}",
                          path=path) from None
 
 

@@ -31,16 +31,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from protdp.config import load_config, to_dict
+from protdp.config import to_dict
 from protdp.errors import ConfigError, InputError
 from protdp.fileio import sha256_file
 from protdp.model.complex_losses import TERM_KEYS, complex_loss
-from protdp.model.config import ModelConfig
 from protdp.model.model import sample_num_recycles
 from protdp.model.multimer_model import MultimerConfig, MultimerModel
-from protdp.model.multimer_msa import MaskedMsaConfig
 from protdp.multimer.store import ComplexStore
 from protdp.multimer.training import complex_example
+from protdp.train.multimer_file import read_multimer_file
 from protdp.train.sources import PDB
 from protdp.train.trainer import Trainer, derive_seed
 
@@ -99,16 +98,7 @@ def read_multimer_checkpoint(path: str | Path) -> tuple[MultimerConfig, dict]:
         raise InputError(f"--finetune-from: no {MULTIMER_MODEL_FILE} (fine-tuning on complexes "
                          "starts from `protdp weights import` of AlphaFold-Multimer "
                          "parameters)", path=path)
-    blob = torch.load(file, map_location="cpu", weights_only=True)
-    if not isinstance(blob, dict) or blob.get("kind") != MULTIMER_KIND:
-        raise InputError("not an AlphaFold-Multimer checkpoint", path=file)
-    data = dict(blob["multimer_config"])
-    trunk = load_config(ModelConfig, data.pop("trunk"))
-    masking = MaskedMsaConfig(**data.pop("masking"))
-    names = {f.name for f in dataclasses.fields(MultimerConfig)}
-    cfg = MultimerConfig(trunk=trunk, masking=masking,
-                         **{k: v for k, v in data.items() if k in names})
-    return cfg, blob["state_dict"]
+    return read_multimer_file(file)             # every field checked (issue 47)
 
 
 def write_multimer_checkpoint(model: MultimerModel, state: dict, out_dir: Path) -> Path:

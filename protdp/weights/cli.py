@@ -19,11 +19,13 @@ import json
 import os
 from pathlib import Path
 
+from protdp.data.bounds import MAX_BLOCKS, MAX_RECYCLES
 from protdp.errors import ConfigError, InputError
 from protdp.weights.convert import FORMATS
+from protdp.weights.guard import check_import
 
 
-def _integer(minimum: int):
+def _integer(minimum: int, maximum: int | None = None):
     def parse(value: str) -> int:
         try:
             n = int(value)
@@ -31,6 +33,8 @@ def _integer(minimum: int):
             raise argparse.ArgumentTypeError(f"expected an integer, got '{value}'") from None
         if n < minimum:
             raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {n}")
+        if maximum is not None and n > maximum:     # protdp.data.bounds (issue 47)
+            raise argparse.ArgumentTypeError(f"must be <= {maximum}, got {n}")
         return n
     return parse
 
@@ -42,9 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("source", help="params_model_N[_ptm].npz (alphafold) or a .pt state dict (openfold)")
     imp.add_argument("--format", required=True, choices=FORMATS)
     imp.add_argument("--out", required=True, help="checkpoint folder to write (model.pt, provenance.json)")
-    imp.add_argument("--sm-layers", type=_integer(1), default=None,
+    imp.add_argument("--sm-layers", type=_integer(1, MAX_BLOCKS), default=None,
                      help="structure-module layers (not in the arrays; AF2: 8)")
-    imp.add_argument("--num-recycles", type=_integer(0), default=None,
+    imp.add_argument("--num-recycles", type=_integer(0, MAX_RECYCLES), default=None,
                      help="recycling passes at inference (not in the arrays; AF2: 3)")
     imp.add_argument("--alphafold-config", default=None,
                      help="AlphaFold model config as JSON (its model.heads.structure_module."
@@ -92,6 +96,7 @@ def _import_multimer(args) -> int:
         if getattr(args, name) is not None:
             settings[name] = getattr(args, name)
     model, provenance = import_multimer(args.source, **settings)
+    check_import(model.state_dict(), args.source, args.out, "multimer")
     out = save_multimer(model, provenance, args.out)
     print(f"protdp weights: imported AlphaFold-Multimer {args.source} -> {out}")
     print(f"  {provenance['source_arrays']} source arrays, {provenance['protdp_parameters']:,} "
@@ -114,6 +119,7 @@ def _import(args) -> int:
     if args.num_recycles is not None:
         settings["num_recycles"] = args.num_recycles
     imported = import_params(args.source, args.format, **settings)
+    check_import(imported.model.state_dict(), args.source, args.out, "monomer")
     out = write_imported(imported, args.out)
     n_mapped = sum(len(v) for v in imported.mapped.values())
     print(f"protdp weights: imported {args.format} {args.source} -> {out}")

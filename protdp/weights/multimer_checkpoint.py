@@ -26,6 +26,7 @@ from protdp.fileio import sha256_file
 from protdp.model.config import ModelConfig
 from protdp.model.multimer_model import MultimerConfig, MultimerModel
 from protdp.model.multimer_msa import MaskedMsaConfig
+from protdp.train.multimer_file import read_multimer_file
 from protdp.weights.alphafold_config import multimer_overrides
 from protdp.weights.alphafold_multimer import (infer_multimer_config, is_fused_evoformer,
                                                is_multimer, multimer_arrays_from_state,
@@ -163,16 +164,12 @@ def load_multimer(path: str | Path) -> MultimerModel:
     """A multimer checkpoint folder (or its model file) -> the model in eval mode."""
     path = Path(path)
     file = path / MULTIMER_MODEL_FILE if path.is_dir() else path
-    blob = _read_blob(path)
-    if not isinstance(blob, dict) or blob.get("kind") != KIND:
-        raise InputError("not an AlphaFold-Multimer checkpoint", path=file)
-    bad = [k for k, v in blob["state_dict"].items()
-           if torch.is_tensor(v) and v.is_floating_point() and not torch.isfinite(v).all()]
-    if bad:   # as `protdp predict` / `release` refuse them (inference.multimer_loading)
-        raise InputError(f"{len(bad)} weight tensor(s) hold NaN/Inf, first {bad[0]}", path=file)
-    model = MultimerModel(config_from_dict(blob["multimer_config"]))
+    if not file.is_file():
+        raise InputError(f"no {MULTIMER_MODEL_FILE} (not a multimer checkpoint)", path=path)
+    cfg, state = read_multimer_file(file)       # every field checked (issue 47)
+    model = MultimerModel(cfg)
     try:
-        model.load_state_dict(blob["state_dict"])
+        model.load_state_dict(state)
     except RuntimeError as exc:
         raise InputError(f"weights do not fit the config: {str(exc).splitlines()[0]}",
                          path=file) from None

@@ -19,6 +19,7 @@ from protdp.review.store import SESSION_SECONDS, ReviewStore
 from protdp.review.web import routes_admin, routes_items, routes_queue
 from protdp.review.web.auth import HTTPProblem
 from protdp.review.web.auth import router as auth_router
+from protdp.review.web.limits import body_refusal
 from protdp.review.web.render import HERE, make_env
 
 SECURITY_HEADERS = {
@@ -88,6 +89,14 @@ def create_app(store: ReviewStore | str, *, secret: bytes | None = None,
 
     app.state.render = render
     _install_error_pages(app)
+
+    @app.middleware("http")
+    async def _body_limit(request: Request, call_next):      # issue 47: no hanging on a lie
+        refused = body_refusal(request.headers)
+        if refused:
+            return PlainTextResponse(refused[1], status_code=refused[0],
+                                     headers={"Connection": "close"})
+        return await call_next(request)
 
     @app.middleware("http")
     async def _headers(request: Request, call_next):

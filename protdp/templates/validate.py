@@ -1,0 +1,107 @@
+"""Template features checked at the door (issue 47): every `templates.npz` / `templates.json`
+that prediction or `protdp templates add-to-store` reads, and every template group a store
+holds, is refused with one line naming the file and the key unless it has AlphaFold's template
+layout (`protdp.templates.featurize`):
+
+    template_aatype              float [T, L, 22]   one-hot (HHblits order; 21 = gap)
+    template_all_atom_positions  float [T, L, 37, 3] finite, |x| <= COORD_LIMIT (Å)
+    template_all_atom_masks      float [T, L, 37]   0 / 1
+
+with T in [1, MAX_TEMPLATES] and L the target's (family's) length. A NaN coordinate would
+otherwise make every pLDDT NaN, and a short or mis-shaped array crash a batch or poison
+training silently.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from protdp.data.atoms import COORD_LIMIT
+from protdp.data.bounds import MAX_TEMPLATES
+from protdp.data.residue_constants import NUM_ATOM37
+from protdp.errors import InputError
+
+AATYPE_CLASSES = 22                   # HHblits alphabet: 20 amino acids, X, gap
+FEATURE_KEYS = ("template_aatype", "template_all_atom_positions", "template_all_atom_masks")
+NPZ_ERRORS = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
+
+
+def feature_problem(feats: dict, length: int, what: str = "target") -> str | None:
+    """Why `feats` are not template features of a `length`-residue target (None: they are)."""
+    missing = [k for k in FEATURE_KEYS if k not in feats]
+    if missing:
+        return f"key {missing[0]} missing"
+    want = {"template_aatype": (AATYPE_CLASSES,), "template_all_atom_positions": (NUM_ATOM37, 3),
+            "template_all_atom_masks": (NUM_ATOM37,)}
+    T = None
+    for key, tail in want.items():
+        a = feats[key]
+        if not isinstance(a, np.ndarray) or a.dtype.kind not in "biuf":
+            return f"{key} is not a numeric array"
+        if a.ndim != 2 + len(tail) or tuple(a.shape[2:]) != tail:
+            return f"{key} has shape {tuple(a.shape)}, expected [T, {length}, " \
+                   f"{', '.join(map(str, tail))}]"
+        if a.shape[1] != length:
+            return f"{key} covers {a.shape[1]} residues, the {what} has {length}"
+        if T is not None and a.shape[0] != T:
+            return f"{key} has {a.shape[0]} templates, template_aatype has {T}"
+        T = a.shape[0]
+    if not 1 <= T <= MAX_TEMPLATES:
+        return f"{T} templates (expected 1 to {MAX_TEMPLATES}, protdp.data.bounds)"
+    pos, mask = feats["template_all_atom_positions"], feats["template_all_atom_masks"]
+    if not np.isfinite(pos).all() or (np.abs(pos) > COORD_LIMIT).any():
+        return f"template_all_atom_positions holds NaN/Inf or |x| > {COORD_LIMIT:g} Å"
+    if not np.isin(mask, (0, 1)).all():
+        return "template_all_atom_masks is not 0/1"
+    aatype = feats["template_aatype"]
+    if not np.isin(aatype, (0, 1)).all() or (aatype.sum(-1) > 1).any():
+        return "template_aatype is not a one-hot [T, L, 22] array (values other than 0/1)"
+    return None
+
+
+def check_features(feats: dict, length: int, path, what: str = "target") -> dict:
+    """`feats` if they are template features of a `length`-residue target, else InputError."""
+    problem = feature_problem(feats, length, what)
+    if problem:
+        raise InputError(f"not usable template features: {problem}", path=path)
+    return feats
+
+
+def read_features(path: Path, length: int, what: str = "target") -> dict:
+    """The template keys of one templates.npz (never unpickled), checked (`check_features`)."""
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            feats = {k: f[k] for k in f.files if k in FEATURE_KEYS}
+    except NPZ_ERRORS as exc:
+        raise InputError(f"unreadable template features: {str(exc).splitlines()[0][:200]}",
+                         path=path) from None
+    return check_features(feats, length, path, what)
+
+
+def read_record(path: Path) -> dict:
+    """templates.json: an object whose `templates` is a list of objects (id, chain, ...)."""
+    try:
+        record = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise InputError(f"unreadable template record: {str(exc).splitlines()[0][:200]}",
+                         path=path) from None
+    if not isinstance(record, dict):
+        raise InputError(f"not a template record: a JSON {type(record).__name__}, expected an "
+                         "object", path=path)
+    templates = record.get("templates", [])
+    if not isinstance(templates, list) or not all(
+            isinstance(t, dict) and isinstance(t.get("id"), str) and isinstance(t.get("chain"), str)
+            for t in templates):
+        raise InputError("'templates' must be a list of objects with string 'id' and 'chain'",
+                         path=path, field="templates")
+    return record
+
+
+def real_templates(feats: dict) -> int:
+    """Templates with any atom (AlphaFold's no-template placeholder row has none)."""
+    mask = np.asarray(feats["template_all_atom_masks"])
+    return int((mask.reshape(mask.shape[0], -1) > 0).any(-1).sum()) if mask.size else 0
