@@ -484,9 +484,10 @@ def test_protdp_predict_with_a_colabfold_file_and_a_pair_mode(tmp_path, capsys):
     assert int(np.load(tmp_path / "feats" / "hb" / "features.npz")["num_alignments"]) == 23
     assert protdp_main(["complex", "predict", "--features-dir", str(tmp_path / "feats"),
                         "--checkpoint", str(ckpt), "--out", str(tmp_path / "ref"),
-                        "--num-recycles", "0"]) == 0
+                        "--num-recycles", "0", "--allow-unreleased"]) == 0
     capsys.readouterr()
-    ref = json.loads((tmp_path / "ref" / "hb" / "scores.json").read_text())
+    tdir = tmp_path / "ref" / "targets" / "hb"        # `protdp predict`'s layout (issue 41)
+    ref = json.loads((tdir / (tdir / "CURRENT").read_text().strip() / "scores.json").read_text())
     assert ref["iptm"] == scores["iptm"] and ref["plddt"] == scores["plddt"]
 
 

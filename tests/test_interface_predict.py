@@ -70,6 +70,8 @@ def test_predict_writes_gates_and_queues_interface_scores(tmp_path, ckpt, capsys
                         "--out", str(tmp_path / "feats")]) == 0
     assert protdp_main(["complex", "predict", "--features-dir", str(tmp_path / "feats"),
                         "--checkpoint", str(ckpt), "--out", str(tmp_path / "ref"),
-                        "--num-recycles", "0", "--gating", str(gating)]) == 0
-    ref = json.loads((tmp_path / "ref" / "hb" / "scores.json").read_text())
-    assert ref["interface_scores"] == rows and "low_ipsae" in ref["gate"]["reasons"]
+                        "--num-recycles", "0", "--gating", str(gating),
+                        "--allow-unreleased"]) == 0
+    tdir = tmp_path / "ref" / "targets" / "hb"        # `protdp predict`'s layout (issue 41)
+    ref = json.loads((tdir / (tdir / "CURRENT").read_text().strip() / "scores.json").read_text())
+    assert ref["interface_scores"] == rows and "low_ipsae" in ref["reasons"]

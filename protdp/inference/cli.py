@@ -69,6 +69,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--template", action="append", default=[], metavar="FILE.cif[:CHAIN]",
                    help="custom template for every target (repeatable; aligned with kalign; "
                         "one that cannot be used is an error naming it)")
+    _add_ensemble_arguments(p, d)
+    s = p.add_argument_group("MSA search for targets without an MSA (protdp msa search)")
+    add_search_arguments(s, db_required=False, prefix="search-")
+    s.add_argument("--msa-search-dir", default=None,
+                   help="searched MSAs, kept between runs (default OUT/msa_search)")
+    p.add_argument("--device", default=None, help="cpu / cuda (default: cuda if available)")
+    p.add_argument("--bf16", action="store_true",
+                   help="run the trunk (Evoformer, extra-MSA stack) under bf16 autocast; the "
+                        "structure module and heads stay fp32 (recorded in provenance.json "
+                        "and scores.json's trunk_dtype)")
+    p.add_argument("--dap-size", type=int, default=1,
+                   help="ranks that share each target, its Evoformer split over them (dynamic "
+                        "axial parallelism) for targets too long for one device; world = "
+                        "target-parallel ranks x dap size (%(default)s)")
+    add_work_queue_arguments(p)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--dist-timeout-minutes", type=float, default=24 * 60.0,
+                   help="timeout of the end-of-run barrier across ranks (%(default)s)")
+    return p
+
+
+def _add_ensemble_arguments(p: argparse.ArgumentParser, d: PredictConfig) -> None:
+    """Seeds, batching, MSA / pair modes, early stop, memory and output flags (`d`: defaults)."""
     e = p.add_argument_group("ensembles, early stop, memory, outputs")
     e.add_argument("--seeds", type=int, default=d.num_seeds,
                    help="predictions per checkpoint, seeds --random-seed .. +N-1 (%(default)s)")
@@ -101,24 +124,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds one relaxation may take (%(default)s)")
     e.add_argument("--no-plots", action="store_true",
                    help="no pLDDT / PAE / MSA-coverage PNGs")
-    s = p.add_argument_group("MSA search for targets without an MSA (protdp msa search)")
-    add_search_arguments(s, db_required=False, prefix="search-")
-    s.add_argument("--msa-search-dir", default=None,
-                   help="searched MSAs, kept between runs (default OUT/msa_search)")
-    p.add_argument("--device", default=None, help="cpu / cuda (default: cuda if available)")
-    p.add_argument("--bf16", action="store_true",
-                   help="run the trunk (Evoformer, extra-MSA stack) under bf16 autocast; the "
-                        "structure module and heads stay fp32 (recorded in provenance.json "
-                        "and scores.json's trunk_dtype)")
-    p.add_argument("--dap-size", type=int, default=1,
-                   help="ranks that share each target, its Evoformer split over them (dynamic "
-                        "axial parallelism) for targets too long for one device; world = "
-                        "target-parallel ranks x dap size (%(default)s)")
-    add_work_queue_arguments(p)
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--dist-timeout-minutes", type=float, default=24 * 60.0,
-                   help="timeout of the end-of-run barrier across ranks (%(default)s)")
-    return p
 
 
 def add_work_queue_arguments(p: argparse.ArgumentParser) -> None:
@@ -321,18 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         if not os.path.lexists(path):
             raise InputError("checkpoint not found", path=path)
     writable_folder(args.out, "output folder (--out)")   # one clear line before any work
-    try:
-        config = PredictConfig(max_length=args.max_length, max_msa_rows=args.max_msa_rows,
-                               num_recycles=args.num_recycles, seed=args.random_seed,
-                               num_seeds=args.seeds, msa_mode=args.msa_mode,
-                               pair_mode=args.pair_mode,
-                               recycle_early_stop_tolerance=args.recycle_early_stop_tolerance,
-                               stop_at_score=args.stop_at_score, max_memory_gib=args.max_memory,
-                               save_distogram=args.save_distogram, plots=not args.no_plots,
-                               relax=args.relax, relax_timeout_s=args.relax_timeout,
-                               bf16=args.bf16, batch_seeds=args.batch_seeds)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    config = _predict_config(args)
     _work_queue(args)                        # a bad --lease-seconds before any work
     from protdp.parallel.env import detect_launch_env
 
@@ -349,24 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dap_size > 1:
         return _main_dap(args, config, launch)
     if launch.world_size > 1:
-        import torch
-        import torch.distributed as dist
-
-        from protdp.parallel.env import init_distributed
-
-        # prediction needs no collectives: gloo only for the end-of-run barrier
-        init_distributed(timeout=args.dist_timeout_minutes * 60.0, backend="gloo")
-
-        def dist_barrier():
-            try:
-                dist.barrier()
-            except RuntimeError as exc:
-                raise DistributedError(f"rank {launch.rank}: barrier(predict summary) failed: "
-                                       f"{exc}") from None
-
-        barrier = dist_barrier
-        if device is None and torch.cuda.is_available():
-            device = f"cuda:{launch.local_rank}"
+        device, barrier = _join_ranks(args, launch, device)
     args.checkpoint = expand_checkpoints(args.checkpoint)
     gating = _gate_policy(args)
     try:
@@ -383,8 +360,11 @@ def main(argv: list[str] | None = None) -> int:
                          release_gate="review" if args.allow_unreleased else "enforce",
                          sort_by_length=args.sort_queries_by_length, **_work_queue(args))
     finally:
-        if barrier is not None and dist.is_initialized():
-            dist.destroy_process_group()
+        if barrier is not None:
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()
     if launch.rank == 0:
         c = result.counts
         print(f"protdp predict: {len(result.rows)} targets: {c['accepted']} accepted, "
@@ -393,6 +373,47 @@ def main(argv: list[str] | None = None) -> int:
         if c["needs_review"]:
             print("review the flagged predictions with:\n" + review_commands(result.queue_url))
     return 0
+
+
+def _predict_config(args) -> PredictConfig:
+    """PredictConfig from the flags; a bad value is one ConfigError line."""
+    try:
+        config = PredictConfig(max_length=args.max_length, max_msa_rows=args.max_msa_rows,
+                               num_recycles=args.num_recycles, seed=args.random_seed,
+                               num_seeds=args.seeds, msa_mode=args.msa_mode,
+                               pair_mode=args.pair_mode,
+                               recycle_early_stop_tolerance=args.recycle_early_stop_tolerance,
+                               stop_at_score=args.stop_at_score, max_memory_gib=args.max_memory,
+                               save_distogram=args.save_distogram, plots=not args.no_plots,
+                               relax=args.relax, relax_timeout_s=args.relax_timeout,
+                               bf16=args.bf16, batch_seeds=args.batch_seeds)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return config
+
+
+def _join_ranks(args, launch, device):
+    """Several ranks: gloo only for the end-of-run barrier (prediction needs no collectives);
+    -> (device, barrier)."""
+    import torch
+    import torch.distributed as dist
+
+    from protdp.parallel.env import init_distributed
+
+    # prediction needs no collectives: gloo only for the end-of-run barrier
+    init_distributed(timeout=args.dist_timeout_minutes * 60.0, backend="gloo")
+
+    def dist_barrier():
+        try:
+            dist.barrier()
+        except RuntimeError as exc:
+            raise DistributedError(f"rank {launch.rank}: barrier(predict summary) failed: "
+                                   f"{exc}") from None
+
+    barrier = dist_barrier
+    if device is None and torch.cuda.is_available():
+        device = f"cuda:{launch.local_rank}"
+    return device, barrier
 
 
 def _work_queue(args) -> dict:

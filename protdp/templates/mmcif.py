@@ -74,18 +74,20 @@ def _number(text: str, kind, category: str, tag: str, path: Path, row: int) -> i
     return value
 
 
-def read_structure(path: str | Path, file_id: str | None = None) -> TemplateStructure:
-    """Parse `path`; a file that is not an mmCIF with protein chains is an InputError naming it."""
-    path = Path(path)
+def _open_block(path: Path):
+    """The sole data block of an mmCIF file; unreadable or empty is an InputError naming it."""
     try:
         doc = gemmi.cif.read(str(path))
         if len(doc) == 0:               # an empty file: sole_block() raises an IndexError
             raise InputError("not a readable mmCIF file: no data block (empty file?)", path=path)
-        block = doc.sole_block()
+        return doc.sole_block()
     except (RuntimeError, ValueError, OSError) as exc:
         raise InputError(f"not a readable mmCIF file: {str(exc).splitlines()[0][:200]}",
                          path=path) from None
-    file_id = (file_id or path.stem).lower()
+
+
+def _release_date(block, path: Path) -> dt.date | None:
+    """The earliest revision date ('?' / '.' is unknown, anything else not a date an error)."""
     release = None
     for raw in block.find_values("_pdbx_audit_revision_history.revision_date"):
         text = gemmi.cif.as_string(raw)
@@ -97,6 +99,15 @@ def read_structure(path: str | Path, file_id: str | None = None) -> TemplateStru
             raise InputError(f"_pdbx_audit_revision_history.revision_date {text[:40]!r} is not "
                              "a date (YYYY-MM-DD)", path=path) from None
         release = day if release is None else min(release, day)
+    return release
+
+
+def read_structure(path: str | Path, file_id: str | None = None) -> TemplateStructure:
+    """Parse `path`; a file that is not an mmCIF with protein chains is an InputError naming it."""
+    path = Path(path)
+    block = _open_block(path)
+    file_id = (file_id or path.stem).lower()
+    release = _release_date(block, path)
     out = TemplateStructure(file_id, release)
 
     chem = {r[0]: r[1] for r in _loop(block, "_chem_comp.", ["id", "type"])}
