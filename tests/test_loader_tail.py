@@ -257,3 +257,97 @@ def test_feed_with_every_family_failing_is_one_clear_error(store, fault_file):
             feed.next(0, 0)
     finally:
         feed.close()
+
+
+# ------------------------------------------------------------------ the trainer, 2 ranks
+
+TRAIN_ITERS = 6
+
+
+@pytest.fixture(scope="module")
+def real_store(data_dir, tmp_path_factory) -> Path:
+    from test_train_pipeline import FAMILIES, SKIP_MSAS
+    from data_fixtures import build_pairs_store
+
+    return build_pairs_store(data_dir, FAMILIES, tmp_path_factory.mktemp("tailstore"), SKIP_MSAS)
+
+
+def _train_argv(store: Path, save: Path) -> list[str]:
+    from test_train_pipeline import tiny_argv
+
+    return tiny_argv(store, save=save, **{"train-iters": TRAIN_ITERS, "save-interval": 3,
+                                          "data-workers": 1, "data-deadline-floor": 5,
+                                          "quarantine-strikes": 1, "eval-interval": 100})
+
+
+def _faults(tmp: Path, store: Path) -> dict:
+    """A transient straggler (its first try sleeps 600 s) and a family that kills its worker
+    every time: two training families of the store."""
+    from protdp.train.args import parse_args
+    from protdp.train.trainer import split_families
+
+    train, _ = split_families(list(FamilyStore(store).family_ids),
+                              parse_args(_train_argv(store, tmp / "unused")))
+    spec = {"state_dir": str(tmp), train[0]: {"sleep": 600, "times": 1}, train[3]: {"kill": True}}
+    (tmp / "faults.json").write_text(json.dumps(spec))
+    return spec
+
+
+def _decisions(path: Path) -> set:
+    return {(r["family"], r["rank"], r["step"], r["micro"], r["slot"], r["reason"],
+             r["replacement"]) for r in read_quarantine(path)}
+
+
+def test_two_ranks_kill_9_after_a_family_was_set_aside_resume_exactly(real_store, tmp_path):
+    """2 ranks (torchrun --max-restarts 1): a straggler and a worker-killing family are set
+    aside and replaced; rank 1 is SIGKILLed after the checkpoint that holds the records; the
+    restarted job replays them from the checkpoint (the straggler is fast by now: only the
+    records keep it out) and ends with exactly the parameters of the uninterrupted run; the
+    metrics carry data wait and quarantine counts; `protdp report` lists the families."""
+    import os
+    import signal
+    import subprocess
+
+    from protdp.train import checkpointing
+    from protdp.train import cli as train_cli
+    from protdp.train import report
+    from protdp.train.launch import torchrun_cmd, worker_env
+    from test_train_pipeline import (_Output, _wait_for, _worker_pid, assert_same_params,
+                                     model_params)
+
+    runs = {}
+    for name in ("reference", "killed"):
+        (tmp_path / name).mkdir()
+        spec = _faults(tmp_path / name, real_store)
+        env = {**worker_env(), faults.ENV: str(tmp_path / name / "faults.json")}
+        save = tmp_path / name / "ckpt"
+        cmd = torchrun_cmd(_train_argv(real_store, save), nproc=2, max_restarts=1)
+        proc = subprocess.Popen(cmd, env=env, cwd=Path(__file__).parent.parent,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        out = _Output(proc)
+        if name == "killed":
+            _wait_for(lambda: checkpointing.latest_checkpoint(save) is not None, proc, out, 240,
+                      "the first checkpoint")
+            victim = _worker_pid(proc.pid, rank=1)
+            assert victim is not None, "rank 1 not found"
+            os.kill(victim, signal.SIGKILL)
+        rc = proc.wait(timeout=400)
+        out.thread.join(10)
+        assert rc == 0, out.text[-4000:]
+        runs[name] = (save, out.text)
+    (ref, _), (killed, text) = runs["reference"], runs["killed"]
+    assert "restart #1" in text
+    straggler, killer = (f for f in spec if f != "state_dir")
+    first = checkpointing.load_checkpoint(killed / "iter_0000003", 0)
+    saved = [r["family"] for rank in (0, 1) for r in checkpointing.quarantine_records(
+        checkpointing.load_checkpoint(killed / "iter_0000003", rank).rank_state)]
+    assert straggler in saved and first.iteration == 3      # killed after it was set aside
+    assert _decisions(ref / QUARANTINE_FILE) == _decisions(killed / QUARANTINE_FILE)
+    assert {d[0] for d in _decisions(ref / QUARANTINE_FILE)} == {straggler, killer}
+    assert_same_params(model_params(killed / "iter_0000006"), model_params(ref / "iter_0000006"))
+    train, _ = report.read_metrics(ref / "metrics.jsonl")
+    records = _decisions(ref / QUARANTINE_FILE)     # strikes count per rank: one per rank
+    assert sum(r["quarantine/step"] for r in train) == train[-1]["quarantine/total"] == len(records)
+    assert all(r["time/data_wait_max"] >= r["time/data_wait"] >= 0 for r in train)
+    assert train_cli.report([str(ref)]) == 0
+    assert (ref / "data_wait.png").stat().st_size > 5000

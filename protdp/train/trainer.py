@@ -123,8 +123,6 @@ class Trainer:
 
     def __init__(self, args: TrainArgs):
         from protdp.data.features import collate, featurize
-        from protdp.data.sampler import FamilySampler
-        from protdp.data.store import FamilyStore
         from protdp.model import build_model
         from protdp.model.losses import compute_loss
         from protdp.model.axial import dap_sharded_parameters
@@ -176,17 +174,9 @@ class Trainer:
         # per-rank streams (dropout); graph-shaping choices use derive_seed(seed, iteration, ...)
         self._seed_rank_streams(args.seed, self.dp_rank)
 
-        self.sampler = FamilySampler(
-            {f: self.store.length(f) for f in self.train_ids}, world_size=self.dp_size, rank=self.dp_rank,
-            micro_batch_size=args.micro_batch_size, seed=args.seed, crop_size=args.crop_size)
-        self.sources = {PDB: Source(PDB, self.store, self.sampler)}
-        if args.distillation_data:
-            dstore = FamilyStore(args.distillation_data)
-            self.sources[DISTILLATION] = Source(DISTILLATION, dstore, FamilySampler(
-                {f: dstore.length(f) for f in dstore.family_ids}, world_size=self.dp_size,
-                rank=self.dp_rank, micro_batch_size=args.micro_batch_size, seed=args.seed + 1,
-                crop_size=args.crop_size), args.distillation_loss_weight)
+        self._build_sources(args)
         self.iteration = 0
+        self._quarantine_records: list[dict] = []   # a resumed run's, from the checkpoint
         self.resumed_from: str | None = None
         self._resume()
         self.feed = self._build_feed()  # after resume: the samplers are at the saved position
@@ -204,6 +194,22 @@ class Trainer:
                                if self.rank == 0 and args.release_check else None)
 
     # ------------------------------------------------------------------ set-up helpers
+    def _build_sources(self, args) -> None:
+        """This rank's samplers of the training store and of --distillation-data."""
+        from protdp.data.sampler import FamilySampler
+        from protdp.data.store import FamilyStore
+
+        self.sampler = FamilySampler(
+            {f: self.store.length(f) for f in self.train_ids}, world_size=self.dp_size, rank=self.dp_rank,
+            micro_batch_size=args.micro_batch_size, seed=args.seed, crop_size=args.crop_size)
+        self.sources = {PDB: Source(PDB, self.store, self.sampler)}
+        if args.distillation_data:
+            dstore = FamilyStore(args.distillation_data)
+            self.sources[DISTILLATION] = Source(DISTILLATION, dstore, FamilySampler(
+                {f: dstore.length(f) for f in dstore.family_ids}, world_size=self.dp_size,
+                rank=self.dp_rank, micro_batch_size=args.micro_batch_size, seed=args.seed + 1,
+                crop_size=args.crop_size), args.distillation_loss_weight)
+
     def _open_store(self, args):
         """The training corpus of --data (protdp.train.complex opens a complex store)."""
         from protdp.data.store import FamilyStore
@@ -286,6 +292,7 @@ class Trainer:
             source.sampler.load_state_dict(states[key])
         if same_world:
             checkpointing.set_rng_state(ck.rank_state["rng"])
+            self._quarantine_records = checkpointing.quarantine_records(ck.rank_state)
         else:  # resharded: ranks are new, derive their streams from (seed, iteration, rank)
             self._seed_rank_streams(derive_seed(args.seed, ck.iteration), self.dp_rank)
         self.iteration = ck.iteration
@@ -312,7 +319,9 @@ class Trainer:
             example_seed=derive_seed, kwargs=kwargs, start_iteration=self.iteration,
             num_micro=self.num_micro, device=self.device, workers=workers, timeout=args.data_timeout,
             prefetch_depth=max(2, 2 * workers) if args.prefetch_depth is None else args.prefetch_depth,
-            max_templates=cfg.max_templates if cfg.templates else 0)
+            max_templates=cfg.max_templates if cfg.templates else 0,
+            deadline=args.deadline_policy() if self.dap_size == 1 else None, rank=self.rank,
+            quarantine_records=self._quarantine_records, run_dir=args.run_dir)
 
     def _batch(self, fids: list[str], seed: int, training: bool = True, store=None) -> dict:
         """Features of `fids`: one MSA sample per recycling pass (AF2 resample_msa_in_recycling;
@@ -401,9 +410,10 @@ class Trainer:
         phase = [timer.times[p] for p in PHASES] + [step_time]
         sums = torch.tensor([loss_sum, lddt_sum, lddt_n, samples, residues] + phase
                             + [term_sums.get(k, float("nan")) for k in keys]
-                            + [per_source[k] for k in self.sources], dtype=torch.float64)
-        maxes = torch.tensor([step_time, max_memory_mb(self.device), self.ddp.last_grad_sync.get("comm_s", 0.0)],
-                             dtype=torch.float64)
+                            + [per_source[k] for k in self.sources]
+                            + self._quarantine_counts(it), dtype=torch.float64)
+        maxes = torch.tensor([step_time, max_memory_mb(self.device), self.ddp.last_grad_sync.get("comm_s", 0.0),
+                              timer.times["data_wait"]], dtype=torch.float64)
         if self.world > 1:
             _collective("all_reduce(step metrics)", lambda: dist.all_reduce(sums), self.rank)
             _collective("all_reduce(step maxima)", lambda: dist.all_reduce(maxes, op=dist.ReduceOp.MAX),
@@ -423,10 +433,19 @@ class Trainer:
                                                             self.model_config).attention_backend,
                                                     self.device, bias_grad=True),
                **{f"samples/{k}": int(sums[n_phase + len(keys) + i]) // self.dap_size
-                  for i, k in enumerate(self.sources)}}
+                  for i, k in enumerate(self.sources)},
+               "time/data_wait_max": maxes[3].item(),   # the slowest rank's (issue 44)
+               "quarantine/step": int(sums[-2]), "quarantine/total": int(sums[-1])}
         rec["samples_per_s"] = rec["samples"] / rec["time/step"]
         rec["residues_per_s"] = rec["residues"] / rec["time/step"]
         return rec
+
+    def _quarantine_counts(self, iteration: int) -> list[int]:
+        """[families this rank set aside in `iteration`, in the run so far] (tolerant feed)."""
+        feed = self.feed
+        if not hasattr(feed, "quarantined_at"):
+            return [0, 0]
+        return [feed.quarantined_at(iteration), len(feed.quarantine_records())]
 
     @property
     def _term_keys(self) -> list[str]:
@@ -513,7 +532,8 @@ class Trainer:
             saver, self.args.save, self.iteration, ema_state=self.ema.state_dict(),
             rank_state={"iteration": self.iteration, **{   # as consumed, not as prefetched
                 ("sampler" if name == PDB else f"{name}_sampler"): state
-                for name, state in self.feed.sampler_states().items()}},
+                for name, state in self.feed.sampler_states().items()},
+                **checkpointing.quarantine_state(getattr(self.feed, "quarantine_records", list)())},
             config={**self.args.to_dict(), "model": dataclasses.asdict(self.model_config),
                     "finetune_source": self.finetune_source})
         self.logger.print(f"saved checkpoint {path}")
