@@ -21,7 +21,8 @@ from protdp.data.features import collate, featurize
 from protdp.data.pipeline import faults
 from protdp.data.pipeline.assemble import NoUsableFamily
 from protdp.data.pipeline.deadline_pool import DeadlinePool
-from protdp.data.pipeline.quarantine import (DEADLINE_FLOOR_S, DEADLINE_MULTIPLE, QUARANTINE_FILE,
+from protdp.data.pipeline.quarantine import (DEADLINE_FLOOR_S, DEADLINE_MULTIPLE,
+                                             DEADLINE_WARMUP_FACTOR, QUARANTINE_FILE,
                                              DeadlinePolicy, Quarantine, RunningMedian,
                                              make_record, read_quarantine, record_quarantine,
                                              replacement, shard_order)
@@ -32,7 +33,7 @@ from protdp.train.feed import BatchFeed
 from protdp.train.sources import PDB, Source
 
 KW = dict(crop_size=24, max_msa_rows=6, max_extra_msa_rows=8, msa_samples=2, training=True)
-FLOOR = 4.0          # the tests' deadline: far above a 30-row family's featurize time
+FLOOR = 3.0          # the tests' deadline: far above a 30-row family's featurize time
 
 
 def tiny_family(fid: str, seed: int, rows: int = 30, length: int = 28) -> dict:
@@ -107,7 +108,7 @@ def assert_same(a: dict, b: dict) -> None:
 def test_deadline_policy_replacement_and_strikes_are_pure_rules():
     p = DeadlinePolicy()
     assert (p.multiple, p.floor_s) == (DEADLINE_MULTIPLE, DEADLINE_FLOOR_S)
-    assert p.deadline(None) == DEADLINE_FLOOR_S
+    assert p.deadline(None) == DEADLINE_WARMUP_FACTOR * DEADLINE_FLOOR_S     # cold workers
     assert p.deadline(DEADLINE_FLOOR_S) == DEADLINE_MULTIPLE * DEADLINE_FLOOR_S
     assert DeadlinePolicy(floor_s=1, cap_s=5).deadline(3.0) == 5
     with pytest.raises(ValueError):
@@ -276,7 +277,7 @@ def _train_argv(store: Path, save: Path) -> list[str]:
     from test_train_pipeline import tiny_argv
 
     return tiny_argv(store, save=save, **{"train-iters": TRAIN_ITERS, "save-interval": 3,
-                                          "data-workers": 1, "data-deadline-floor": 5,
+                                          "data-workers": 1, "data-deadline-floor": 3,
                                           "quarantine-strikes": 1, "eval-interval": 100})
 
 

@@ -29,6 +29,7 @@ of the checkpoint (`quarantine_records()`), so a resumed run replays the decisio
 from __future__ import annotations
 
 import os
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from functools import partial
@@ -110,10 +111,12 @@ def _store(path: str):
 def _example(store, fid: str, seed: int, payload: dict) -> dict:
     """One family's example (`faults.inject` first: a no-op unless a test or benchmark set
     PROTDP_DATA_FAULTS)."""
-    faults.inject(fid, payload.get("faults"))
+    slowdown = faults.inject(fid, payload.get("faults"))
     make = example_fn(compact_example if payload["compact"] else featurize,
                       payload.get("max_templates", 0))
+    t0 = time.perf_counter()
     example = make(store.read(fid), seed=seed, **payload["kwargs"])
+    faults.slow_down(slowdown, time.perf_counter() - t0)
     if payload["compact"]:
         return {k: (torch.from_numpy(v) if isinstance(v, np.ndarray) else v)
                 for k, v in example.items()}

@@ -7,6 +7,7 @@ them does in a data worker, before the real work:
     {"1abc_A": {"sleep": 30.0},          # a straggler: 30 s longer than it should be
      "2xyz_B": {"kill": true},           # the worker dies (SIGKILL to itself, as the OOM killer)
      "3def_C": {"raise": "bad family"},  # featurization raises (a family training cannot use)
+     "5jkl_E": {"times_slower": 100},    # featurizing takes 100x its own time (sleeps 99x after)
      "4ghi_D": {"sleep": 30.0, "times": 1}}   # only the first attempt in the run
 
 `times`: the fault fires on the first N attempts only, counted with marker files in
@@ -58,15 +59,23 @@ def _fires(family: str, fault: dict, state_dir: str) -> bool:
     return False
 
 
-def inject(family: str, path: str | None) -> None:
-    """Apply the fault of `family` in fault file `path` (`configured()`; None: a no-op)."""
+def inject(family: str, path: str | None) -> float:
+    """Apply the fault of `family` in fault file `path` (`configured()`; None: a no-op) and
+    return its slowdown factor (1.0: none; the caller sleeps (factor - 1) x its featurize time)."""
     spec = _spec(path)
     fault = spec.get(family) if spec else None
     if not isinstance(fault, dict) or not _fires(family, fault, spec["state_dir"]):
-        return
+        return 1.0
     if fault.get("kill"):
         os.kill(os.getpid(), signal.SIGKILL)
     if "sleep" in fault:
         time.sleep(float(fault["sleep"]))
     if "raise" in fault:
         raise RuntimeError(f"injected fault: {fault['raise']}")
+    return float(fault.get("times_slower", 1.0))
+
+
+def slow_down(factor: float, seconds: float) -> None:
+    """The rest of a `times_slower` fault: sleep (factor - 1) x the real featurize seconds."""
+    if factor > 1.0:
+        time.sleep((factor - 1.0) * seconds)

@@ -8,9 +8,11 @@ that step* and its slot is filled by a deterministic replacement, and a quaranti
 written. This module holds the rules, as pure functions and small state:
 
 - the deadline: `DeadlinePolicy.deadline(median)` = max(floor, multiple x running median of the
-  per-family featurization seconds), capped by --data-timeout; defaults `DEADLINE_MULTIPLE`
-  and `DEADLINE_FLOOR_S`, the one definition of both numbers (flags --data-deadline-multiple,
-  --data-deadline-floor);
+  per-family featurization seconds of the last `MEDIAN_WINDOW` families), capped by
+  --data-timeout; defaults `DEADLINE_MULTIPLE` (10) and `DEADLINE_FLOOR_S` (30 s), the one
+  definition of both numbers (flags --data-deadline-multiple, --data-deadline-floor). Until
+  `MEDIAN_MIN_SAMPLES` families have finished (cold workers: imports, first file opens) it
+  is `DEADLINE_WARMUP_FACTOR` x the floor;
 - the replacement: `replacement(family, order, usable)`, the next usable family after it in the
   rank's shard order (cyclic), so the micro-batch keeps its size and every rank its collective
   schedule;
@@ -36,6 +38,7 @@ from typing import Callable, Iterable
 
 DEADLINE_MULTIPLE = 10.0     # x the running median featurization time of one family
 DEADLINE_FLOOR_S = 30.0      # never less than this (a cold cache, a busy node)
+DEADLINE_WARMUP_FACTOR = 3.0   # x the floor until the median is known (cold workers, first files)
 MAX_STRIKES = 3              # quarantined this many times on a rank: never tried again
 MAX_CONSECUTIVE_FAILURES = 16   # families in a row that fail: a broken corpus, not a straggler
 MEDIAN_WINDOW = 256          # families in the running median
@@ -60,8 +63,10 @@ class DeadlinePolicy:
             raise ValueError(f"max_strikes must be >= 1, got {self.max_strikes}")
 
     def deadline(self, median: float | None) -> float:
-        """Seconds for the next family given the running median (None: not enough samples)."""
-        base = self.floor_s if median is None else max(self.floor_s, self.multiple * median)
+        """Seconds for the next family given the running median (None: not enough samples
+        yet, the run's first families on cold workers: DEADLINE_WARMUP_FACTOR x the floor)."""
+        base = (DEADLINE_WARMUP_FACTOR * self.floor_s if median is None
+                else max(self.floor_s, self.multiple * median))
         return min(base, self.cap_s)
 
 
