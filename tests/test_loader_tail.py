@@ -76,7 +76,7 @@ def fault_file(tmp_path, monkeypatch):
 
 
 def make_feed(store, *, workers=2, records=(), states=None, start=0, strikes=1, run_dir=None,
-              floor=FLOOR) -> BatchFeed:
+              floor=FLOOR, compact=None) -> BatchFeed:
     sampler = FamilySampler(store, 1, 0, 2, seed=5, crop_size=24)
     if states is not None:
         sampler.load_state_dict(states[PDB])
@@ -86,7 +86,7 @@ def make_feed(store, *, workers=2, records=(), states=None, start=0, strikes=1, 
                      kwargs=KW, start_iteration=start, num_micro=1, device=torch.device("cpu"),
                      workers=workers, prefetch_depth=3, timeout=120,
                      deadline=DeadlinePolicy(floor_s=floor, max_strikes=strikes), rank=0,
-                     quarantine_records=records, run_dir=run_dir)
+                     quarantine_records=records, run_dir=run_dir, compact=compact)
 
 
 def expected_batch(store, fids: list[str], it: int) -> dict:
@@ -250,6 +250,22 @@ def test_feed_resumed_with_checkpointed_records_replays_the_quarantine(store, fa
             assert not same
 
 
+def test_tolerant_feed_ships_compact_examples_expanded_to_featurize(store, fault_file):
+    """The GPU path (compact examples, expanded by the consumer) through the tolerant feed:
+    with a family that raises, the batch equals featurize + collate of the families used."""
+    order = shard_order(FamilySampler(store, 1, 0, 2, seed=5, crop_size=24).rank_plan())
+    fault_file({order[0]: {"raise": "unusable"}})
+    feed = make_feed(store, workers=1, compact=True)
+    try:
+        got = run_feed(feed, range(3))
+        assert [r["family"] for r in feed.quarantine_records()] == [order[0]]
+    finally:
+        feed.close()
+    for it, (fids, batch) in enumerate(got):
+        assert order[0] not in fids
+        assert_same(batch, expected_batch(store, fids, it))
+
+
 def test_feed_with_every_family_failing_is_one_clear_error(store, fault_file):
     fault_file({f: {"raise": "broken featurizer"} for f in store.family_ids})
     feed = make_feed(store, strikes=1)
@@ -352,3 +368,17 @@ def test_two_ranks_kill_9_after_a_family_was_set_aside_resume_exactly(real_store
     assert all(r["time/data_wait_max"] >= r["time/data_wait"] >= 0 for r in train)
     assert train_cli.report([str(ref)]) == 0
     assert (ref / "data_wait.png").stat().st_size > 5000
+
+
+def test_ordered_pool_after_a_dead_worker_raises_that_error_again_on_submit():
+    """The ordered feed (--data-deadline-multiple 0) still ends at a dead worker, and the next
+    submit names that worker, not a closed queue (the baseline benchmark met it)."""
+    from protdp.data.pipeline.pool import OrderedPool, WorkerError
+
+    with OrderedPool(slow_square, 1, timeout=30, describe=describe) as pool:
+        pool.submit({"i": 0, "fids": ["fam_that_kills"], "action": "die"})
+        with pytest.raises(WorkerError, match="died with exit code 3") as first:
+            pool.get()
+        with pytest.raises(WorkerError) as again:
+            pool.submit({"i": 1, "fids": ["next"]})
+        assert again.value is first.value

@@ -67,7 +67,8 @@ class TrainArgs(ParallelConfig):
     prefetch_depth: int | None = _f(None, "micro-batches prepared ahead per rank (default 2 x "
                                     "--data-workers, at least 2)")
     data_timeout: float = _f(300.0, "seconds a data worker may make no progress before the run "
-                             "stops with an error naming the families")
+                             "stops with an error naming the families; also the longest "
+                             "per-family deadline")
     data_deadline_multiple: float = _f(DEADLINE_MULTIPLE, "a family whose featurization takes longer "
                                        "than max(--data-deadline-floor, this x the running median) "
                                        "is set aside for the step, replaced by the next family of "

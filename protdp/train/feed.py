@@ -282,7 +282,13 @@ class BatchFeed:
         return sum(1 for r in self.quarantine.upto(self._at) if r["step"] == iteration)
 
     def _prepare(self, out: dict) -> dict:
-        """Ready thread: pin a compact result bound for a GPU, page in a CPU batch."""
+        """Ready thread: pin a compact result bound for a GPU, page in a CPU batch (tolerant
+        mode: the batch inside the assembler's {"batch", "fids"})."""
+        if self.assembler is not None:
+            return {"batch": self._prepare_batch(out["batch"]), "fids": out["fids"]}
+        return self._prepare_batch(out)
+
+    def _prepare_batch(self, out: dict) -> dict:
         if "compact" in out and self.device.type == "cuda":
             return pin_arrays(out)
         return touch_pages(out)
