@@ -41,6 +41,7 @@ from protdp.train.release_jobs import RELEASE_LOG, ReleaseChecks
 from protdp.train.release_record import read_release
 from protdp.train.schedule import lr_for_args
 from protdp.train.sources import DISTILLATION, PDB, Source, pick_source
+from protdp.train.summary import format_summary, summarize
 
 DEFAULT_MODEL_CONFIG = "configs/model/small.yaml"
 
@@ -75,47 +76,6 @@ def _collective(op: str, fn, rank: int):
     from protdp.parallel.collectives import run
 
     return run(op, fn, rank)
-
-
-def summarize(records: list[dict], val: dict | None, iteration: int) -> dict:
-    """Mean step-time breakdown (first step excluded as warm-up) and final lDDT numbers."""
-    steady = records[1:] or records
-    out = {"iterations": iteration, "steps_this_run": len(records)}
-    if steady:
-        step = sum(r["time/step"] for r in steady)
-        step_mean = sum(r["time/step_mean"] for r in steady)
-        out["mean_step_s"] = step / len(steady)
-        for p in PHASES:
-            out[f"mean_{p}_s"] = sum(r[f"time/{p}"] for r in steady) / len(steady)
-            out[f"fraction_{p}"] = sum(r[f"time/{p}"] for r in steady) / step_mean
-        out["samples_per_s"] = sum(r["samples"] for r in steady) / step
-        out["residues_per_s"] = sum(r["residues"] for r in steady) / step
-        out["max_memory_mb"] = max(r["max_memory_mb"] for r in steady)
-        tail = [r["train_lddt_ca"] for r in records[-10:] if r.get("train_lddt_ca") is not None]
-        out["final_train_lddt_ca"] = sum(tail) / len(tail) if tail else None
-        out["final_loss"] = sum(r["loss"] for r in records[-10:]) / len(records[-10:])
-    if val:
-        out.update({k: v for k, v in val.items() if k.startswith("val_")})
-    return out
-
-
-def format_summary(s: dict) -> str:
-    lines = [f"trained to iteration {s['iterations']} ({s['steps_this_run']} steps in this run)"]
-    if "mean_step_s" in s:
-        lines.append(f"mean step {1000 * s['mean_step_s']:.0f} ms: " + ", ".join(
-            f"{p.replace('_', ' ')} {1000 * s[f'mean_{p}_s']:.0f} ms ({100 * s[f'fraction_{p}']:.0f}%)"
-            for p in PHASES))
-        lines.append(f"throughput {s['samples_per_s']:.2f} samples/s, {s['residues_per_s']:.0f} residues/s; "
-                     f"max memory {s['max_memory_mb']:.0f} MiB per rank")
-        tl = s.get("final_train_lddt_ca")
-        lines.append(f"final train loss {s['final_loss']:.4f}, train lDDT-Cα "
-                     f"{'n/a' if tl is None else f'{tl:.3f}'} (mean of the last 10 steps)")
-    if "val_lddt_ca" in s:
-        sp = s.get("val_plddt_spearman")
-        lines.append(f"final val lDDT-Cα (EMA weights) {s['val_lddt_ca']:.3f} on {s['val_families']} "
-                     f"held-out families; Spearman(pLDDT, true lDDT) "
-                     f"{'n/a' if sp is None else f'{sp:.3f}'}")
-    return "\n".join(lines)
 
 
 class Trainer:
@@ -414,10 +374,7 @@ class Trainer:
                             + self._quarantine_counts(it), dtype=torch.float64)
         maxes = torch.tensor([step_time, max_memory_mb(self.device), self.ddp.last_grad_sync.get("comm_s", 0.0),
                               timer.times["data_wait"]], dtype=torch.float64)
-        if self.world > 1:
-            _collective("all_reduce(step metrics)", lambda: dist.all_reduce(sums), self.rank)
-            _collective("all_reduce(step maxima)", lambda: dist.all_reduce(maxes, op=dist.ReduceOp.MAX),
-                        self.rank)
+        self._all_reduce_step(sums, maxes)
         n_micro_global = self.num_micro * self.world
         n_phase = 5 + len(phase)
         rec = {"iteration": self.iteration, "lr": lr, "loss": sums[0].item() / n_micro_global,
@@ -436,9 +393,16 @@ class Trainer:
                   for i, k in enumerate(self.sources)},
                "time/data_wait_max": maxes[3].item(),   # the slowest rank's (issue 44)
                "quarantine/step": int(sums[-2]), "quarantine/total": int(sums[-1])}
-        rec["samples_per_s"] = rec["samples"] / rec["time/step"]
-        rec["residues_per_s"] = rec["residues"] / rec["time/step"]
+        rec.update(samples_per_s=rec["samples"] / rec["time/step"],
+                   residues_per_s=rec["residues"] / rec["time/step"])
         return rec
+
+    def _all_reduce_step(self, sums: torch.Tensor, maxes: torch.Tensor) -> None:
+        """The step's two collectives, on every rank every step: SUM of `sums`, MAX of `maxes`."""
+        if self.world > 1:
+            _collective("all_reduce(step metrics)", lambda: dist.all_reduce(sums), self.rank)
+            _collective("all_reduce(step maxima)", lambda: dist.all_reduce(maxes, op=dist.ReduceOp.MAX),
+                        self.rank)
 
     def _quarantine_counts(self, iteration: int) -> list[int]:
         """[families this rank set aside in `iteration`, in the run so far] (tolerant feed)."""
