@@ -382,3 +382,33 @@ def test_ordered_pool_after_a_dead_worker_raises_that_error_again_on_submit():
         with pytest.raises(WorkerError) as again:
             pool.submit({"i": 1, "fids": ["next"]})
         assert again.value is first.value
+
+
+def test_report_lists_quarantined_families_once_and_data_wait_percentiles(tmp_path):
+    """`protdp report`'s input-pipeline part: a record repeated by a resumed run counts once;
+    percentiles are of the slowest rank's wait; a rank file's quarantine entry round-trips and
+    a malformed one is a clear error."""
+    from protdp.errors import InputError
+    from protdp.train import checkpointing
+    from protdp.train.data_report import data_wait_percentiles, quarantine_table
+
+    recs = [make_record(family="slow_A", rank=0, step=3, reason="deadline", seconds=31.0),
+            make_record(family="slow_A", rank=1, step=9, reason="deadline", seconds=30.5),
+            make_record(family="oom_B", rank=1, step=4, reason="worker_died", seconds=0.2)]
+    for r in recs + recs[:1]:                                  # the resumed run wrote one again
+        record_quarantine(tmp_path, r)
+    table = quarantine_table(tmp_path).splitlines()
+    assert table[0].startswith("quarantined families (2;")
+    assert table[2].split()[:3] == ["slow_A", "2", "deadline"] and table[2].split()[-1] == "3,9"
+    assert table[3].split()[:3] == ["oom_B", "1", "worker_died"]
+    assert quarantine_table(tmp_path / "none") == ""
+    train = [{"iteration": i, "time/data_wait": 0.0, "time/data_wait_max": w}
+             for i, w in enumerate([0.01] * 98 + [5.0, 9.0])]
+    pct = data_wait_percentiles(train)
+    assert pct["p50"] == pytest.approx(0.01) and pct["p99"] == pytest.approx(np.percentile(
+        [0.01] * 98 + [5.0, 9.0], 99))
+    state = checkpointing.quarantine_state(recs)
+    assert checkpointing.quarantine_records(state) == recs
+    assert checkpointing.quarantine_records({}) == []               # a rank file from before
+    with pytest.raises(InputError, match="not a list of records"):
+        checkpointing.quarantine_records({"quarantine": '{"family": 1}'})

@@ -20,6 +20,9 @@ def summarize(records: list[dict], val: dict | None, iteration: int) -> dict:
         out["samples_per_s"] = sum(r["samples"] for r in steady) / step
         out["residues_per_s"] = sum(r["residues"] for r in steady) / step
         out["max_memory_mb"] = max(r["max_memory_mb"] for r in steady)
+        waits = sorted(r.get("time/data_wait_max", r["time/data_wait"]) for r in steady)
+        out["data_wait_p99_s"] = waits[min(len(waits) - 1, round(0.99 * (len(waits) - 1)))]
+        out["quarantined"] = records[-1].get("quarantine/total", 0)   # issue 44
         tail = [r["train_lddt_ca"] for r in records[-10:] if r.get("train_lddt_ca") is not None]
         out["final_train_lddt_ca"] = sum(tail) / len(tail) if tail else None
         out["final_loss"] = sum(r["loss"] for r in records[-10:]) / len(records[-10:])
@@ -36,6 +39,8 @@ def format_summary(s: dict) -> str:
             for p in PHASES))
         lines.append(f"throughput {s['samples_per_s']:.2f} samples/s, {s['residues_per_s']:.0f} residues/s; "
                      f"max memory {s['max_memory_mb']:.0f} MiB per rank")
+        lines.append(f"data wait p99 {1000 * s['data_wait_p99_s']:.0f} ms (slowest rank); "
+                     f"{s['quarantined']} families set aside (quarantine.jsonl)")
         tl = s.get("final_train_lddt_ca")
         lines.append(f"final train loss {s['final_loss']:.4f}, train lDDT-Cα "
                      f"{'n/a' if tl is None else f'{tl:.3f}'} (mean of the last 10 steps)")
