@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from protdp.config import from_dict, read_yaml
+from protdp.data.pipeline.quarantine import (DEADLINE_FLOOR_S, DEADLINE_MULTIPLE, MAX_STRIKES,
+                                             DeadlinePolicy)
 from protdp.resources import resolve_config
 from protdp.errors import ConfigError
 from protdp.parallel.config import ParallelConfig, batch_arithmetic
@@ -65,7 +67,16 @@ class TrainArgs(ParallelConfig):
     prefetch_depth: int | None = _f(None, "micro-batches prepared ahead per rank (default 2 x "
                                     "--data-workers, at least 2)")
     data_timeout: float = _f(300.0, "seconds a data worker may make no progress before the run "
-                             "stops with an error naming the families")
+                             "stops with an error naming the families; also the longest "
+                             "per-family deadline")
+    data_deadline_multiple: float = _f(DEADLINE_MULTIPLE, "a family whose featurization takes longer "
+                                       "than max(--data-deadline-floor, this x the running median) "
+                                       "is set aside for the step, replaced by the next family of "
+                                       "the rank's shard and recorded in RUN/quarantine.jsonl "
+                                       "(with --data-workers >= 1); 0: no deadlines")
+    data_deadline_floor: float = _f(DEADLINE_FLOOR_S, "seconds: the per-family deadline is never shorter")
+    quarantine_strikes: int = _f(MAX_STRIKES, "a family set aside this many times on a rank is never "
+                                 "tried again in the run")
     val_fraction: float = _f(0.1, "fraction of families held out for validation (at least one if > 0)")
     val_families: str | None = _f(None, "comma-separated family ids to hold out (overrides --val-fraction)")
     # --- parallelism: every ParallelConfig field (Megatron names), plus
@@ -129,6 +140,10 @@ class TrainArgs(ParallelConfig):
                 bad(name.replace("_", "-"), f"must be >= 0, got {v}")
         if self.data_timeout <= 0:
             bad("data-timeout", f"must be > 0, got {self.data_timeout}")
+        if self.data_deadline_multiple < 0 or self.data_deadline_floor <= 0 or self.quarantine_strikes < 1:
+            bad("data-deadline-multiple / --data-deadline-floor / --quarantine-strikes",
+                "need multiple >= 0, floor > 0, strikes >= 1, got "
+                f"{self.data_deadline_multiple}, {self.data_deadline_floor}, {self.quarantine_strikes}")
         if self.eval_iters < 0:
             bad("eval-iters", f"must be >= 0, got {self.eval_iters}")
         if self.lr_warmup_iters < 0:
@@ -192,6 +207,13 @@ class TrainArgs(ParallelConfig):
         """The engine's config, field by field (Megatron maps args onto its core configs so)."""
         return ParallelConfig(**{f.name: getattr(self, f.name)
                                  for f in dataclasses.fields(ParallelConfig)})
+
+    def deadline_policy(self) -> DeadlinePolicy | None:
+        """The tolerant feed's per-family deadline (None: --data-deadline-multiple 0)."""
+        if self.data_deadline_multiple == 0:
+            return None
+        return DeadlinePolicy(self.data_deadline_multiple, self.data_deadline_floor,
+                              cap_s=self.data_timeout, max_strikes=self.quarantine_strikes)
 
     @property
     def run_dir(self) -> Path:

@@ -126,6 +126,24 @@ def read_rank_file(path: Path) -> dict:
     return state
 
 
+def quarantine_state(records: list[dict]) -> dict:
+    """The rank file's entry for the tolerant feed's quarantine records (issue 44): one JSON
+    string (a rank file holds tensors, numbers and strings only)."""
+    return {"quarantine": json.dumps(records, sort_keys=True)}
+
+
+def quarantine_records(rank_state: dict | None) -> list[dict]:
+    """The quarantine records of a rank file ([] for one written before issue 44)."""
+    text = (rank_state or {}).get("quarantine")
+    if not text:
+        return []
+    records = json.loads(text)
+    if not isinstance(records, list) or not all(isinstance(r, dict) and "family" in r
+                                                for r in records):
+        raise InputError("the quarantine entry of a rank file is not a list of records")
+    return records
+
+
 def list_checkpoints(save_dir: Path) -> list[int]:
     """Iterations of complete checkpoints (those with meta.json), ascending."""
     if not save_dir.is_dir():

@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 from protdp.train.args import parse_args
+from protdp.train.data_report import quarantine_table
 from protdp.train.report import render
 
 
@@ -46,11 +47,14 @@ def main(argv: list[str]) -> int:
 
 
 def report(argv: list[str]) -> int:
-    """`protdp report RUN_DIR`: loss / lDDT curves and the step-time breakdown as PNGs."""
+    """`protdp report RUN_DIR`: loss / lDDT curves, the step-time breakdown and the data wait
+    as PNGs; the quarantined families as a table."""
     p = argparse.ArgumentParser(prog="protdp report", description="render loss / lDDT curves and the step-time breakdown of a run")
     p.add_argument("run_dir", type=Path, help="run directory holding metrics.jsonl (--save or --log-dir)")
     p.add_argument("--out", type=Path, default=None, help="where to write the PNGs (default RUN_DIR)")
     a = p.parse_args(argv)
     for path in render(a.run_dir, a.out):
         print(path)
+    table = quarantine_table(a.run_dir)       # the families training set aside (issue 44)
+    print(table or "no family was quarantined")
     return 0

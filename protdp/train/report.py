@@ -3,7 +3,7 @@
 loss.png (total and each loss term), lddt.png (train lDDT-Cα, validation lDDT-Cα of the EMA
 weights, Spearman pLDDT vs true lDDT), breakdown.png (stacked step time per phase: data wait,
 forward, backward, exposed communication, optimizer) and throughput.png (samples/s,
-residues/s, peak memory). A resumed run appends to the same file; the last record of each
+residues/s, peak memory) and data_wait.png (`data_report`). A resumed run appends to the same file; the last record of each
 iteration wins.
 """
 
@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from protdp.errors import InputError
+from protdp.train.data_report import plot_data_wait
 from protdp.train.logging import PHASES
 
 
@@ -92,6 +93,7 @@ def render(run_dir: Path, out_dir: Path | None = None) -> list[Path]:
         ax.plot(*_series(train, key))
         ax.set(xlabel="iteration", title=label)
     written.append(_save(fig, out_dir / "throughput.png"))
+    written.append(plot_data_wait(train, out_dir / "data_wait.png", plt))   # issue 44
     return written
 
 

@@ -41,6 +41,7 @@ from protdp.train.release_jobs import RELEASE_LOG, ReleaseChecks
 from protdp.train.release_record import read_release
 from protdp.train.schedule import lr_for_args
 from protdp.train.sources import DISTILLATION, PDB, Source, pick_source
+from protdp.train.summary import format_summary, summarize
 
 DEFAULT_MODEL_CONFIG = "configs/model/small.yaml"
 
@@ -77,54 +78,11 @@ def _collective(op: str, fn, rank: int):
     return run(op, fn, rank)
 
 
-def summarize(records: list[dict], val: dict | None, iteration: int) -> dict:
-    """Mean step-time breakdown (first step excluded as warm-up) and final lDDT numbers."""
-    steady = records[1:] or records
-    out = {"iterations": iteration, "steps_this_run": len(records)}
-    if steady:
-        step = sum(r["time/step"] for r in steady)
-        step_mean = sum(r["time/step_mean"] for r in steady)
-        out["mean_step_s"] = step / len(steady)
-        for p in PHASES:
-            out[f"mean_{p}_s"] = sum(r[f"time/{p}"] for r in steady) / len(steady)
-            out[f"fraction_{p}"] = sum(r[f"time/{p}"] for r in steady) / step_mean
-        out["samples_per_s"] = sum(r["samples"] for r in steady) / step
-        out["residues_per_s"] = sum(r["residues"] for r in steady) / step
-        out["max_memory_mb"] = max(r["max_memory_mb"] for r in steady)
-        tail = [r["train_lddt_ca"] for r in records[-10:] if r.get("train_lddt_ca") is not None]
-        out["final_train_lddt_ca"] = sum(tail) / len(tail) if tail else None
-        out["final_loss"] = sum(r["loss"] for r in records[-10:]) / len(records[-10:])
-    if val:
-        out.update({k: v for k, v in val.items() if k.startswith("val_")})
-    return out
-
-
-def format_summary(s: dict) -> str:
-    lines = [f"trained to iteration {s['iterations']} ({s['steps_this_run']} steps in this run)"]
-    if "mean_step_s" in s:
-        lines.append(f"mean step {1000 * s['mean_step_s']:.0f} ms: " + ", ".join(
-            f"{p.replace('_', ' ')} {1000 * s[f'mean_{p}_s']:.0f} ms ({100 * s[f'fraction_{p}']:.0f}%)"
-            for p in PHASES))
-        lines.append(f"throughput {s['samples_per_s']:.2f} samples/s, {s['residues_per_s']:.0f} residues/s; "
-                     f"max memory {s['max_memory_mb']:.0f} MiB per rank")
-        tl = s.get("final_train_lddt_ca")
-        lines.append(f"final train loss {s['final_loss']:.4f}, train lDDT-Cα "
-                     f"{'n/a' if tl is None else f'{tl:.3f}'} (mean of the last 10 steps)")
-    if "val_lddt_ca" in s:
-        sp = s.get("val_plddt_spearman")
-        lines.append(f"final val lDDT-Cα (EMA weights) {s['val_lddt_ca']:.3f} on {s['val_families']} "
-                     f"held-out families; Spearman(pLDDT, true lDDT) "
-                     f"{'n/a' if sp is None else f'{sp:.3f}'}")
-    return "\n".join(lines)
-
-
 class Trainer:
     """Model, engine, optimizer, data and logger built from `TrainArgs`; `train()` runs the loop."""
 
     def __init__(self, args: TrainArgs):
         from protdp.data.features import collate, featurize
-        from protdp.data.sampler import FamilySampler
-        from protdp.data.store import FamilyStore
         from protdp.model import build_model
         from protdp.model.losses import compute_loss
         from protdp.model.axial import dap_sharded_parameters
@@ -176,17 +134,9 @@ class Trainer:
         # per-rank streams (dropout); graph-shaping choices use derive_seed(seed, iteration, ...)
         self._seed_rank_streams(args.seed, self.dp_rank)
 
-        self.sampler = FamilySampler(
-            {f: self.store.length(f) for f in self.train_ids}, world_size=self.dp_size, rank=self.dp_rank,
-            micro_batch_size=args.micro_batch_size, seed=args.seed, crop_size=args.crop_size)
-        self.sources = {PDB: Source(PDB, self.store, self.sampler)}
-        if args.distillation_data:
-            dstore = FamilyStore(args.distillation_data)
-            self.sources[DISTILLATION] = Source(DISTILLATION, dstore, FamilySampler(
-                {f: dstore.length(f) for f in dstore.family_ids}, world_size=self.dp_size,
-                rank=self.dp_rank, micro_batch_size=args.micro_batch_size, seed=args.seed + 1,
-                crop_size=args.crop_size), args.distillation_loss_weight)
+        self._build_sources(args)
         self.iteration = 0
+        self._quarantine_records: list[dict] = []   # a resumed run's, from the checkpoint
         self.resumed_from: str | None = None
         self._resume()
         self.feed = self._build_feed()  # after resume: the samplers are at the saved position
@@ -204,6 +154,22 @@ class Trainer:
                                if self.rank == 0 and args.release_check else None)
 
     # ------------------------------------------------------------------ set-up helpers
+    def _build_sources(self, args) -> None:
+        """This rank's samplers of the training store and of --distillation-data."""
+        from protdp.data.sampler import FamilySampler
+        from protdp.data.store import FamilyStore
+
+        self.sampler = FamilySampler(
+            {f: self.store.length(f) for f in self.train_ids}, world_size=self.dp_size, rank=self.dp_rank,
+            micro_batch_size=args.micro_batch_size, seed=args.seed, crop_size=args.crop_size)
+        self.sources = {PDB: Source(PDB, self.store, self.sampler)}
+        if args.distillation_data:
+            dstore = FamilyStore(args.distillation_data)
+            self.sources[DISTILLATION] = Source(DISTILLATION, dstore, FamilySampler(
+                {f: dstore.length(f) for f in dstore.family_ids}, world_size=self.dp_size,
+                rank=self.dp_rank, micro_batch_size=args.micro_batch_size, seed=args.seed + 1,
+                crop_size=args.crop_size), args.distillation_loss_weight)
+
     def _open_store(self, args):
         """The training corpus of --data (protdp.train.complex opens a complex store)."""
         from protdp.data.store import FamilyStore
@@ -286,6 +252,7 @@ class Trainer:
             source.sampler.load_state_dict(states[key])
         if same_world:
             checkpointing.set_rng_state(ck.rank_state["rng"])
+            self._quarantine_records = checkpointing.quarantine_records(ck.rank_state)
         else:  # resharded: ranks are new, derive their streams from (seed, iteration, rank)
             self._seed_rank_streams(derive_seed(args.seed, ck.iteration), self.dp_rank)
         self.iteration = ck.iteration
@@ -312,7 +279,9 @@ class Trainer:
             example_seed=derive_seed, kwargs=kwargs, start_iteration=self.iteration,
             num_micro=self.num_micro, device=self.device, workers=workers, timeout=args.data_timeout,
             prefetch_depth=max(2, 2 * workers) if args.prefetch_depth is None else args.prefetch_depth,
-            max_templates=cfg.max_templates if cfg.templates else 0)
+            max_templates=cfg.max_templates if cfg.templates else 0,
+            deadline=args.deadline_policy() if self.dap_size == 1 else None, rank=self.rank,
+            quarantine_records=self._quarantine_records, run_dir=args.run_dir)
 
     def _batch(self, fids: list[str], seed: int, training: bool = True, store=None) -> dict:
         """Features of `fids`: one MSA sample per recycling pass (AF2 resample_msa_in_recycling;
@@ -401,13 +370,11 @@ class Trainer:
         phase = [timer.times[p] for p in PHASES] + [step_time]
         sums = torch.tensor([loss_sum, lddt_sum, lddt_n, samples, residues] + phase
                             + [term_sums.get(k, float("nan")) for k in keys]
-                            + [per_source[k] for k in self.sources], dtype=torch.float64)
-        maxes = torch.tensor([step_time, max_memory_mb(self.device), self.ddp.last_grad_sync.get("comm_s", 0.0)],
-                             dtype=torch.float64)
-        if self.world > 1:
-            _collective("all_reduce(step metrics)", lambda: dist.all_reduce(sums), self.rank)
-            _collective("all_reduce(step maxima)", lambda: dist.all_reduce(maxes, op=dist.ReduceOp.MAX),
-                        self.rank)
+                            + [per_source[k] for k in self.sources]
+                            + self._quarantine_counts(it), dtype=torch.float64)
+        maxes = torch.tensor([step_time, max_memory_mb(self.device), self.ddp.last_grad_sync.get("comm_s", 0.0),
+                              timer.times["data_wait"]], dtype=torch.float64)
+        self._all_reduce_step(sums, maxes)
         n_micro_global = self.num_micro * self.world
         n_phase = 5 + len(phase)
         rec = {"iteration": self.iteration, "lr": lr, "loss": sums[0].item() / n_micro_global,
@@ -423,10 +390,26 @@ class Trainer:
                                                             self.model_config).attention_backend,
                                                     self.device, bias_grad=True),
                **{f"samples/{k}": int(sums[n_phase + len(keys) + i]) // self.dap_size
-                  for i, k in enumerate(self.sources)}}
-        rec["samples_per_s"] = rec["samples"] / rec["time/step"]
-        rec["residues_per_s"] = rec["residues"] / rec["time/step"]
+                  for i, k in enumerate(self.sources)},
+               "time/data_wait_max": maxes[3].item(),   # the slowest rank's (issue 44)
+               "quarantine/step": int(sums[-2]), "quarantine/total": int(sums[-1])}
+        rec.update(samples_per_s=rec["samples"] / rec["time/step"],
+                   residues_per_s=rec["residues"] / rec["time/step"])
         return rec
+
+    def _all_reduce_step(self, sums: torch.Tensor, maxes: torch.Tensor) -> None:
+        """The step's two collectives, on every rank every step: SUM of `sums`, MAX of `maxes`."""
+        if self.world > 1:
+            _collective("all_reduce(step metrics)", lambda: dist.all_reduce(sums), self.rank)
+            _collective("all_reduce(step maxima)", lambda: dist.all_reduce(maxes, op=dist.ReduceOp.MAX),
+                        self.rank)
+
+    def _quarantine_counts(self, iteration: int) -> list[int]:
+        """[families this rank set aside in `iteration`, in the run so far] (tolerant feed)."""
+        feed = self.feed
+        if not hasattr(feed, "quarantined_at"):
+            return [0, 0]
+        return [feed.quarantined_at(iteration), len(feed.quarantine_records())]
 
     @property
     def _term_keys(self) -> list[str]:
@@ -513,7 +496,8 @@ class Trainer:
             saver, self.args.save, self.iteration, ema_state=self.ema.state_dict(),
             rank_state={"iteration": self.iteration, **{   # as consumed, not as prefetched
                 ("sampler" if name == PDB else f"{name}_sampler"): state
-                for name, state in self.feed.sampler_states().items()}},
+                for name, state in self.feed.sampler_states().items()},
+                **checkpointing.quarantine_state(getattr(self.feed, "quarantine_records", list)())},
             config={**self.args.to_dict(), "model": dataclasses.asdict(self.model_config),
                     "finetune_source": self.finetune_source})
         self.logger.print(f"saved checkpoint {path}")

@@ -87,6 +87,7 @@ class OrderedPool:
         self._running: dict[int, int] = {}       # worker -> task it started last
         self._next_submit = self._next_get = 0
         self._closed = False
+        self._error: WorkerError | None = None   # what closed the pool, raised again by submit
         # a receiver thread reads (and unpickles) results as they arrive, so a prefetched
         # batch is already in this process when the training thread asks for it
         self._cond = threading.Condition()
@@ -115,6 +116,8 @@ class OrderedPool:
         return self._next_submit - self._next_get
 
     def submit(self, payload: Any) -> int:
+        if self._closed:    # after a dead or hung worker: its error, not "queue is closed"
+            raise self._error or WorkerError("the data worker pool was closed")
         index = self._next_submit
         self._payloads[index] = payload
         self._tasks.put((index, payload))
@@ -155,6 +158,7 @@ class OrderedPool:
             if error is None:
                 kind, value = self._ready.pop(index)
         if error is not None:
+            self._error = error
             self.close()
             raise error
         self._payloads.pop(index)
