@@ -151,18 +151,35 @@ def _entry(words: list[str]):
     return getattr(importlib.import_module(module), func or "main"), words[1:]
 
 
+# sub-commands that hand the flags they do not know on to another command's parser:
+# `protdp complex predict` passes every other flag through to `protdp predict` (issue 41)
+PASS_THROUGH = {("complex", "predict"): "predict"}
+
+
 def parser_of(entry) -> argparse.ArgumentParser:
-    """The parser an entry point builds, taken from its parse_args call (nothing runs)."""
+    """The parser an entry point builds, taken from its parse_args call (nothing runs), or,
+    for an entry point that only calls parse_known_args (`protdp complex`), from the last
+    parse_known_args that stopped it."""
+    seen = []
+
     def capture(self, *args, **kwargs):
         raise _Captured(self)
-    original = argparse.ArgumentParser.parse_args
-    argparse.ArgumentParser.parse_args = capture
+
+    def known(self, *args, **kwargs):
+        seen.append(self)
+        return originals[1](self, *args, **kwargs)
+    originals = (argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args)
+    argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args = capture, known
     try:
-        entry([])
+        with contextlib.redirect_stderr(io.StringIO()):
+            entry([])
     except _Captured as got:
         return got.parser
+    except SystemExit:
+        if seen:
+            return seen[-1]
     finally:
-        argparse.ArgumentParser.parse_args = original
+        argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args = originals
     raise AssertionError(f"{entry.__module__}.{entry.__name__} never called parse_args")
 
 
@@ -187,6 +204,10 @@ def check(cmd: Command) -> str | None:
     except AssertionError as exc:
         return str(exc)
     known = _options(parser, argv)
+    through = PASS_THROUGH.get(tuple(cmd.words[:2]))
+    if through is not None:                 # its unknown flags are the other command's
+        other, _ = _entry([through])
+        known |= _options(parser_of(other), [])
     for word in argv:
         flag = word.split("=", 1)[0]
         if flag.startswith("-") and not re.match(r"^-\d", flag) and flag not in known:
@@ -196,7 +217,10 @@ def check(cmd: Command) -> str | None:
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
-            parser.parse_args(argv)
+            if through is None:
+                parser.parse_args(argv)
+            else:                           # flags checked above; required ones here
+                parser.parse_known_args(argv)
     except SystemExit:
         return err.getvalue().strip().splitlines()[-1]
     return None
