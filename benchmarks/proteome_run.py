@@ -100,7 +100,10 @@ def _check_ranking(pdir: Path, names: list[str], L: int, problems: list[str]):
     debug = json.loads((pdir / "ranking_debug.json").read_text())
     results = {n: np.load(pdir / f"result_{n}.npz") for n in names}
     means = {n: float(r["plddt"].mean()) for n, r in results.items()}
-    if set(debug) != {"plddts", "order"} or debug["order"] != sorted(names, key=lambda n: (-round(means[n], 2), n)):
+    conf = debug.get("plddts", {})         # full floats; "ptm" beside it since issue 41
+    if not {"plddts", "order"} <= set(debug) or set(conf) != set(names) \
+            or any(abs(conf[n] - means[n]) > 1e-4 for n in names) \
+            or debug["order"] != sorted(names, key=lambda n: (-conf[n], n)):
         problems.append("ranking_debug.json order is not the result files' mean pLDDT order")
     parser = PDBParser(QUIET=True)
     for k, n in enumerate(debug["order"]):
@@ -112,22 +115,72 @@ def _check_ranking(pdir: Path, names: list[str], L: int, problems: list[str]):
     return debug, results
 
 
+def _check_pae_files(pdir: Path, target: str, top, scores_top: dict, L: int) -> list[str]:
+    """The top model's two PAE files against its result file (`protdp.inference.af_outputs`):
+    ColabFold's `<target>_predicted_aligned_error_v1.json`, one object holding its rank-1 scores
+    file's `pae` (2 decimals) and `max_pae` (the matrix maximum), and the AFDB's
+    `AF-<target>-F1-predicted_aligned_error_v4.json`, a one-element list, 1 decimal,
+    `max_predicted_aligned_error` the head's largest bin (the result file's)."""
+    problems = []
+    pae = np.asarray(top["predicted_aligned_error"], np.float64)
+    v1 = json.loads((pdir / f"{target}_predicted_aligned_error_v1.json").read_text())
+    if not (isinstance(v1, dict)
+            and set(v1) == {"predicted_aligned_error", "max_predicted_aligned_error"}
+            and v1["predicted_aligned_error"] == scores_top.get("pae")
+            and v1["max_predicted_aligned_error"] == scores_top.get("max_pae")
+            and np.asarray(v1["predicted_aligned_error"]).shape == (L, L)
+            and np.allclose(v1["predicted_aligned_error"], pae, atol=0.005 + 1e-9)
+            and abs(v1["max_predicted_aligned_error"] - pae.max()) < 1e-6):
+        problems.append("ColabFold PAE JSON (_v1) is not the rank-1 scores' pae / max_pae")
+    afdb = json.loads((pdir / f"AF-{target}-F1-predicted_aligned_error_v4.json").read_text())
+    if not (isinstance(afdb, list) and len(afdb) == 1 and isinstance(afdb[0], dict)
+            and np.asarray(afdb[0]["predicted_aligned_error"]).shape == (L, L)
+            and np.allclose(afdb[0]["predicted_aligned_error"], pae, atol=0.05 + 1e-9)
+            and abs(afdb[0]["max_predicted_aligned_error"]
+                    - float(top["max_predicted_aligned_error"])) < 0.01):
+        problems.append("AFDB PAE JSON (AF-...-v4) does not match the top result")
+    return problems
+
+
+def _check_af_files(pdir: Path, target: str, results: dict, names: list[str], L: int,
+                    has_pae: bool) -> list[str]:
+    """AlphaFold's per-model `confidence_<m>.json` / `pae_<m>.json` against each result file,
+    and ColabFold's `log.txt` (query, every model's tag, the ranking, `Done`)."""
+    problems = []
+    for n in names:
+        plddt = np.round(np.asarray(results[n]["plddt"], np.float64), 2)
+        conf = json.loads((pdir / f"confidence_{n}.json").read_text())
+        if conf.get("residueNumber") != list(range(1, L + 1)) \
+                or conf.get("confidenceScore") != plddt.tolist() \
+                or len(conf.get("confidenceCategory", ())) != L:
+            problems.append(f"confidence_{n}.json != the result's pLDDT")
+        pae_file = pdir / f"pae_{n}.json"
+        if not has_pae:
+            if pae_file.exists():
+                problems.append(f"pae_{n}.json written for a model without a PAE head")
+            continue
+        (doc,) = json.loads(pae_file.read_text())
+        if not np.allclose(doc["predicted_aligned_error"], results[n]["predicted_aligned_error"],
+                           atol=0.05 + 1e-9):
+            problems.append(f"pae_{n}.json != the result's PAE")
+    log = (pdir / "log.txt").read_text()
+    if f"Query 1/1: {target} (length {L})" not in log or not log.rstrip().endswith("Done") \
+            or log.count(" took ") != len(names):
+        problems.append("log.txt lacks the query, a model or the final Done")
+    return problems
+
+
 def _check_pae_scores_plots(pdir: Path, target: str, top, names: list[str], L: int,
                             problems: list[str]) -> bool:
-    """AFDB PAE JSON, ColabFold scores files and PNG plots; returns whether the model has a
+    """PAE JSON files, ColabFold scores files and PNG plots; returns whether the model has a
     PAE head (AF2 `_ptm`)."""
     has_pae = "predicted_aligned_error" in top.files
-    pae_file = pdir / f"{target}_predicted_aligned_error_v1.json"
-    pae = json.loads(pae_file.read_text()) if has_pae else None
-    if not has_pae:
-        if pae_file.exists() or (pdir / f"{target}_pae.png").exists():
-            problems.append("PAE outputs written for a model without a PAE head")
-    elif not (isinstance(pae, list) and len(pae) == 1
-            and np.asarray(pae[0]["predicted_aligned_error"]).shape == (L, L)
-            and abs(pae[0]["max_predicted_aligned_error"] - float(top["max_predicted_aligned_error"])) < 0.01
-            and np.allclose(pae[0]["predicted_aligned_error"], top["predicted_aligned_error"], atol=0.01)):
-        problems.append("AFDB PAE JSON does not match the top result")
     score_files = sorted(pdir.glob(f"{target}_scores_rank_*.json"))
+    if not has_pae:
+        if list(pdir.glob("*predicted_aligned_error*.json")) or (pdir / f"{target}_pae.png").exists():
+            problems.append("PAE outputs written for a model without a PAE head")
+    elif score_files:
+        problems += _check_pae_files(pdir, target, top, json.loads(score_files[0].read_text()), L)
     if len(score_files) != len(names):
         problems.append(f"{len(score_files)} ColabFold scores files for {len(names)} models")
     for f in score_files:
@@ -149,7 +202,8 @@ def _check_records(pdir: Path, target: str, top, scores: dict, names: list[str],
     import gemmi
     L = scores["length"]
     doc = gemmi.cif.read(str(pdir / f"{target}.cif")).sole_block()
-    local = doc.find_values("_ma_qa_metric_local.metric_value")
+    rows = list(doc.find("_ma_qa_metric_local.", ["model_id", "metric_value"]))
+    local = [r[1] for r in rows if rows and r[0] == rows[0][0]]   # every ranked model: the top one's
     st = gemmi.read_structure(str(pdir / f"{target}.pdb"))
     b = [r[0].b_iso for r in st[0][0]]
     if len(local) != L or not np.allclose([float(v) for v in local], b, atol=0.01) \
@@ -203,6 +257,7 @@ def check_target(pdir: Path, target: str, summary_rows: list[dict], store) -> di
     debug, results = _check_ranking(pdir, names, L, problems)
     top = results[debug["order"][0]]
     has_pae = _check_pae_scores_plots(pdir, target, top, names, L, problems)
+    problems += _check_af_files(pdir, target, results, names, L, has_pae)
     rows = _check_records(pdir, target, top, scores, names, summary_rows, problems)
     out = {"length": L, "has_pae_head": has_pae, "msa_depth": scores["msa_depth"], "route": scores["route"],
            "reasons": scores["reasons"], "mean_plddt": scores["mean_plddt"],
