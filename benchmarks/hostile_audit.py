@@ -1,5 +1,5 @@
-"""Hostile-input audit, round 3 (issue 28): corrupt variants of real files fed end to end, each
-outcome classified as
+"""Hostile-input audit, rounds 3 (issue 28) and 4 (issue 47, `--round4`): corrupt variants of
+real files fed end to end, each outcome classified as
 
 * rejected  - one clean line (or reject record) naming the file,
 * raw       - a Python / library message or an exception that is not protdp's InputError,

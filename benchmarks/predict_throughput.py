@@ -1,11 +1,12 @@
-"""Throughput of `pipelines/predict.py`: targets/hour on 1 rank vs 2 ranks under torchrun,
-targets dealt by cost (length^2, `protdp.inference.sharding`).
+"""Prediction scheduling and throughput: static dealing vs the leased work queue (issue 45) on
+2 ranks, and `pipelines/predict.py` targets/hour on 1 rank vs 2 ranks claiming from the queue.
 
-Targets: the query sequences of the shared data's MSAs (real chains, 45-400+ residues, cut
-to --max-len), predicted single-sequence with a random-weight model of configs/model/small.yaml
-(throughput depends on the shapes only). From each target's measured seconds (summary.csv) the
-benchmark also reports the makespan that round-robin dealing (i % world) and length^2 dealing
-would give on 2 ranks, so the effect of the sharding is visible apart from the machine noise.
+Targets of the end-to-end run: the query sequences of the shared data's MSAs (real chains,
+45-400+ residues, cut to --max-len), predicted single-sequence with a random-weight model of
+configs/model/small.yaml (throughput depends on the shapes only), 1 rank and then 2 ranks under
+torchrun, both ranks claiming targets from the work queue. From each target's measured seconds
+(summary.csv) the benchmark also reports the makespan that static round-robin dealing (i %
+world) and length^2 dealing (`protdp.inference.sharding.shard_by_cost`) would give on 2 ranks.
 
 Issue 45 (`benchmarks/predict_schedule.py`): 200 targets with a real proteome's lengths, some
 stopping early, on 2 ranks: static dealing vs the leased work queue (busy fraction per rank,

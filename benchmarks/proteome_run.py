@@ -408,7 +408,7 @@ def main(argv=None) -> int:
     runs = [run_recipe("af2_reference_weights", [af2], fasta, msa_dir, work / "af2"),
             run_recipe("trained_small_checkpoint", [Path(args.checkpoint).resolve()], fasta,
                        msa_dir, work / "ckpt", CKPT_RELAX_TIMEOUT)]
-    doc = {"what": "README 'Predict a proteome' recipe on real chains of ../shared/data",
+    doc = {"what": "docs/prediction.md 'Predict a proteome' recipe on real chains of ../shared/data",
            "trained_checkpoint": checkpoint_record(Path(args.checkpoint)),
            "command": "protdp predict --checkpoint W --fasta proteome.fasta --msa-dir msa/ "
                       "--out OUT " + " ".join(RECIPE),

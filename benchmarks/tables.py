@@ -135,6 +135,60 @@ def predict_memory() -> str:
     return _rows(head, rows) + f"\n({doc['device']}; `predict_memory.json`)\n"
 
 
+def _seconds(s: float) -> str:
+    return f"{s:.1f} s" if s >= 1 else f"{1000 * s:.1f} ms"
+
+
+def loader_tail() -> str:
+    """Ordered feed vs tolerant feed with one straggler and one worker-killing family."""
+    doc = _load("loader_tail.json")
+    rows = []
+    for key, label in (("baseline", "baseline (ordered feed)"), ("quarantine", "tolerant feed")):
+        r = doc[key]
+        worker = [e for e in r["ended"] if e.startswith("WorkerError")]
+        ended = ("completed" if set(r["ended"]) == {"completed"}
+                 else re.sub(r" \(pid \d+\)", "", (worker or r["ended"])[0])[:90])
+        if r["records"]:
+            ended += f", {len(r['records'])} quarantine records"
+        rows.append([label, f"{r['steps_completed']} of {doc['steps']}",
+                     f"{r['max_step_over_median']:.4f}", _seconds(r["data_wait_p99"]), ended])
+    head = ["feed", "steps", "max step / median", "data wait p99", "ended"]
+    return _rows(head, rows) + (
+        f"\n(2 ranks, {doc['workers_per_rank']} workers and prefetch {doc['prefetch_depth']} per "
+        f"rank, stand-in step {doc['stand_in_step_s']:.0f} s, families {doc['families']}; "
+        f"deadline floor {doc['deadline']['floor_s']:.0f} s; `loader_tail.json`)\n")
+
+
+HOSTILE_SECTIONS = {"template_mmcif": "template mmCIF", "templates_npz_json": "templates.npz / .json",
+                    "multimer_checkpoints": "multimer_model.pt, 2 readers",
+                    "family_store_declared_sizes": "family store, verify + read",
+                    "complex_store": "complex store, verify + read",
+                    "predict_options": "predict options"}
+OUTCOMES = ("raw", "silent", "hang", "rejected", "valid_change", "intact")
+
+
+def _outcomes(counts: dict) -> str:
+    return ", ".join(f"{k} {counts[k]}" for k in OUTCOMES + tuple(sorted(set(counts) - set(OUTCOMES)))
+                     if counts.get(k))
+
+
+def hostile_round4() -> str:
+    """Hostile-input audit round 4: outcome counts per section, before and after issue 47."""
+    doc = _load("hostile_audit.json")
+    before = next(k for k in doc if k.startswith("round4_main"))
+    after = doc["round4_after"]
+    rows = []
+    for key, label in HOSTILE_SECTIONS.items():
+        n = sum(after["cases"].get(key, {}).values())
+        rows.append([f"{label} ({n})", _outcomes(doc[before]["cases"].get(key, {})),
+                     _outcomes(after["cases"].get(key, {}))])
+    rows.append([f"all ({sum(after['totals'].values())})",
+                 f"{_outcomes(doc[before]['totals'])}; {doc[before]['seconds']} s",
+                 f"{_outcomes(after['totals'])}; {after['seconds']} s"])
+    head = ["section (cases)", before.removeprefix("round4_").replace("_", " "), "after issue 47"]
+    return _rows(head, rows) + "\n(`hostile_audit.json`, `round4_*`; `hostile_audit.py --round4`)\n"
+
+
 def _script_of(result: Path) -> str:
     """The benchmark script writing a results file: the longest script name it starts with."""
     if result.stem.startswith("preflight_netsim"):
@@ -143,12 +197,28 @@ def _script_of(result: Path) -> str:
     return next((f"{s}.py" for s in stems if result.stem.startswith(s)), "?")
 
 
+SENTENCE_END = re.compile(r"[.?!)]$")
+SUMMARY_PARAGRAPHS = 3      # at most this many docstring paragraphs make one summary
+BULLET = re.compile(r"^\s*[*-]\s+", re.M)
+
+
+def summary_of(doc: str) -> str:
+    """A docstring's summary for the results index: its first paragraph, continued into the
+    next ones (bullets unmarked) while it has not ended a sentence, so a first paragraph that
+    introduces a list ("each outcome classified as") is not cut off mid-sentence."""
+    taken = []
+    for para in doc.split("\n\n")[:SUMMARY_PARAGRAPHS]:
+        taken.append(BULLET.sub("", para))
+        if SENTENCE_END.search(para.rstrip()):
+            break
+    return " ".join(" ".join(taken).split()).replace("|", "\\|")
+
+
 def _summary(script: str) -> str:
     path = ROOT / "benchmarks" / script
     if not path.is_file():
         return ""
-    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
-    return " ".join(doc.split("\n\n")[0].split()).replace("|", "\\|")
+    return summary_of(ast.get_docstring(ast.parse(path.read_text())) or "")
 
 
 def results_index() -> str:
@@ -162,7 +232,7 @@ def results_index() -> str:
 
 TABLES = {f.__name__: f for f in (model_vs_openfold_train, model_vs_openfold_infer,
                                   ddp_step_ratios, scaling, dap, predict_memory,
-                                  results_index)}
+                                  loader_tail, hostile_round4, results_index)}
 
 
 def render(text: str, source: str = "") -> str:

@@ -8,7 +8,8 @@ are run on a monomer folder (imported `params_model_3_ptm`, two seeds) and a com
 ranking order, model names) must be ours: the result files (`result_<m>.npz`, the model's
 float32 outputs) and scores.json. Skipped only when a tool is not installed (both are in the
 `dev` extra). af_analysis (ColabFold layout through ColabFold's `log.txt`) is tested only where
-it is installed: it is not in the `dev` extra (see docs/pending/issue-41.md).
+it is installed: it is not in the `dev` extra (docs/prediction.md, "Read by AlphaFold2 and
+ColabFold tools").
 """
 
 from __future__ import annotations

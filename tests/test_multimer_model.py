@@ -261,7 +261,8 @@ def test_bf16_trunk_runs_under_autocast_and_returns_float32(model):
     """`trunk.bf16` (AlphaFold-Multimer's stock bfloat16 trunk): the trunk's matmuls run in
     bfloat16 (the outputs move), the structure module and heads in float32; on the fixture the
     difference from float32 is that of bf16 rounding through a random-weight model (measured
-    with one recycle: atoms 1.0 Å, pLDDT 0.39, ipTM 2e-3; README "Predict a complex")."""
+    with one recycle: atoms 1.0 Å, pLDDT 0.39, ipTM 2e-3; docs/prediction.md, "Agreement with
+    AlphaFold-Multimer and precision")."""
     name = "4hhb_hbA1-36_hbB1-40"
     f, orders, ref = _case(name)
     bf16 = copy.deepcopy(model)

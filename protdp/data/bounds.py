@@ -4,7 +4,8 @@ A small file can declare a huge size: a checkpoint config with 10^7 Evoformer bl
 `--num-recycles 1000000000`, an HDF5 dataset header of (45·10^6, 37, 3) in a 278 KB store.
 Each such number is checked here against a documented bound (and, for stored arrays, against
 the bytes the file really holds) BEFORE anything is allocated, so a hostile file costs seconds
-and one line, never memory. One definition of every bound; docs/pending/issue-47.md lists them.
+and one line, never memory. One definition of every bound; docs/formats.md ("Bounded by the
+bytes") lists them.
 
 The bounds are far above anything AlphaFold uses (48 Evoformer blocks, 4 extra-MSA blocks,
 8 structure-module layers, 3 recycles for AF2 and 20 for AF-Multimer v3, 4 templates, 2,000+

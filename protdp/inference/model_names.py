@@ -11,8 +11,9 @@
   position in `--checkpoint` order.
 - ColabFold tag: `<model type>_model_<N>_seed_<SSS>`, the model type ColabFold's own
   (`alphafold2`, `alphafold2_ptm`, `alphafold2_multimer_v1|v2|v3`) for imported weights and
-  `protdp` / `protdp_multimer` for protdp-trained ones (documented in docs/pending/issue-41.md;
-  tools that accept only AlphaFold's tokens, such as af_analysis, refuse these).
+  `protdp` / `protdp_multimer` for protdp-trained ones (docs/prediction.md, "Model names that
+  say which weights"; tools that accept only AlphaFold's tokens, such as af_analysis, refuse
+  these).
 """
 
 from __future__ import annotations

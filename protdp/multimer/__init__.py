@@ -3,5 +3,5 @@ species pairing of per-chain MSAs (`pairing`) and the merged, cropped model inpu
 (`features`), each reproducing DeepMind's AlphaFold v2.3.2 data pipeline
 (`pipeline_multimer`, `feature_processing`, `msa_pairing`, `msa_identifiers`).
 
-Floor 1.6 (README "Architecture"): reads files through `protdp.data`, never imports the model.
+Floor 1.6 (docs/architecture.md): reads files through `protdp.data`, never imports the model.
 """
