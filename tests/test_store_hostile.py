@@ -212,16 +212,28 @@ def test_fuzz_complex_store(complex_store, tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["0-row msa", "msa 2^31-1"])
-def test_train_on_a_hostile_store_is_one_line(data_dir, tmp_path, kind, capsys):
-    """`protdp train` stops with one line naming the store and the family (main: IndexError /
-    RuntimeError, or an ArrayMemoryError traceback)."""
+@pytest.mark.parametrize("workers", ["0", "1"])
+def test_train_on_a_hostile_store_is_one_line(data_dir, tmp_path, kind, workers, capsys):
+    """A family the store refuses never silently drops out of training (main: IndexError /
+    RuntimeError, or an ArrayMemoryError traceback). The ordered feed (--data-workers 0) stops
+    with one line naming the store and the family; the tolerant feed (issue 44) sets it aside,
+    replaces it and records it in RUN_DIR/quarantine.jsonl (reason 'error', naming it)."""
+    from protdp.data.pipeline.quarantine import QUARANTINE_FILE, read_quarantine
+
     path = build_pairs_store(data_dir, ["2q2k_A", "5awl_A"], tmp_path)
     fid = FamilyStore(path).family_ids[0]
     with h5py.File(path, "r+") as h5:
         _family_damage(kind, h5, fid)
     rc = protdp_main(["train", "--config", str(REPO_ROOT / "configs/train/tiny.yaml"), "--data",
-                      str(path),
+                      str(path), "--data-workers", workers,
                       "--global-batch-size", "1", "--train-iters", "2", "--eval-iters", "0",
                       "--val-fraction", "0", "--log-dir", str(tmp_path / "run")])
     err = capsys.readouterr().err
-    assert rc == 2 and f"family '{fid}'" in err and "Traceback" not in err, err[-2000:]
+    assert "Traceback" not in err, err[-2000:]
+    if workers == "0":
+        assert rc == 2 and f"family '{fid}'" in err, err[-2000:]
+        return
+    assert rc == 0, err[-2000:]
+    records = read_quarantine(tmp_path / "run" / QUARANTINE_FILE)
+    assert records and {r["family"] for r in records} == {fid}, records
+    assert all(r["reason"] == "error" and fid in r.get("detail", "") for r in records), records
