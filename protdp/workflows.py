@@ -7,12 +7,29 @@ imports the review store. This module is the one place that connects the two, fo
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import os
 from pathlib import Path
 
 from protdp.inference.batch import predict_batch
 from protdp.inference.predictor import RunResult
 from protdp.inference.writers import printable
+
+
+def add_gate_arguments(parser: argparse.ArgumentParser) -> None:
+    """--queue-url and --gating of the commands that gate predictions and enqueue the flagged
+    ones (`protdp predict`, `protdp gate`)."""
+    parser.add_argument("--queue-url", default=os.environ.get("PROTDP_QUEUE_URL"),
+                        help="review queue (SQLite path/URL or postgresql://; env "
+                             "PROTDP_QUEUE_URL); default OUT/review_queue.sqlite")
+    parser.add_argument("--gating", default=None,
+                        help="gate policy YAML (default: the shipped configs/gating.yaml)")
+
+
+def review_queue_url(queue_url: str | None, out_dir: str | Path) -> str:
+    """The review queue a run uses: `queue_url`, or OUT/review_queue.sqlite."""
+    return queue_url or str(Path(out_dir).resolve() / "review_queue.sqlite")
 
 
 def display_url(queue_url: str) -> str:
@@ -59,7 +76,7 @@ def predict(checkpoint, fasta: str | Path, out_dir: str | Path, *, queue_url: st
     if queue_url:                             # a given queue: checked before any work (issue 47)
         from protdp.review.probe import probe_queue
         probe_queue(queue_url)
-    queue_url = queue_url or str(Path(out_dir).resolve() / "review_queue.sqlite")
+    queue_url = review_queue_url(queue_url, out_dir)
     result = predict_batch(checkpoint, fasta, out_dir, sink=QueueSink(queue_url), **kwargs)
     return dataclasses.replace(result, queue_url=queue_url)
 

@@ -16,7 +16,7 @@ PACKAGE = REPO_ROOT / "protdp"
 # floor of each top-level module / subpackage of protdp (docs/architecture.md)
 FLOORS = {
     "__init__": 0, "errors": 0, "config": 0, "resources": 0, "fileio": 0, "metrics": 0,
-    "paths": 0, "text": 0,
+    "paths": 0, "text": 0, "sqlengine": 0,
     "data": 1, "msa": 1.5, "multimer": 1.6, "templates": 1.5, "interface": 1.7,
     "model": 2,
     "parallel": 3,

@@ -121,3 +121,22 @@ def test_alphafold3_boltz_and_alphafold2_layouts(tmp_path, cases, capsys):
     assert protdp_main(["gate", str(tmp_path / "empty_does_not_exist"), "--from", "boltz",
                         "--out", str(out)]) == 2
     assert "not a folder" in capsys.readouterr().err
+
+
+def test_gate_reads_the_queue_and_gating_flags_as_predict_does(monkeypatch):
+    """`protdp gate` and `protdp predict` share --queue-url / --gating (one definition,
+    `protdp.workflows.add_gate_arguments`): both take the queue from PROTDP_QUEUE_URL when
+    --queue-url is not given, else None (OUT/review_queue.sqlite)."""
+    from protdp.external.cli import _parser as gate_parser
+    from protdp.inference.cli import build_parser as predict_parser
+
+    gate_argv = ["dir", "--from", "boltz", "--out", "out", "--gating", "g.yaml"]
+    predict_argv = ["--checkpoint", "ckpt", "--fasta", "t.fasta", "--out", "out",
+                    "--gating", "g.yaml"]
+    monkeypatch.setenv("PROTDP_QUEUE_URL", "postgresql://rev@db/queue")
+    gate, predict = gate_parser().parse_args(gate_argv), predict_parser().parse_args(predict_argv)
+    assert gate.queue_url == predict.queue_url == "postgresql://rev@db/queue"
+    assert gate.gating == predict.gating == "g.yaml"
+    monkeypatch.delenv("PROTDP_QUEUE_URL")
+    assert gate_parser().parse_args(gate_argv).queue_url is None
+    assert gate_parser().parse_args(gate_argv + ["--queue-url", "q.sqlite"]).queue_url == "q.sqlite"

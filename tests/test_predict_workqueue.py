@@ -50,13 +50,20 @@ def _held_by(queue, pid):
     return next((r for r in st["running"] if r["pid"] == pid), None)
 
 
-def test_two_processes_by_hand_one_killed(tmp_path, capsys):
+def _model_and_targets(tmp_path, names: list[str], *, first: int, step: int):
+    """A tiny model checkpoint and a FASTA of `names`, target i being SEQ's first
+    `first + step * i` residues."""
     torch.manual_seed(0)
     ckpt = save_model_checkpoint(build_model(TINY, verbose=False), None, tmp_path / "m.pt")
-    names = [f"t{i:02d}" for i in range(10)]
     fasta = tmp_path / "t.fasta"
+    fasta.write_text("".join(f">{n}\n{SEQ[:first + step * i]}\n" for i, n in enumerate(names)))
+    return ckpt, fasta
+
+
+def test_two_processes_by_hand_one_killed(tmp_path, capsys):
+    names = [f"t{i:02d}" for i in range(10)]
     # lengths 40..130: long enough that each process holds a target for a while
-    fasta.write_text("".join(f">{n}\n{SEQ[:40 + 10 * i]}\n" for i, n in enumerate(names)))
+    ckpt, fasta = _model_and_targets(tmp_path, names, first=40, step=10)
     out = tmp_path / "out"
     out.mkdir()
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
@@ -138,11 +145,8 @@ def _free_port() -> int:
 def test_slurm_ranks_share_the_queue(tmp_path):
     """Two ranks of one SLURM step (SLURM_PROCID / SLURM_NTASKS, as srun sets them) claim from
     one queue: every target predicted once, by one of the two ranks."""
-    torch.manual_seed(0)
-    ckpt = save_model_checkpoint(build_model(TINY, verbose=False), None, tmp_path / "m.pt")
     names = [f"s{i}" for i in range(6)]
-    fasta = tmp_path / "t.fasta"
-    fasta.write_text("".join(f">{n}\n{SEQ[:20 + 8 * i]}\n" for i, n in enumerate(names)))
+    ckpt, fasta = _model_and_targets(tmp_path, names, first=20, step=8)
     out = tmp_path / "out"
     port = str(_free_port())
     base = {k: v for k, v in os.environ.items()

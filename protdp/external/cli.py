@@ -15,24 +15,23 @@ from protdp.gating.policy import load_gate_policy
 
 
 def _parser() -> argparse.ArgumentParser:
+    from protdp.workflows import add_gate_arguments
+
     p = argparse.ArgumentParser(prog="protdp gate", description=__doc__)
     p.add_argument("folder", help="the other tool's output folder")
     p.add_argument("--from", dest="source", required=True, choices=SOURCES,
                    help="the tool whose layout the folder has")
     p.add_argument("--out", required=True, help="output folder (OUT/<target>/scores.json)")
-    p.add_argument("--queue-url", default=None,
-                   help="review queue (SQLite path/URL or postgresql://); default "
-                        "OUT/review_queue.sqlite")
-    p.add_argument("--gating", default=None, help="gate policy YAML (default: the shipped one)")
+    add_gate_arguments(p)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    from protdp.workflows import QueueSink, review_commands
+    from protdp.workflows import QueueSink, review_commands, review_queue_url
 
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     policy = load_gate_policy(args.gating)
-    queue_url = args.queue_url or str(Path(args.out).resolve() / "review_queue.sqlite")
+    queue_url = review_queue_url(args.queue_url, args.out)
     sink = QueueSink(queue_url)
     try:
         rows = gate_folder(args.folder, args.source, args.out, policy, sink)

@@ -26,7 +26,7 @@ from protdp.errors import ConfigError, DistributedError, InputError
 from protdp.inference.predictor import BATCH_SEEDS, MSA_MODES, PredictConfig
 from protdp.msa.cli import add_search_arguments
 from protdp.multimer.pair_modes import PAIR_MODES
-from protdp.workflows import predict, review_commands
+from protdp.workflows import add_gate_arguments, predict, review_commands
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,9 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "ColabFold's <complex>.a3m, <complex>/paired/<chain>.a3m (your own "
                         "pairing) or `msa search --complexes` folders")
     p.add_argument("--out", required=True, help="output folder (targets/<name>/, summary.tsv)")
-    p.add_argument("--queue-url", default=os.environ.get("PROTDP_QUEUE_URL"),
-                   help="review queue (SQLite path/URL or postgresql://); default OUT/review_queue.sqlite")
-    p.add_argument("--gating", default=None, help="gate policy YAML (default configs/gating.yaml)")
+    add_gate_arguments(p)
     p.add_argument("--calibration", default=None,
                    help="calibration.json from `protdp calibrate`; tightens the gate's mean-pLDDT "
                         "threshold (default: CHECKPOINT/calibration.json when present)")

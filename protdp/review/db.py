@@ -18,22 +18,20 @@ every transaction carries it as `conn.info["review_key"]`.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
-import secrets
-import sqlite3
-import time
 from pathlib import Path
 from typing import Iterator
 
-from sqlalchemy import create_engine, event, inspect, select, text
-from sqlalchemy.engine import Connection, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
+from sqlalchemy import inspect, select, text
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 
+from protdp import sqlengine
 from protdp.errors import InputError
 from protdp.review import keys
 from protdp.review.errors import QueueBusy, QueueError
 from protdp.review.schema import (APPEND_ONLY_DDL, DEFAULT_LIMITS, INSERT_GUARD_DDL,
                                   SCHEMA_VERSION, metadata, review_meta)
+from protdp.sqlengine import normalize_url  # noqa: F401  (re-exported: review.store, workflows)
 
 DEFAULT_QUEUE_URL = "sqlite:///review_queue.sqlite"
 DEFAULT_BUSY_TIMEOUT_S = 10.0       # interactive: reviewers get a clear "busy" after this
@@ -42,34 +40,7 @@ CHAIN_LOCK_KEY = 7310567             # pg_advisory_xact_lock key serialising aud
 _SCHEMA_LOCK_KEY = 7310566
 STATEMENT_TIMEOUT_S = 30.0          # PostgreSQL: one statement at most (verify/export included)
 IDLE_IN_TRANSACTION_S = 60.0        # PostgreSQL: a client stalled inside a transaction
-_NOW_SQL = {"sqlite": "SELECT (julianday('now') - 2440587.5) * 86400.0",
-            "postgresql": "SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8"}
-
-
-def normalize_url(url: str) -> str:
-    """A URL passes through; a bare path means a SQLite file there."""
-    if "://" in url:
-        return url
-    return f"sqlite:///{Path(url).expanduser().resolve()}"
-
-
-def _enable_wal(cursor, busy_s: float) -> None:
-    """Put the SQLite file in WAL mode (persistent, so only the first opener changes it).
-
-    Switching the journal mode needs an exclusive lock and SQLite answers "database is locked"
-    at once, without its busy handler, when another process is opening the same new file (two
-    prediction ranks at start-up): retry until `busy_s` has passed.
-    """
-    deadline = time.monotonic() + busy_s
-    while True:
-        try:
-            if cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                cursor.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.05 + 0.1 * secrets.randbelow(100) / 100)
+_READONLY_OPTION = "protdp_readonly"  # execution option: BEGIN, not BEGIN IMMEDIATE
 
 
 def _is_lock_timeout(exc: DBAPIError) -> bool:
@@ -86,12 +57,7 @@ class Database:
         self.url = normalize_url(url)
         self.create = create
         self.busy_timeout_s = float(busy_timeout_s)
-        try:
-            parsed = make_url(self.url)
-        except ArgumentError as exc:
-            raise InputError(f"not a database URL: {exc}", field="queue-url") from None
-        self.dialect = parsed.get_backend_name()
-        self.safe_url = parsed.render_as_string(hide_password=True)
+        parsed, self.dialect, self.safe_url = sqlengine.parse_url(self.url, "queue-url")
         self.key_path = keys.default_key_path(parsed)
         self.key = keys.read_key(self.key_path)
         if self.dialect == "sqlite":
@@ -115,46 +81,16 @@ class Database:
         if not self.create and not Path(db).is_file():
             raise QueueError(f"no review queue at {db} (create it with `protdp review init-db "
                              f"--queue-url {db}`)")
-        busy_s = self.busy_timeout_s
-        engine = create_engine(parsed, connect_args={"timeout": busy_s})
-
-        @event.listens_for(engine, "connect")
-        def _connect(dbapi_conn, _record):
-            dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (SQLAlchemy recipe)
-            cur = dbapi_conn.cursor()
-            _enable_wal(cur, max(busy_s, 5.0))
-            cur.execute("PRAGMA synchronous=NORMAL")
-            cur.execute("PRAGMA foreign_keys=ON")
-            cur.close()
-
-        @event.listens_for(engine, "begin")
-        def _begin(conn):
-            readonly = conn.get_execution_options().get("protdp_readonly", False)
-            conn.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
-
-        return engine
+        return sqlengine.sqlite_engine(parsed, self.busy_timeout_s,
+                                       readonly_option=_READONLY_OPTION,
+                                       pragmas=("foreign_keys=ON",))
 
     def _pg_engine(self, parsed):
-        if parsed.drivername == "postgresql" and importlib.util.find_spec("psycopg") is None:
-            # SQLAlchemy 2.1 defaults to psycopg 3; protdp[postgres] installs psycopg2.
-            parsed = parsed.set(drivername="postgresql+psycopg2")
-        try:
-            engine = create_engine(parsed, pool_pre_ping=True)
-        except NoSuchModuleError as exc:
-            raise QueueError(f"{self.safe_url}: {exc} (pip install 'protdp[postgres]')") from None
-        lock_ms = max(1, int(self.busy_timeout_s * 1000))
-
-        @event.listens_for(engine, "connect")
-        def _connect(dbapi_conn, _record):
-            cur = dbapi_conn.cursor()
-            cur.execute(f"SET lock_timeout = {lock_ms}")
-            cur.execute(f"SET statement_timeout = {int(STATEMENT_TIMEOUT_S * 1000)}")
-            cur.execute("SET idle_in_transaction_session_timeout = "
-                        f"{int(IDLE_IN_TRANSACTION_S * 1000)}")
-            cur.close()
-            dbapi_conn.commit()
-
-        return engine
+        return sqlengine.postgres_engine(
+            parsed, self.busy_timeout_s, safe_url=self.safe_url, error=QueueError,
+            settings=(f"SET statement_timeout = {int(STATEMENT_TIMEOUT_S * 1000)}",
+                      "SET idle_in_transaction_session_timeout = "
+                      f"{int(IDLE_IN_TRANSACTION_S * 1000)}"))
 
     @contextlib.contextmanager
     def tx(self, readonly: bool = False) -> Iterator[Connection]:
@@ -166,7 +102,7 @@ class Database:
             raise QueueError(f"cannot open review queue {self.safe_url}: {detail}") from None
         try:
             with conn:
-                conn.execution_options(protdp_readonly=readonly)
+                conn.execution_options(**{_READONLY_OPTION: readonly})
                 conn.info["review_key"] = self.key
                 with conn.begin():
                     yield conn
@@ -180,7 +116,7 @@ class Database:
 
     def now(self, conn: Connection) -> float:
         """The database server's clock, epoch seconds (the only clock the queue uses)."""
-        return float(conn.exec_driver_sql(_NOW_SQL[self.dialect]).scalar())
+        return sqlengine.database_now(conn, self.dialect)
 
     def chain_lock(self, conn: Connection) -> None:
         """Serialise audit-log appends (SQLite: BEGIN IMMEDIATE already holds the write lock)."""

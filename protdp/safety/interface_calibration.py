@@ -86,23 +86,35 @@ def _rate(mask: np.ndarray, y: np.ndarray) -> float | None:
     return float(y[mask].mean()) if mask.any() else None
 
 
+def _cannot_fit(doc: dict, table: dict, counts: dict, none_message: str, noun: str,
+                left_alone: str) -> bool:
+    """Whether `table` (`decided_table`) is unfit for a model; if so `doc` gets status
+    "no_complexes" (nothing decided nor skipped: `none_message`) or "insufficient_reviews"
+    (`too_few_reviews` of `counts`, naming `noun` and what is `left_alone`)."""
+    from protdp.safety.reviewed import too_few_reviews
+
+    if not len(table["y"]) and not sum(table["skipped"].values()):
+        doc.update(status="no_complexes", message=none_message)
+        return True
+    shortfall = too_few_reviews(counts, noun, left_alone)
+    if shortfall:
+        doc.update(status="insufficient_reviews", message=shortfall)
+        return True
+    return False
+
+
 def fit_complex_report(records: list[dict], floor: GatePolicy, *, target: float) -> dict:
     """The complex part of the reviewed calibration (status "ok", "no_complexes" or
     "insufficient_reviews")."""
-    from protdp.safety.reviewed import decision_counts, reliability, too_few_reviews
+    from protdp.safety.reviewed import decision_counts, reliability
 
     table = complex_table(records)
     X, y = table["X"], table["y"]
     counts = decision_counts(table)
     doc = {"inputs": list(INPUTS), "counts": counts, "target_reject_rate": target,
            "floor": {"min_iptm": floor.min_iptm, "max_interface_pae": floor.max_interface_pae}}
-    if not len(y) and not sum(table["skipped"].values()):
-        doc.update(status="no_complexes", message="no reviewed complexes in the queue; the "
-                   "complex checks are left as configured")
-        return doc
-    shortfall = too_few_reviews(counts, "complexes", "the complex checks are")
-    if shortfall:
-        doc.update(status="insufficient_reviews", message=shortfall)
+    if _cannot_fit(doc, table, counts, "no reviewed complexes in the queue; the complex "
+                   "checks are left as configured", "complexes", "the complex checks are"):
         return doc
     model = make_model().fit(X, y)
     proposal = propose(model, X, floor, target)
@@ -153,7 +165,7 @@ def fit_ipsae(records: list[dict], floor: GatePolicy, *, target: float) -> dict:
     on a 0.01 grid, not below the configured floor, at which the predicted rejection
     probability is at most `target` (the model is monotone, so the threshold itself is the
     worst accepted value). Status "ok", "no_complexes" or "insufficient_reviews"."""
-    from protdp.safety.reviewed import decision_counts, too_few_reviews
+    from protdp.safety.reviewed import decision_counts
 
     def values_of(rec):
         scores = rec.get("scores") or {}
@@ -167,13 +179,9 @@ def fit_ipsae(records: list[dict], floor: GatePolicy, *, target: float) -> dict:
     counts = decision_counts(table)
     doc = {"input": "weakest pair ipSAE", "counts": counts, "target_reject_rate": target,
            "floor": {"min_ipsae": floor.min_ipsae}}
-    if not len(y) and not sum(table["skipped"].values()):
-        doc.update(status="no_complexes", message="no reviewed complexes with interface scores; "
-                   "min_ipsae is left as configured")
-        return doc
-    shortfall = too_few_reviews(counts, "complexes with interface scores", "min_ipsae is")
-    if shortfall:
-        doc.update(status="insufficient_reviews", message=shortfall)
+    if _cannot_fit(doc, table, counts, "no reviewed complexes with interface scores; "
+                   "min_ipsae is left as configured", "complexes with interface scores",
+                   "min_ipsae is"):
         return doc
     model = make_model().fit(X, y)
     grid = np.arange(floor.min_ipsae, 1.0 + 1e-9, IPSAE_STEP)                  # [G]

@@ -234,18 +234,24 @@ def alphafold_entries(cfg: ModelConfig, shapes: Mapping[str, tuple]) -> list[Ent
     for i in range(cfg.n_blocks):
         _evoformer_block(b, EVO + "evoformer_iteration", f"evoformer.blocks.{i}", i, cfg, False)
     _structure_module(b, cfg)
+    _heads(b, cfg.pae_head)
+    return b.entries
+
+
+def _heads(b: _Builder, pae_head: bool) -> None:
+    """The output heads (AF2 supplement 1.9): distogram, masked MSA, experimentally resolved,
+    pLDDT and, where the model has one, PAE (AF-Multimer always has)."""
     heads = [("distogram_head/half_logits", "distogram_head.linear"),
              ("masked_msa_head/logits", "masked_msa_head.linear"),
              ("experimentally_resolved_head/logits", "experimentally_resolved_head.linear"),
              ("predicted_lddt_head/act_0", "plddt_head.linear_1"),
              ("predicted_lddt_head/act_1", "plddt_head.linear_2"),
              ("predicted_lddt_head/logits", "plddt_head.linear_3")]
-    if cfg.pae_head:
+    if pae_head:
         heads.append(("predicted_aligned_error_head/logits", "pae_head.linear"))
     for af2, mod in heads:
         b.linear(PREFIX + af2, mod)
     b.layer_norm(PREFIX + "predicted_lddt_head/input_layer_norm", "plddt_head.norm")
-    return b.entries
 
 
 # ------------------------------------------------------------------ configuration from shapes

@@ -40,7 +40,7 @@ from protdp.model.multimer_embedders import MultimerInputEmbedder, relative_chai
 from protdp.model.multimer_model import MULTIMER_POSITION_SCALE, MultimerConfig, MultimerModel
 from protdp.model.multimer_template import PAIR_FEATURES
 from protdp.weights.alphafold import (EVO, FOLD, MULTIMER_MARK, PREFIX, Entry, _Builder, _count,
-                                      _evoformer_block, _ratio, _shape, _structure_module,
+                                      _evoformer_block, _heads, _ratio, _shape, _structure_module,
                                       arrays_from_state, check_array, state_from_arrays)
 
 TEMPLATE = EVO + "template_embedding/"
@@ -240,15 +240,7 @@ def multimer_layout(cfg: MultimerConfig, shapes: Mapping[str, tuple], fused_evof
     _structure_module(b, t)
     b.entries = [e for e in b.entries if not any(f"/{name}//" in e.af2 for name in MONOMER_ONLY)]
     b.linear(FOLD + "quat_rigid/rigid", "structure_module.backbone_update.linear")
-    for af2, mod in (("distogram_head/half_logits", "distogram_head.linear"),
-                     ("masked_msa_head/logits", "masked_msa_head.linear"),
-                     ("experimentally_resolved_head/logits", "experimentally_resolved_head.linear"),
-                     ("predicted_lddt_head/act_0", "plddt_head.linear_1"),
-                     ("predicted_lddt_head/act_1", "plddt_head.linear_2"),
-                     ("predicted_lddt_head/logits", "plddt_head.linear_3"),
-                     ("predicted_aligned_error_head/logits", "pae_head.linear")):
-        b.linear(PREFIX + af2, mod)
-    b.layer_norm(PREFIX + "predicted_lddt_head/input_layer_norm", "plddt_head.norm")
+    _heads(b, pae_head=True)
     if cfg.templates:
         fused += _template_entries(b, cfg)
     return b.entries, fused
