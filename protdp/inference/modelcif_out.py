@@ -18,6 +18,17 @@ from protdp.data.residue_constants import ATOM_TYPES
 from protdp.fileio import atomic_write_bytes
 
 
+def cif_text(text) -> str:
+    """A FASTA header as mmCIF text: printable ASCII kept, a double quote as a single one, every
+    other character (controls, bidi, non-ASCII, the backslash) as <U+XXXX>. mmCIF 1.1 is ASCII
+    and has no escapes: a value holding both quote kinds cannot be quoted, and python-ihm
+    writes backslashes that gemmi, rightly, reads literally. The exact header stays in
+    msas/chain_id_map.json."""
+    s = "" if text is None else str(text)
+    return "".join("'" if c == '"' else c if " " <= c <= "~" and c != "\\" else f"<U+{ord(c):04X}>"
+                   for c in s)
+
+
 def _classes():
     import modelcif.qa_metric as qa
 
@@ -109,7 +120,7 @@ def write_modelcif(path: Path, name: str, models: list[dict], details: dict, *,
 
     classes = _classes()
     alphabet = ihm.LPeptideAlphabet()
-    records = records or {cid: name for cid, _ in chains}
+    records = {cid: cif_text(d) for cid, d in (records or {cid: name for cid, _ in chains}).items()}
 
     def comps(seq):
         return [alphabet[aa] if aa in alphabet._comps else alphabet["X"] if "X" in alphabet._comps
