@@ -5,7 +5,10 @@ AlphaFold's own outputs.
     protdp weights import --format openfold finetuning_ptm_2.pt --out CKPT/
     protdp weights export --format alphafold|openfold CKPT/ OUT
     protdp weights compare --checkpoint CKPT/ --features features.npz --reference outputs.npz \
-        [--dtype float32|float64]
+        [--dtype float32|float64] [--sampled-msa sampled_msa.npz]
+
+compare detects an AlphaFold-Multimer checkpoint and then needs --sampled-msa (AlphaFold's
+recorded in-model MSA sampling; protdp.weights.compare_multimer).
 
 An imported CKPT/ is an ordinary protdp checkpoint (model.pt + provenance.json): predict,
 calibrate, redteam and training take it. compare prints one JSON object and exits 0 when every
@@ -64,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--features", required=True, help="AlphaFold processed-feature dict (.npz)")
     cmp_.add_argument("--reference", required=True, help="AlphaFold output dict (.npz, '/'-joined keys)")
     cmp_.add_argument("--dtype", default="float32", choices=("float32", "float64"))
+    cmp_.add_argument("--sampled-msa", default=None,
+                      help="multimer checkpoints: AlphaFold's recorded in-model MSA sampling "
+                           "(.npz: index_order, optional template_unit_diagonal)")
     return p
 
 
@@ -177,8 +183,18 @@ def _export(args) -> int:
 
 def _compare(args) -> int:
     from protdp.weights.compare import run_compare
+    from protdp.weights.compare_multimer import run_multimer_compare
+    from protdp.weights.multimer_checkpoint import is_multimer_checkpoint
 
-    result = run_compare(args.checkpoint, args.features, args.reference, dtype=args.dtype)
+    if is_multimer_checkpoint(args.checkpoint):
+        result = run_multimer_compare(args.checkpoint, args.features, args.reference,
+                                      args.sampled_msa, dtype=args.dtype)
+    elif args.sampled_msa is not None:
+        raise InputError("--sampled-msa is for AlphaFold-Multimer checkpoints; this one is a "
+                         "monomer (its MSA samples are the features' leading axis)",
+                         path=args.checkpoint)
+    else:
+        result = run_compare(args.checkpoint, args.features, args.reference, dtype=args.dtype)
     print(json.dumps(result, indent=1, sort_keys=True))
     return 0 if result["within_tolerance"] else 1
 
