@@ -106,9 +106,10 @@ def test_chain_with_no_paired_rows(tmp_path):
 
 def test_model_on_features_from_the_colabfold_file_matches_alphafold(model, tmp_path,  # noqa: F811
                                                                      monkeypatch):
-    """`weights compare`'s check for the multimer fixture (that command reads monomer
-    features): the features read from the ColabFold file, AlphaFold's recorded MSA sampling,
-    AlphaFold's outputs; the tolerances of tests/test_multimer_model.py."""
+    """`weights compare`'s check for the multimer fixture, in-process (the CLI form is
+    tests/test_weights_compare_multimer.py): the features read from the ColabFold file,
+    AlphaFold's recorded MSA sampling, AlphaFold's outputs; the tolerances of
+    tests/test_multimer_model.py."""
     import torch
 
     from test_multimer_model import _alphafold_unit_diagonal, _diff

@@ -70,18 +70,10 @@ def _replay_unit_diagonal(monkeypatch, f, diag):
     """AlphaFold's rounding noise on the diagonal of the template backbone unit vectors,
     recorded in the same run (see tests/test_multimer_model.py `_alphafold_unit_diagonal`)."""
     from protdp.model import multimer_template
+    from protdp.weights.compare_multimer import with_unit_diagonal
 
-    diag = torch.from_numpy(diag)                                           # [T, L, 3]
-    tpos = f["template_all_atom_positions"].float()
-    plain = multimer_template.backbone_unit_vectors
-    eye = torch.eye(diag.shape[1], dtype=torch.bool)[..., None]
-
-    def with_alphafold_diagonal(pos):
-        unit = plain(pos)
-        k = next(k for k in range(tpos.shape[0]) if torch.equal(pos, tpos[k]))
-        return torch.where(eye, torch.diag_embed(diag[k].T).permute(1, 2, 0), unit)
-
-    monkeypatch.setattr(multimer_template, "backbone_unit_vectors", with_alphafold_diagonal)
+    monkeypatch.setattr(multimer_template, "backbone_unit_vectors", with_unit_diagonal(
+        multimer_template.backbone_unit_vectors, diag, f["template_all_atom_positions"]))
 
 
 @pytest.mark.parametrize("name", [TRIMER, NO_TEMPLATES])

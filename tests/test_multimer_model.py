@@ -107,21 +107,17 @@ def _alphafold_unit_diagonal(monkeypatch, name, f):
     jax.debug.callback on the inputs of those three Linear layers; equal in both recycling
     passes; the run reproduced outputs_<case>.npz bit for bit; `data/record_multimer_template_
     diagonal.py` re-records it byte for byte). Templates are matched by their
-    atom positions (equal inputs give equal residues)."""
+    atom positions (equal inputs give equal residues); the replacement is the library's
+    (`protdp.weights.compare_multimer.with_unit_diagonal`, used by `weights compare`)."""
     from protdp.model import multimer_template
+    from protdp.weights.compare_multimer import with_unit_diagonal
 
     diag = torch.from_numpy(np.load(UNIT_DIAGONAL)[name])                      # [T, L, 3]
-    tpos = f["template_all_atom_positions"].float()
     plain = multimer_template.backbone_unit_vectors
-    eye = torch.eye(diag.shape[1], dtype=torch.bool)[..., None]
-
-    def with_alphafold_diagonal(pos):
-        unit = plain(pos)
-        assert float(torch.diagonal(unit, dim1=-3, dim2=-2).abs().max()) == 0.0
-        k = next(k for k in range(tpos.shape[0]) if torch.equal(pos, tpos[k]))
-        return torch.where(eye, torch.diag_embed(diag[k].T).permute(1, 2, 0), unit)
-
-    monkeypatch.setattr(multimer_template, "backbone_unit_vectors", with_alphafold_diagonal)
+    tpos = f["template_all_atom_positions"]
+    assert float(torch.diagonal(plain(tpos[0].float()), dim1=-3, dim2=-2).abs().max()) == 0.0
+    monkeypatch.setattr(multimer_template, "backbone_unit_vectors",
+                        with_unit_diagonal(plain, diag.numpy(), tpos))
     return diag
 
 

@@ -81,20 +81,13 @@ def read_recorded_sampling(path: Path, batch: dict) -> tuple[list[torch.Tensor],
     return [torch.from_numpy(o.astype(np.int64)) for o in order], diagonal
 
 
-@contextlib.contextmanager
-def replayed_unit_diagonal(diagonal: np.ndarray | None, template_positions: torch.Tensor | None):
-    """Within the block, the template backbone unit vectors carry AlphaFold's recorded diagonal
-    [T, L, 3] (template t matched by its atom positions: equal inputs, equal residue); no-op
-    for None. Replaces `multimer_template.backbone_unit_vectors` for the block only (one
-    comparison at a time; restored on exit)."""
-    if diagonal is None or template_positions is None:
-        yield
-        return
-    from protdp.model import multimer_template
-
+def with_unit_diagonal(plain, diagonal: np.ndarray, template_positions: torch.Tensor):
+    """`backbone_unit_vectors` with AlphaFold's recorded diagonal [T, L, 3]: `plain` (the
+    function to wrap) on template t's positions, the diagonal replaced by `diagonal[t]`;
+    template t is matched by its atom positions [T, L, 37, 3] (equal inputs, equal residue),
+    any other input is left as `plain` computes it."""
     diag = torch.from_numpy(np.asarray(diagonal, dtype=np.float32))            # [T, L, 3]
     tpos = template_positions.float()                                          # [T, L, 37, 3]
-    plain = multimer_template.backbone_unit_vectors
     eye = torch.eye(diag.shape[1], dtype=torch.bool)[..., None]                # [L, L, 1]
 
     def with_alphafold_diagonal(pos):
@@ -105,7 +98,22 @@ def replayed_unit_diagonal(diagonal: np.ndarray | None, template_positions: torc
         on_diag = torch.diag_embed(diag[k].T).permute(1, 2, 0).to(unit.dtype)  # [L, L, 3]
         return torch.where(eye, on_diag, unit)
 
-    multimer_template.backbone_unit_vectors = with_alphafold_diagonal
+    return with_alphafold_diagonal
+
+
+@contextlib.contextmanager
+def replayed_unit_diagonal(diagonal: np.ndarray | None, template_positions: torch.Tensor | None):
+    """Within the block, the template backbone unit vectors carry AlphaFold's recorded diagonal
+    (`with_unit_diagonal`); no-op for None. Replaces `multimer_template.backbone_unit_vectors`
+    for the block only (one comparison at a time; restored on exit)."""
+    if diagonal is None or template_positions is None:
+        yield
+        return
+    from protdp.model import multimer_template
+
+    plain = multimer_template.backbone_unit_vectors
+    multimer_template.backbone_unit_vectors = with_unit_diagonal(plain, diagonal,
+                                                                 template_positions)
     try:
         yield
     finally:
