@@ -100,6 +100,9 @@ def test_compare_rejects_bad_inputs(imported, af2_reference, tmp_path):  # noqa:
     with pytest.raises(InputError, match="plain.npz: not an .npz reference outputs file"):
         weights_cli.main(["compare", "--checkpoint", str(imported), "--features", feats_ok,
                           "--reference", str(tmp_path / "plain.npz")])
+    with pytest.raises(InputError, match="--sampled-msa is for AlphaFold-Multimer checkpoints"):
+        weights_cli.main(["compare", "--checkpoint", str(imported), "--features", feats_ok,
+                          "--reference", ref, "--sampled-msa", feats_ok])
 
 
 def test_protdp_features_from_raw_inputs_reproduce_alphafold(imported, af2_reference):  # noqa: F811

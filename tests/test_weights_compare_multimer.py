@@ -158,3 +158,15 @@ def test_compare_passes_on_fixture_b_with_its_own_sampling_file(name, tmp_path, 
                           FIXTURE_B / f"outputs_{name}.npz", FIXTURE_B / f"sampled_msa_{name}.npz")
     assert rc == 0 and report["failed"] == [] and report["max_abs_diff"]["iptm"] < 1e-4
     assert "note" not in report
+
+
+def test_monomer_features_on_a_multimer_checkpoint_name_the_missing_field(checkpoint, tmp_path,
+                                                                          capsys):
+    name = "2p90_A02_x2"
+    feats = dict(np.load(FIXTURE / f"features_{name}.npz"))
+    del feats["asym_id"]
+    np.savez(tmp_path / "features.npz", **feats)
+    rc, err = _compare(capsys, checkpoint, tmp_path / "features.npz",
+                       FIXTURE / f"outputs_{name}.npz", _sampling(name, tmp_path))
+    assert rc == 2 and "features.npz" in err and "asym_id" in err
+    assert "not an AlphaFold-Multimer feature dict" in err
