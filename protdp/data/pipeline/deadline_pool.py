@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait as wait_any
 from typing import Any, Callable, Hashable
 
-from protdp.data.pipeline.pool import START_METHODS, WorkerError, _portable
+from protdp.data.pipeline.pool import START_METHODS, WorkerError, _portable, worker_tasks
 from protdp.data.pipeline.quarantine import DeadlinePolicy, RunningMedian
 
 POLL_S = 0.05
@@ -46,18 +46,9 @@ class Outcome:
 
 def _worker_loop(fn: Callable, tasks, results) -> None:
     """Worker process: (key, payload) -> ("start", key, None), then ("done", key, (value, s))
-    or ("error", key, (exception, s)). One thread per worker: the workers are the parallelism."""
-    import sys
-
-    os.environ["OMP_NUM_THREADS"] = "1"
+    or ("error", key, (exception, s)); one thread each (`pool.worker_tasks`)."""
     results.put(("ready", None, None))
-    while True:
-        item = tasks.get()
-        if item is None:
-            return
-        if "torch" in sys.modules:
-            sys.modules["torch"].set_num_threads(1)
-        key, payload = item
+    for key, payload in worker_tasks(tasks):
         results.put(("start", key, None))
         t0 = time.perf_counter()
         try:

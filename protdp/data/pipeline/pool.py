@@ -39,9 +39,10 @@ def _portable(exc: BaseException) -> BaseException:
         return RuntimeError(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
 
 
-def _worker_loop(worker: int, fn: Callable, tasks, results) -> None:
-    """Worker process: take (index, payload), answer ("start"|"done"|"error", index, ...).
-    One thread per worker: the workers are the parallelism."""
+def worker_tasks(tasks):
+    """The (key, payload) items a worker process takes from `tasks` until the None sentinel,
+    each run on one thread (the workers are the parallelism); shared by this pool and
+    `deadline_pool`."""
     import os
     import sys
 
@@ -52,7 +53,12 @@ def _worker_loop(worker: int, fn: Callable, tasks, results) -> None:
             return
         if "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(1)
-        index, payload = item
+        yield item
+
+
+def _worker_loop(worker: int, fn: Callable, tasks, results) -> None:
+    """Worker process: take (index, payload), answer ("start"|"done"|"error", index, ...)."""
+    for index, payload in worker_tasks(tasks):
         results.put(("start", index, worker))
         try:
             out = fn(payload)
