@@ -200,10 +200,14 @@ def header_problems(g, fid: str, file_size: int) -> list[str]:
     return out
 
 
+# the datasets of a family's templates group that are checked, and so the only ones read
+TEMPLATE_DATASETS = ("aatype", "all_atom_positions", "all_atom_mask", "domain_names")
+
+
 def template_header_problems(t, fid: str, L: int, file_size: int) -> list[str]:
     """The optional templates group (protdp.templates.training layout) from its headers."""
     want = {"aatype": (L,), "all_atom_positions": (L, NUM_ATOM37, 3),
-            "all_atom_mask": (L, NUM_ATOM37), "domain_names": ()}
+            "all_atom_mask": (L, NUM_ATOM37), "domain_names": ()}     # TEMPLATE_DATASETS
     out, count = [], None
     for name, tail in want.items():
         try:
@@ -307,6 +311,8 @@ class FamilyStore:
                              path=self.path)
         self._h5 = None
         self._pid = None
+        self._size = file_bytes(self.path)      # a read-only store: its size, stat'ed once
+        self._checked: set[str] = set()         # families whose headers were checked here
         with open_store_h5(self.path) as h5:
             self.attrs = store_attrs(h5, self.path)
             self.format_version = int(self.attrs["format_version"])
@@ -341,13 +347,16 @@ class FamilyStore:
             raise InputError(f"family '{family_id}' is not in the store", path=self.path)
         try:
             g = self._file()["families"][family_id]
-            problems = [f"family '{family_id}': {p.split(': ', 1)[1]}"
-                        for p in header_problems(g, family_id, file_bytes(self.path))]
+            problems = [] if family_id in self._checked else [
+                f"family '{family_id}': {p.split(': ', 1)[1]}"
+                for p in header_problems(g, family_id, self._size)]
             if not problems:                      # sizes checked before anything is read
+                self._checked.add(family_id)      # (once per family and process: read-only)
                 out = read_arrays(g)
                 attrs = dict(g.attrs)
                 if "templates" in g:  # optional template hits (docs/store_format.md, issue 31)
-                    out["templates"] = {k: g["templates"][k][()] for k in g["templates"]}
+                    out["templates"] = {k: g["templates"][k][()]      # only the checked ones
+                                        for k in TEMPLATE_DATASETS if k in g["templates"]}
                     problems = template_value_problems(out["templates"], family_id)
         except H5_ERRORS:
             raise InputError(f"family '{family_id}' cannot be read (damaged store?); check it "
