@@ -76,6 +76,18 @@ def test_colabfold_folder_through_gate_and_queue(tmp_path, cases, capsys):
     hb4 = json.loads((out / "hb4" / "scores.json").read_text())
     assert [c["chain_id"] for c in hb4["chains"]] == list("ABCD") and hb4["iptm"] == 0.64
     store.close()
+    # the tool's PAE file changes and the gate runs again into the same OUT: the copies there
+    # are rewritten, so the old item (bound to the old bytes) is superseded by a new one
+    scores_path, pdb = cases["colabfold_4hhb"]
+    doc = json.loads((src / scores_path.name).read_text())
+    doc["pae"][0][1] = round(doc["pae"][0][1] + 0.25, 2)
+    (src / scores_path.name).write_text(json.dumps(doc))
+    assert protdp_main(["gate", str(src), "--from", "colabfold", "--out", str(out),
+                        "--queue-url", f"sqlite:///{queue}"]) == 0
+    store = ReviewStore(str(queue))
+    newest = max((i for i in store.list() if i["target"] == "hb4"), key=lambda i: i["id"])
+    assert store.get(newest["id"])["file_sha256"]["pae"] == _sha(src / scores_path.name)
+    store.close()
 
 
 def test_alphafold3_boltz_and_alphafold2_layouts(tmp_path, cases, capsys):
@@ -98,13 +110,14 @@ def test_alphafold3_boltz_and_alphafold2_layouts(tmp_path, cases, capsys):
     scores_path, pdb = cases["colabfold_fixture_4hhb"]
     cf = json.loads(scores_path.read_text())
     src = tmp_path / "af2"
-    for target, with_pae in (("good", True), ("nopae", False)):
+    for target, with_pae in (("good", True), ("nopae", False), ("listconf", True)):
         d = src / target
         d.mkdir(parents=True)
         model = "model_1_multimer_v3_pred_0"
         (d / "ranking_debug.json").write_text(json.dumps({"order": [model]}))
         shutil.copy(pdb, d / "ranked_0.pdb")
-        (d / f"confidence_{model}.json").write_text(json.dumps({"confidenceScore": cf["plddt"]}))
+        conf = cf["plddt"] if target == "listconf" else {"confidenceScore": cf["plddt"]}
+        (d / f"confidence_{model}.json").write_text(json.dumps(conf))   # a list: one bad row
         if with_pae:
             (d / f"pae_{model}.json").write_text(json.dumps(
                 [{"predicted_aligned_error": cf["pae"], "max_predicted_aligned_error": 31.75}]))
@@ -112,6 +125,8 @@ def test_alphafold3_boltz_and_alphafold2_layouts(tmp_path, cases, capsys):
     assert protdp_main(["gate", str(src), "--from", "alphafold2", "--out", str(out)]) == 0
     rows = _summary(out)
     assert rows["nopae"]["status"] == "error" and "missing pae_" in rows["nopae"]["detail"]
+    assert rows["listconf"]["status"] == "error", rows["listconf"]
+    assert "confidence_model_1_multimer_v3_pred_0.json" in rows["listconf"]["detail"]
     scores = json.loads((out / "good" / "scores.json").read_text())
     want = prediction_rows(read_prediction(scores_path, pdb), 10.0, 10.0)
     for mine, theirs in zip(scores["interface_scores"], want):       # same PAE, same pLDDT

@@ -24,7 +24,7 @@ import numpy as np
 from protdp.data.residues import THREE_TO_ONE
 from protdp.errors import InputError, ProtdpError
 from protdp.external.discover import Found, discover
-from protdp.fileio import atomic_write_bytes, atomic_write_json
+from protdp.fileio import atomic_write_bytes, atomic_write_json, read_json_object
 from protdp.gating import band_of
 from protdp.gating.route import route
 from protdp.interface.complex import best_interface
@@ -61,7 +61,7 @@ def _alphafold2_plddt(found: Found, pred: Prediction) -> Prediction:
     if path is None:
         raise InputError(f"no confidence_<model>.json beside {found.pae.name} (pLDDT)",
                          path=found.pae.parent)
-    values = json.loads(Path(path).read_text()).get("confidenceScore")
+    values = read_json_object(path, "AlphaFold confidence JSON").get("confidenceScore")
     plddt = np.asarray(values, dtype=float) if isinstance(values, list) else np.zeros(0)
     if plddt.shape != pred.plddt.shape or not np.all(np.isfinite(plddt)):
         raise InputError(f"confidenceScore must be {len(pred.plddt)} finite values",
@@ -158,7 +158,7 @@ def gate_one(found: Found, source: str, out: Path, policy, enqueuer=None) -> dic
             f"{source}:{found.target}:{digest}", found.target,
             {k: scores[k] for k in scores if k not in ("pae", "gate")},
             {k: str(p) for k, p in paths.items()}, scores["reasons"],
-            details=scores["details"], actor="gate")
+            details=scores["details"], actor="gate", rebind=True)  # copies just written
     return row
 
 
