@@ -111,7 +111,7 @@ def _summary_lock(out_dir: Path):
 def write_run_summary(out_dir: Path, queue: WorkQueue, rows: list[dict], extra: dict) -> Path:
     """summary.tsv / .csv / .json of a finished run, once per generation (the first process
     to get here writes; the others find it written)."""
-    stamp = {"run_key": queue.run_key, "generation": queue.generation}
+    stamp = {"run_key": queue.run_key, "generation": queue.results_generation}   # the rows' own
     with _summary_lock(out_dir):
         try:
             done = json.loads((out_dir / "summary.json").read_text()).get("run") == stamp

@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from pathlib import Path
@@ -66,9 +67,15 @@ def start_build(tdir: Path, pid: str) -> Path:
 def publish_build(build: Path, final: Path) -> Path:
     """Rename the finished build into place (atomic on one file system). `final` must not
     exist: a published prediction is never overwritten."""
+    message = f"{final} exists: a published prediction is never overwritten"
     if final.exists():
-        raise FileExistsError(f"{final} exists: a published prediction is never overwritten")
-    os.replace(build, final)
+        raise FileExistsError(message)
+    try:
+        os.replace(build, final)
+    except OSError as exc:       # another process published it meanwhile: a directory renamed
+        if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):    # onto a non-empty one is ENOTEMPTY
+            raise FileExistsError(message) from None
+        raise
     return final
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Iterator
 
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError
 
 from protdp import sqlengine
 from protdp.errors import InputError, ProtdpError
@@ -77,8 +77,8 @@ class Engine:
                 conn.execution_options(**{_READONLY_OPTION: readonly})
                 with conn.begin():
                     yield conn
-        except OperationalError as exc:
-            first = (str(exc.orig).strip().splitlines() or [""])[0]
+        except DBAPIError as exc:       # a lost connection too (InterfaceError), not only
+            first = (str(exc.orig).strip().splitlines() or [""])[0]     # OperationalError
             raise WorkQueueError(f"work queue {self.safe_url}: {first}") from None
 
     def now(self, conn: Connection) -> float:

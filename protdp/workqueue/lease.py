@@ -41,8 +41,8 @@ class Heartbeat:
                     self.lost = True
                     return
                 self.renewals += 1
-            except WorkQueueError:       # the database is briefly unreachable: try again
-                continue
+            except Exception:            # noqa: BLE001 - the database is briefly unreachable
+                continue                 # (or the connection dropped): the thread must live on
 
     def __enter__(self) -> "Heartbeat":
         self._thread.start()

@@ -85,6 +85,7 @@ class WorkQueue:
         self.worker = worker or Worker.this_process()
         self.largest_first = largest_first
         self.generation: int | None = None
+        self.results_generation: int | None = None
         self._ensure_schema()
 
     # -- run ------------------------------------------------------------------------------
@@ -225,11 +226,15 @@ class WorkQueue:
 
     def results(self) -> list[dict] | None:
         """Every item's result row in input order, or None while any item is not final (read
-        in one transaction, so a run restarted meanwhile is never half-read)."""
+        in one transaction, so a run restarted meanwhile is never half-read). The generation
+        they belong to, read in the same transaction, is `results_generation` (a process that
+        joined earlier may hold an older `generation`)."""
         with self.db.tx(readonly=True) as conn:
             rows = conn.execute(select(items.c.idx, items.c.state, items.c.result)
                                 .where(items.c.run_key == self.run_key)
                                 .order_by(items.c.idx)).all()
+            self.results_generation = conn.execute(
+                select(runs.c.generation).where(runs.c.run_key == self.run_key)).scalar()
         if any(r.state not in FINAL_STATES for r in rows):
             return None
         return [json.loads(r.result) for r in rows]
