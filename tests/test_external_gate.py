@@ -155,3 +155,27 @@ def test_gate_reads_the_queue_and_gating_flags_as_predict_does(monkeypatch):
     monkeypatch.delenv("PROTDP_QUEUE_URL")
     assert gate_parser().parse_args(gate_argv).queue_url is None
     assert gate_parser().parse_args(gate_argv + ["--queue-url", "q.sqlite"]).queue_url == "q.sqlite"
+
+
+def test_a_file_changed_while_gated_is_an_error_row(tmp_path, cases, monkeypatch):
+    """The copies a reviewer is bound to are the bytes that were scored: a structure rewritten
+    while the gate read it is that target's error row, and nothing is written or enqueued."""
+    import protdp.external.gate as gate_mod
+
+    src = tmp_path / "cf"
+    src.mkdir()
+    for f in cases["colabfold_4hhb"]:
+        shutil.copy(f, src / f.name)
+    real = gate_mod.read_prediction
+
+    def read_then_rewrite(pae, structure):
+        pred = real(pae, structure)
+        structure.write_bytes(structure.read_bytes().replace(b"ATOM  ", b"ATOM  ", 1) + b"END\n")
+        return pred
+    monkeypatch.setattr(gate_mod, "read_prediction", read_then_rewrite)
+    out, queue = tmp_path / "out", tmp_path / "q.sqlite"
+    assert protdp_main(["gate", str(src), "--from", "colabfold", "--out", str(out),
+                        "--queue-url", f"sqlite:///{queue}"]) == 1      # no target gated
+    row = _summary(out)["hb4"]
+    assert row["status"] == "error" and "changed while it was being gated" in row["detail"]
+    assert not (out / "hb4").exists()

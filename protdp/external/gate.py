@@ -35,8 +35,17 @@ SUMMARY_COLUMNS = ("target", "status", "route", "reasons", "best_pair", "ipsae",
 SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def _read_once(found: Found) -> dict[Path, bytes]:
+    """The structure's and PAE file's bytes, read once: what is hashed, copied and bound."""
+    return {p: p.read_bytes() for p in (found.structure, found.pae)}
+
+
+def _unchanged(blobs: dict[Path, bytes]) -> None:
+    """After scoring: the files still hold the bytes that are copied (else the scores could be
+    of other bytes than the ones a reviewer is shown)."""
+    for path, data in blobs.items():
+        if path.read_bytes() != data:
+            raise InputError("changed while it was being gated; run the gate again", path=path)
 
 
 def _summary_numbers(found: Found) -> dict:
@@ -82,7 +91,8 @@ def chain_ranges(chain_ids: np.ndarray, path: Path) -> list[dict]:
     return out
 
 
-def external_scores(found: Found, source: str, pred: Prediction, policy) -> dict:
+def external_scores(found: Found, source: str, pred: Prediction, policy,
+                    blobs: dict[Path, bytes]) -> dict:
     """Our scores.json of one external prediction, gate decision included."""
     res = pred.residues
     chains = chain_ranges(res.chain_ids, found.structure)
@@ -102,8 +112,7 @@ def external_scores(found: Found, source: str, pred: Prediction, policy) -> dict
     mean = decision.mean_plddt
     return {"target": found.target, "source": {
                 "format": source, "pae_file": found.pae.name, "structure": found.structure.name,
-                "sha256": {found.pae.name: _sha256(found.pae),
-                           found.structure.name: _sha256(found.structure)}},
+                "sha256": {p.name: hashlib.sha256(b).hexdigest() for p, b in blobs.items()}},
             "sequence": sequence, "length": len(sequence), "plddt": plddt.tolist(),
             "mean_plddt": mean, "band": None if mean is None else band_of(mean),
             "afdb_bands": decision.afdb_bands, "very_low_fraction": decision.very_low_fraction,
@@ -117,7 +126,8 @@ def external_scores(found: Found, source: str, pred: Prediction, policy) -> dict
             "gate": decision.to_dict()}
 
 
-def _write_folder(out: Path, found: Found, scores: dict) -> dict[str, Path]:
+def _write_folder(out: Path, found: Found, scores: dict,
+                  blobs: dict[Path, bytes]) -> dict[str, Path]:
     """OUT/<target>/: the structure and PAE file copied byte for byte, scores.json."""
     folder = out / SAFE_NAME.sub("_", found.target)
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
@@ -126,8 +136,8 @@ def _write_folder(out: Path, found: Found, scores: dict) -> dict[str, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     kind = "cif" if found.structure.suffix.lower() in (".cif", ".mmcif") else "pdb"
     paths = {kind: folder / f"model.{kind}", "pae": folder / f"pae{found.pae.suffix.lower()}"}
-    atomic_write_bytes(paths[kind], found.structure.read_bytes())
-    atomic_write_bytes(paths["pae"], found.pae.read_bytes())
+    atomic_write_bytes(paths[kind], blobs[found.structure])
+    atomic_write_bytes(paths["pae"], blobs[found.pae])
     paths["scores"] = atomic_write_json(folder / "scores.json", scores)
     return paths
 
@@ -139,11 +149,13 @@ def gate_one(found: Found, source: str, out: Path, policy, enqueuer=None) -> dic
     if found.problem:
         return row
     try:
+        blobs = _read_once(found)
         pred = read_prediction(found.pae, found.structure)
         if source == "alphafold2":
             pred = _alphafold2_plddt(found, pred)
-        scores = external_scores(found, source, pred, policy)
-        paths = _write_folder(out, found, scores)
+        _unchanged(blobs)
+        scores = external_scores(found, source, pred, policy, blobs)
+        paths = _write_folder(out, found, scores, blobs)
     except (ProtdpError, ValueError, OSError) as exc:
         row["detail"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return row
