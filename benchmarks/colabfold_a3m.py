@@ -1,4 +1,4 @@
-"""Reading ColabFold's complex a3m (`protdp.multimer.colabfold_a3m.read_complex_a3m`) vs
+"""Reading ColabFold's complex a3m (`protdp.complex.colabfold_a3m.read_complex_a3m`) vs
 reading the same rows from our per-chain layout (`protdp.data.parse.parse_msa` of each chain's
 a3m, the peer: what `protdp complex features` reads from `protdp msa search` folders), side by
 side on one synthetic heterodimer (seeded): two chains of --length residues, --paired paired
@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from protdp.data.parse import Msa, parse_msa  # noqa: E402
 from protdp.fileio import atomic_write_json  # noqa: E402
-from protdp.multimer.colabfold_a3m import (ComplexA3m, a3m_row, read_complex_a3m,  # noqa: E402
+from protdp.complex.colabfold_a3m import (ComplexA3m, a3m_row, read_complex_a3m,  # noqa: E402
                                            write_complex_a3m)
 
 AMINO = np.frombuffer(b"ACDEFGHIKLMNPQRSTVWY", np.uint8)

@@ -207,7 +207,7 @@ def round4(label: str) -> int:
     from data_fixtures import build_pairs_store
     from hostile_cases_47 import limit_memory, sections
 
-    from protdp.multimer.store import build_complex_store
+    from protdp.complex.store import build_complex_store
     from protdp.weights import cli as weights_cli
 
     fixture = data_root().parent / "af2_reference"

@@ -276,7 +276,7 @@ def audit_complex_store(tmp: Path, store: Path) -> Counter:
     verify_complex_store and ComplexStore.read."""
     import h5py
 
-    from protdp.multimer.store import ComplexStore, verify_complex_store
+    from protdp.complex.store import ComplexStore, verify_complex_store
 
     rng = random.Random(47)
     names = ["msa", "deletion_matrix", "residue_index", "all_atom_positions", "all_atom_mask"]

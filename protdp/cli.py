@@ -21,7 +21,7 @@ SUBCOMMANDS = {
     "msa": ("protdp.msa.cli", "MSA search with pyhmmer (AF2 jackhmmer settings) for FASTA targets"),
     "templates": ("protdp.templates.cli", "template hits into a training store (store-fasta, "
                   "add-to-store)"),
-    "complex": ("protdp.multimer.cli", "complexes (AlphaFold-Multimer): paired MSA features and "
+    "complex": ("protdp.complex.cli", "complexes (AlphaFold-Multimer): paired MSA features and "
                                        "the pairing per complex"),
     "interface": ("protdp.interface.cli", "ipSAE, pDockQ, pDockQ2, LIS per chain pair of a complex "
                                           "(AF2/ColabFold, AF3, Boltz, protdp files)"),

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from protdp.paths import data_root
-from test_multimer_pairing import FIXTURE
+from test_complex_pairing import FIXTURE
 
 PARAMS = FIXTURE / "params" / "params_model_1_multimer_v3_small.npz"
 AF_CONFIG = FIXTURE / "config_model_1_multimer_v3_small.json"

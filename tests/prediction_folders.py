@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from protdp.cli import main as protdp_main
-from test_multimer_pairing import FIXTURE
-from test_multimer_predict import COMMON
+from test_complex_pairing import FIXTURE
+from test_complex_predict import COMMON
 
 MONOMER = FIXTURE.parent            # af2_reference: params_model_3_ptm_small.npz
 SEQ = "MKTAYIAKQRQISFVKSHFSRQLEERLGL"

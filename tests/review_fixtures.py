@@ -248,10 +248,10 @@ def complex_item(out_dir: Path, name: str = "4hhb_hbA1-36_hbB1-40") -> dict:
 
     from protdp.data.residues import RESTYPES
     from protdp.inference.complexes import complex_scores
-    from protdp.model.multimer_heads import (chain_pair_actifptm, complex_confidence,
+    from protdp.model.multimer.heads import (chain_pair_actifptm, complex_confidence,
                                              contact_probability)
-    from protdp.multimer.outputs import write_complex_structures
-    from test_multimer_pairing import FIXTURE
+    from protdp.complex.outputs import write_complex_structures
+    from test_complex_pairing import FIXTURE
 
     f, o = np.load(FIXTURE / f"features_{name}.npz"), np.load(FIXTURE / f"outputs_{name}.npz")
     seq = "".join((RESTYPES + "X")[i] for i in f["aatype"])

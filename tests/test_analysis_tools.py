@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from prediction_folders import complex_dir, monomer_dir, ours as _ours  # noqa: F401
-from test_multimer_predict import ckpt as multimer_ckpt  # noqa: F401  (fixture)
+from test_complex_predict import ckpt as multimer_ckpt  # noqa: F401  (fixture)
 
 
 def _tool(name: str):

@@ -17,7 +17,7 @@ PACKAGE = REPO_ROOT / "protdp"
 FLOORS = {
     "__init__": 0, "errors": 0, "config": 0, "resources": 0, "fileio": 0, "metrics": 0,
     "paths": 0, "text": 0, "sqlengine": 0,
-    "data": 1, "msa": 1.5, "multimer": 1.6, "templates": 1.5, "interface": 1.7,
+    "data": 1, "msa": 1.5, "complex": 1.6, "templates": 1.5, "interface": 1.7,
     "model": 2,
     "parallel": 3,
     "train": 4,

@@ -1,8 +1,8 @@
-"""ColabFold's complex a3m (protdp.multimer.colabfold_a3m) and pair modes (issue 46).
+"""ColabFold's complex a3m (protdp.complex.colabfold_a3m) and pair modes (issue 46).
 
 Reference: AlphaFold v2.3.2's own pairing of the multimer fixture (`af2_reference/multimer`).
 The fixture's paired rows (our species pairing, which equals AlphaFold's field by field:
-tests/test_multimer_pairing.py) and unpaired rows are written in ColabFold's layout with our
+tests/test_complex_pairing.py) and unpaired rows are written in ColabFold's layout with our
 writer, read back, and the features must equal DeepMind's `features_<case>.npz` field by field
 (MSA block and deletion matrices included), and the model run on them must reproduce
 DeepMind's outputs. Cases without an AlphaFold fixture (a heterotrimer with a repeated chain,
@@ -22,14 +22,14 @@ from protdp.cli import main as protdp_main
 from protdp.data.parse import parse_msa
 from protdp.data.residues import GAP_ID
 from protdp.errors import InputError
-from protdp.multimer import colabfold_a3m
-from protdp.multimer.colabfold_a3m import (chain_inputs_from_a3m, complex_a3m_from_chains,
+from protdp.complex import colabfold_a3m
+from protdp.complex.colabfold_a3m import (chain_inputs_from_a3m, complex_a3m_from_chains,
                                            format_complex_a3m, parse_complex_a3m,
                                            read_complex_a3m, write_complex_a3m)
-from protdp.multimer.features import complex_features
-from protdp.multimer.pair_modes import PAIR_MODES, apply_pair_mode, query_msa
+from protdp.complex.features import complex_features
+from protdp.complex.pair_modes import PAIR_MODES, apply_pair_mode, query_msa
 from test_multimer_model import model  # noqa: F401  (the imported fixture model, a fixture)
-from test_multimer_pairing import CASES, FIXTURE, RAW, _chain
+from test_complex_pairing import CASES, FIXTURE, RAW, _chain
 
 
 def _chains(spec):
@@ -288,7 +288,7 @@ def test_predict_reads_the_colabfold_file_per_complex(tmp_path):
     """`protdp predict`'s complex inputs (`build_features`): a complex with `<complex>.a3m`
     is read from it, another in the same --msa-dir from its folders."""
     from protdp.inference.complexes import build_features
-    from protdp.multimer.inputs import read_complexes
+    from protdp.complex.inputs import read_complexes
 
     fasta, ours, cf, chains = _layouts(tmp_path)
     shutil.copytree(ours, cf, dirs_exist_ok=True)
@@ -336,7 +336,7 @@ def test_msa_search_writes_colabfold_a3m_that_gives_the_same_features(tmp_path, 
     files equals the features from the search's per-chain folders."""
     import random
 
-    from test_multimer_search import _records
+    from test_complex_search import _records
 
     rng = random.Random(0)
     records = _records("hbA_1-36") + _records("hbB_1-40")
@@ -377,8 +377,8 @@ def test_msa_search_writes_colabfold_a3m_that_gives_the_same_features(tmp_path, 
 def _write_user_pairing(folder, chains, *, unpaired=True):
     """Our species pairing of `chains` as the user's per-chain paired files (row i of every
     file together; gap-only rows marked '>no_partner'), their a3m as unpaired files."""
-    from protdp.multimer.colabfold_a3m import a3m_row
-    from protdp.multimer.pairing import species_paired_msas
+    from protdp.complex.colabfold_a3m import a3m_row
+    from protdp.complex.pairing import species_paired_msas
 
     (folder / "paired").mkdir(parents=True)
     (folder / "unpaired").mkdir()
@@ -396,7 +396,7 @@ def test_user_paired_files_give_alphafold_features(tmp_path):
     per chain, row order = pairing) + unpaired a3m per chain -> DeepMind's features (the
     fixture's templates added back); a heterotrimer whose third chain has no partner in any
     row (gap rows '>no_partner') equals our pairing."""
-    from protdp.multimer.given_msas import given_complex_inputs
+    from protdp.complex.given_msas import given_complex_inputs
 
     name = "4hhb_hbA1-36_hbB1-40"
     chains = _chains(CASES[name])
@@ -418,7 +418,7 @@ def test_user_paired_files_give_alphafold_features(tmp_path):
 
 
 def test_user_paired_files_bad_rows_are_one_line(tmp_path):
-    from protdp.multimer.given_msas import given_complex_inputs
+    from protdp.complex.given_msas import given_complex_inputs
 
     chains = _chains(CASES["4hhb_hbA1-36_hbB1-40"])
     ids = [(c.chain_id, c.sequence) for c in chains]
@@ -458,7 +458,7 @@ def test_protdp_predict_with_a_colabfold_file_and_a_pair_mode(tmp_path, capsys):
     import json
 
     from protdp.inference.writers import read_summary
-    from test_multimer_predict import COMMON
+    from test_complex_predict import COMMON
 
     ckpt = tmp_path / "mm1"
     assert protdp_main(["weights", "import", "--format", "alphafold",
@@ -499,7 +499,7 @@ def test_real_colabfold_file_as_a_homodimer(tmp_path):
     as each chain's MSA by our a3m reader; with its own one-copy header it does not fit the
     dimer (one line naming line 1)."""
     from protdp.data.parse import parse_msa as read_msa
-    from protdp.multimer.features import ChainInput
+    from protdp.complex.features import ChainInput
     from protdp.paths import data_root
 
     src = data_root() / "msa" / "4hhb_B.colabfold.a3m"

@@ -30,7 +30,7 @@ from protdp.data.parse import parse_msa
 from protdp.review.binding import mismatches
 from protdp.review.store import ReviewStore
 from complex_fixtures import GOOD_ROWS, write_manifest
-from test_multimer_predict import COMMON, RAW, _msa_dir, ckpt  # noqa: F401  (fixture)
+from test_complex_predict import COMMON, RAW, _msa_dir, ckpt  # noqa: F401  (fixture)
 
 
 def _kill_when(module, attr: str, when, *, before: bool = False):
@@ -74,7 +74,7 @@ def store_inputs(tmp_path):
 
 def test_kill_9_during_complex_store_leaves_old_store_or_none(tmp_path, store_inputs,
                                                                  capsys):
-    import protdp.multimer.store as st
+    import protdp.complex.store as st
 
     manifest = store_inputs
     out = tmp_path / "complexes.h5"
@@ -136,7 +136,7 @@ def test_corrupt_store_is_named_not_read(tmp_path, store_inputs):
     the complex; a truncated one is one line naming the file."""
     import h5py
 
-    import protdp.multimer.store as st
+    import protdp.complex.store as st
     from protdp.errors import InputError
 
     out = tmp_path / "c.h5"
@@ -198,7 +198,7 @@ def _state(out):
 def test_kill_9_during_complex_predict_resumes(tmp_path, ckpt, complex_inputs, capsys):  # noqa: F811
     import protdp.inference.batch as batch
     import protdp.inference.predictor as predictor
-    import protdp.multimer.outputs as mouts
+    import protdp.complex.outputs as mouts
 
     fasta, msas = complex_inputs
     ref_out = tmp_path / "ref"
@@ -261,7 +261,7 @@ def test_kill_9_during_complex_predict_command_leaves_no_ungated_scores(tmp_path
     rejected row, never written through."""
     import protdp.inference.predictor as predictor
     from protdp.inference.writers import read_summary
-    from test_multimer_pairing import FIXTURE
+    from test_complex_pairing import FIXTURE
 
     feats = tmp_path / "features" / "hb"
     feats.mkdir(parents=True)

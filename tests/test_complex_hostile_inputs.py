@@ -21,9 +21,9 @@ import pytest
 from protdp.cli import main as protdp_main
 from protdp.data.parse import parse_msa
 from protdp.inference.writers import read_summary
-from protdp.multimer.store import CHAIN_ARRAYS, ComplexStore, build_complex_store
+from protdp.complex.store import CHAIN_ARRAYS, ComplexStore, build_complex_store
 from protdp.paths import data_root
-from test_multimer_predict import COMMON, RAW, ckpt  # noqa: F401  (fixture)
+from test_complex_predict import COMMON, RAW, ckpt  # noqa: F401  (fixture)
 
 
 def _variant(src, dst, edit):

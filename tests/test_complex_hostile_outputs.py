@@ -32,7 +32,7 @@ from protdp.review.trusted import trusted_records
 from protdp.review.web import create_app
 from protdp.review.web.render import complex_view
 from review_fixtures import queue_with
-from test_multimer_predict import COMMON, RAW, _msa_dir, ckpt  # noqa: F401  (fixture)
+from test_complex_predict import COMMON, RAW, _msa_dir, ckpt  # noqa: F401  (fixture)
 from test_review_web import csrf_of, logged_in
 
 with warnings.catch_warnings():

@@ -13,7 +13,7 @@ from protdp.cli import main as protdp_main
 from protdp.inference.checkpoint import save_model_checkpoint
 from protdp.inference.writers import read_summary
 from protdp.model import build_model
-from test_multimer_predict import COMMON, ckpt  # noqa: F401  (fixture)
+from test_complex_predict import COMMON, ckpt  # noqa: F401  (fixture)
 
 A, B = "MKVLAAGIVGLLLAAQ", "GSHMKVLWEEL"
 

@@ -31,7 +31,7 @@ import pytest
 from protdp.cli import main as protdp_main
 from protdp.errors import ConfigError
 from protdp.inference.checkpoint import save_model_checkpoint
-from test_multimer_predict import COMMON, ckpt as multimer_ckpt  # noqa: F401  (fixture)
+from test_complex_predict import COMMON, ckpt as multimer_ckpt  # noqa: F401  (fixture)
 from test_predict import tiny_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,7 +50,7 @@ CALLERS = {
     ("protdp/inference/batch.py", "Predictor"),          # release_gate passed through
     ("protdp/workflows.py", "predict_batch"),            # **kwargs passed through
     ("protdp/inference/cli.py", "predict"),              # `protdp predict`
-    ("protdp/multimer/cli.py", "main"),                  # `protdp complex predict`
+    ("protdp/complex/cli.py", "main"),                  # `protdp complex predict`
     ("protdp/safety/redteam.py", "predict"),             # release_gate="off": the red-team
     ("protdp/safety/complex_redteam.py", "predict"),     # suite a release runs
     ("pipelines/predict.py", "main"),                    # torchrun entry point
@@ -131,8 +131,8 @@ def mono_ckpt(tmp_path_factory):
 def features_dir(tmp_path_factory):
     """`protdp complex features`-shaped folder: a heterodimer of two copies of SEQ pieces."""
     from protdp.inference.complexes import chain_inputs
-    from protdp.multimer.features import complex_features
-    from protdp.multimer.inputs import read_complexes
+    from protdp.complex.features import complex_features
+    from protdp.complex.inputs import read_complexes
 
     d = tmp_path_factory.mktemp("feats")
     fasta = d / "c.fasta"
@@ -249,8 +249,8 @@ def test_python_entry_points_refuse_unreleased(kind, tmp_path, mono_ckpt):
 def test_complex_of_30_chains_gets_alphafold_chain_ids(tmp_path, multimer_ckpt):  # noqa: F811
     """More chains than A-Z: named A..Z, a..d as `protdp predict` names them (was a crash)."""
     from protdp.inference.complexes import chain_inputs
-    from protdp.multimer.features import complex_features
-    from protdp.multimer.inputs import CHAIN_IDS, read_complexes
+    from protdp.complex.features import complex_features
+    from protdp.complex.inputs import CHAIN_IDS, read_complexes
 
     fasta = tmp_path / "c.fasta"
     pieces = [SEQ[k % 10:k % 10 + 4] for k in range(30)]

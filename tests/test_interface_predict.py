@@ -18,8 +18,8 @@ from protdp.interface.readers import read_prediction
 from protdp.interface.scores import ROW_KEYS
 from protdp.interface.table import prediction_rows
 from protdp.review.store import ReviewStore
-from test_multimer_pairing import RAW
-from test_multimer_predict import COMMON, _msa_dir, ckpt  # noqa: F401
+from test_complex_pairing import RAW
+from test_complex_predict import COMMON, _msa_dir, ckpt  # noqa: F401
 
 
 def test_predict_writes_gates_and_queues_interface_scores(tmp_path, ckpt, capsys):  # noqa: F811

@@ -12,8 +12,8 @@ import torch
 
 from protdp.cli import main as protdp_main
 from protdp.interface.scores import Residues, d0_of_length, d0_per_residue, interface_scores
-from protdp.model.multimer_heads import chain_pair_actifptm, contact_probability
-from test_multimer_pairing import FIXTURE
+from protdp.model.multimer.heads import chain_pair_actifptm, contact_probability
+from test_complex_pairing import FIXTURE
 
 
 def test_d0_rules_follow_ipsae_py():

@@ -15,7 +15,7 @@ import pytest
 from protdp.interface.readers import read_prediction
 from protdp.interface.table import prediction_rows
 from protdp.paths import REPO_ROOT, data_root
-from test_multimer_pairing import FIXTURE
+from test_complex_pairing import FIXTURE
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 from interface_cases import build_cases  # noqa: E402

@@ -25,8 +25,8 @@ from protdp.errors import InputError
 from protdp.inference.multimer_loading import load_multimer_checkpoint
 from protdp.train.complex import MULTIMER_MODEL_FILE, read_multimer_checkpoint
 from protdp.weights.multimer_checkpoint import load_multimer
-from test_multimer_predict import CONFIG, PARAMS, ckpt  # noqa: F401  (fixture)
-from test_multimer_pairing import FIXTURE
+from test_complex_predict import CONFIG, PARAMS, ckpt  # noqa: F401  (fixture)
+from test_complex_pairing import FIXTURE
 
 READERS = (read_multimer_checkpoint, load_multimer, load_multimer_checkpoint)
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from complex_fixtures import GOOD_ROWS, import_fixture_model, write_manifest
-from protdp.multimer.store import build_complex_store
+from protdp.complex.store import build_complex_store
 from protdp.paths import REPO_ROOT
 from protdp.train import checkpointing
 from protdp.train.launch import torchrun_cmd, worker_env

@@ -69,7 +69,7 @@ def test_npz_round_trip_is_bit_identical(model, tmp_path):
 def _replay_unit_diagonal(monkeypatch, f, diag):
     """AlphaFold's rounding noise on the diagonal of the template backbone unit vectors,
     recorded in the same run (see tests/test_multimer_model.py `_alphafold_unit_diagonal`)."""
-    from protdp.model import multimer_template
+    from protdp.model.multimer import template as multimer_template
     from protdp.weights.compare_multimer import with_unit_diagonal
 
     monkeypatch.setattr(multimer_template, "backbone_unit_vectors", with_unit_diagonal(

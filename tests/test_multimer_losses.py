@@ -1,4 +1,4 @@
-"""AlphaFold-Multimer losses (protdp.model.complex_losses, protdp.model.complex_permutation)
+"""AlphaFold-Multimer losses (protdp.model.multimer.losses, protdp.model.multimer.crop_permutation)
 against explicit computations on hand-built toy complexes (FAPE split by chain pair, the chain
 centre-of-mass term, clashes across chains), the crop-aware chain permutation against brute
 force and the whole-chain alignment, and the homomer chain-swap invariance of the total loss
@@ -18,11 +18,11 @@ from protdp.data.atoms import read_structure
 from protdp.data.parse import parse_structure
 from protdp.metrics import rmsd_ca
 from protdp.model.all_atom import atom37_to_atom14
-from protdp.model.complex_losses import (CHAIN_CENTRE_WEIGHT, INTERFACE_FAPE, INTRA_CHAIN_FAPE,
+from protdp.model.multimer.losses import (CHAIN_CENTRE_WEIGHT, INTERFACE_FAPE, INTRA_CHAIN_FAPE,
                                          chain_centre_loss, complex_backbone_fape, complex_loss,
                                          pair_masked_fape)
-from protdp.model.complex_permutation import align_cropped_chains
-from protdp.model.multimer_permutation import align_chain_permutation
+from protdp.model.multimer.crop_permutation import align_cropped_chains
+from protdp.model.multimer.permutation import align_chain_permutation
 from protdp.model.rigid import Rigid
 from protdp.model.violations import violation_loss, within_residue_loss
 from protdp.paths import data_root
@@ -126,7 +126,7 @@ def test_violations_count_clashes_across_chains_and_no_bond_between_chains():
     want = (within + 2 * inter) / n_atoms
     assert inter > 1.0                                         # the copies do clash
 
-    from protdp.model.complex_losses import CHAIN_INDEX_OFFSET
+    from protdp.model.multimer.losses import CHAIN_INDEX_OFFSET
     asym = torch.tensor([1, 2])
     ridx = torch.tensor([0, 0])                                # both chains start at 0
     got = violation_loss(pos, aa, ridx + CHAIN_INDEX_OFFSET * asym, torch.ones(2))
@@ -196,8 +196,8 @@ def test_crop_alignment_matches_brute_force_on_cropped_homomers():
 
 @pytest.fixture(scope="module")
 def homodimer(tmp_path_factory):
-    from protdp.multimer.store import ComplexStore, build_complex_store
-    from protdp.multimer.training import complex_example
+    from protdp.complex.store import ComplexStore, build_complex_store
+    from protdp.complex.training import complex_example
     from protdp.train.complex import TrainableMultimer, read_multimer_checkpoint
 
     d = tmp_path_factory.mktemp("homo")

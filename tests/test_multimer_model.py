@@ -1,4 +1,4 @@
-"""The AlphaFold-Multimer model (`protdp.model.multimer_model`) with parameters imported by
+"""The AlphaFold-Multimer model (`protdp.model.multimer.model`) with parameters imported by
 `protdp weights import` from the JAX fixture (`af2_reference/multimer`: DeepMind's AlphaFold
 v2.3.2, random `model_1_multimer_v3`-shaped parameters, float32), driven by the MSA sampling
 AlphaFold recorded inside its model.
@@ -22,12 +22,12 @@ import pytest
 import torch
 
 from protdp.errors import ConfigError, InputError
-from protdp.model.multimer_heads import complex_confidence
+from protdp.model.multimer.heads import complex_confidence
 from protdp.model.heads import pae_bin_centres, plddt_from_logits
 from protdp.weights import cli as weights_cli
 from protdp.weights.alphafold_multimer import infer_multimer_config, multimer_state_from_arrays
 from protdp.weights.multimer_checkpoint import load_multimer
-from test_multimer_pairing import CASES, FIXTURE
+from test_complex_pairing import CASES, FIXTURE
 
 UNIT_DIAGONAL = Path(__file__).parent / "data" / "multimer_template_unit_diagonal.npz"
 PARAMS = FIXTURE / "params" / "params_model_1_multimer_v3_small.npz"
@@ -109,7 +109,7 @@ def _alphafold_unit_diagonal(monkeypatch, name, f):
     diagonal.py` re-records it byte for byte). Templates are matched by their
     atom positions (equal inputs give equal residues); the replacement is the library's
     (`protdp.weights.compare_multimer.with_unit_diagonal`, used by `weights compare`)."""
-    from protdp.model import multimer_template
+    from protdp.model.multimer import template as multimer_template
     from protdp.weights.compare_multimer import with_unit_diagonal
 
     diag = torch.from_numpy(np.load(UNIT_DIAGONAL)[name])                      # [T, L, 3]
@@ -147,7 +147,7 @@ def test_complex_predict_writes_every_complex_and_reports_a_bad_one(model, tmp_p
     """`protdp complex predict` (a front end of `protdp predict`): refused without
     --allow-unreleased; the fixture's heterodimer features -> PDB/mmCIF with chains A and B
     and scores.json whose ipTM is the model's; a corrupt features file is one row."""
-    from protdp.multimer import cli as complex_cli
+    from protdp.complex import cli as complex_cli
     from protdp.weights.multimer_checkpoint import save_multimer
 
     ckpt = save_multimer(model, {"test": True}, tmp_path / "ckpt")
@@ -215,9 +215,9 @@ def test_first_recycling_pass_matches_alphafold_v232_written_out_in_numpy(model,
     pins the first pass to the source (both with the exact zero diagonal of the template unit
     vectors, see `_alphafold_unit_diagonal`)."""
     from multimer_trunk_numpy import AlphaFoldTrunk
-    from protdp.model.multimer_embedders import relative_chain_features
-    from protdp.model.multimer_msa import sample_msa_features
-    from protdp.model.multimer_template import chi_angle_features, template_pair_inputs
+    from protdp.model.multimer.embedders import relative_chain_features
+    from protdp.model.multimer.msa import sample_msa_features
+    from protdp.model.multimer.template import chi_angle_features, template_pair_inputs
 
     f, orders, _ = _case(name)
     rec = np.load(FIXTURE / f"sampled_msa_{name}.npz")

@@ -1,6 +1,6 @@
 """AlphaFold-Multimer model pieces without templates: the relative position + chain encoding
-(protdp.model.multimer_embedders) and the complex confidence read-outs pTM, ipTM, ranking
-confidence and the chain-pair ipTM matrix (protdp.model.multimer_heads), against DeepMind's JAX
+(protdp.model.multimer.embedders) and the complex confidence read-outs pTM, ipTM, ranking
+confidence and the chain-pair ipTM matrix (protdp.model.multimer.heads), against DeepMind's JAX
 AlphaFold v2.3.2 fixture (its PAE logits -> its pTM / ipTM / ranking confidence) and against the
 formulas written out here in numpy."""
 
@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from protdp.model.multimer_embedders import (RelativeChainEncoding, relative_chain_dim,
+from protdp.model.multimer.embedders import (RelativeChainEncoding, relative_chain_dim,
                                              relative_chain_features)
-from protdp.model.multimer_heads import (chain_pair_iptm, complex_confidence, predicted_tm,
+from protdp.model.multimer.heads import (chain_pair_iptm, complex_confidence, predicted_tm,
                                          ranking_confidence)
-from test_multimer_pairing import CASES, FIXTURE
+from test_complex_pairing import CASES, FIXTURE
 
 PARAM = "alphafold/alphafold_iteration/evoformer/~_relative_encoding/position_activations//"
 
@@ -156,8 +156,8 @@ def test_monomer_config_refuses_multimer_parameters():
 def test_multimer_input_embedder_with_alphafold_parameters():
     """AlphaFold's arrays load by name; m / z / extra activations are the linear maps of
     one_hot(aatype, 21), the recorded msa_feat and the relative encoding, written out here."""
-    from protdp.model.multimer_embedders import MultimerInputEmbedder
-    from protdp.model.multimer_msa import extra_msa_feat
+    from protdp.model.multimer.embedders import MultimerInputEmbedder
+    from protdp.model.multimer.msa import extra_msa_feat
 
     p = np.load(FIXTURE / "params" / "params_model_1_multimer_v3_small.npz")
     f = np.load(FIXTURE / "features_4hhb_hbA1-36_hbB1-40.npz")

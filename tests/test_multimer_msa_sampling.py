@@ -1,5 +1,5 @@
 """AlphaFold-Multimer's in-model MSA sampling, masking and clustering
-(protdp.model.multimer_msa) against DeepMind's JAX run: given the merged features and the row
+(protdp.model.multimer.msa) against DeepMind's JAX run: given the merged features and the row
 order JAX's RNG drew in each recycling iteration (recorded in the fixture), msa_feat and the
 extra-MSA mask equal AlphaFold's; the random order itself keeps each chain's query first and
 padded rows last."""
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from protdp.model.multimer_msa import MaskedMsaConfig, gumbel_order, sample_msa_features
-from test_multimer_pairing import CASES, FIXTURE
+from protdp.model.multimer.msa import MaskedMsaConfig, gumbel_order, sample_msa_features
+from test_complex_pairing import CASES, FIXTURE
 
 NO_MASKING = MaskedMsaConfig(replace_fraction=0.0)     # the fixture's config (README)
 

@@ -1,4 +1,4 @@
-"""Multi-chain permutation alignment (protdp.model.multimer_permutation) against brute force:
+"""Multi-chain permutation alignment (protdp.model.multimer.permutation) against brute force:
 over every permutation of ground-truth chains within entities, the one with the lowest Cα RMSD
 after optimal superposition of the whole complex (Kabsch, protdp.metrics)."""
 
@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 
 from protdp.metrics import rmsd_ca
-from protdp.model.multimer_permutation import align_chain_permutation
+from protdp.model.multimer.permutation import align_chain_permutation
 
 
 def _random_rotation(rng):

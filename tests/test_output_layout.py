@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from prediction_folders import CHAINS, complex_dir, monomer_dir, ours  # noqa: F401
-from test_multimer_predict import ckpt as multimer_ckpt  # noqa: F401  (fixture)
+from test_complex_predict import ckpt as multimer_ckpt  # noqa: F401  (fixture)
 
 CAP = 31.75          # AlphaFold's largest PAE bin centre (the fixture models' 64 bins)
 

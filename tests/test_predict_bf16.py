@@ -19,8 +19,8 @@ from protdp.cli import main as protdp_main
 from protdp.inference.checkpoint import load_model_checkpoint, save_model_checkpoint
 from protdp.inference.layout import current_prediction
 from protdp.inference.predictor import PredictConfig, Predictor
-from test_multimer_predict import COMMON, _msa_dir, ckpt as multimer_ckpt  # noqa: F401
-from test_multimer_pairing import RAW
+from test_complex_predict import COMMON, _msa_dir, ckpt as multimer_ckpt  # noqa: F401
+from test_complex_pairing import RAW
 from test_predict import tiny_model
 
 

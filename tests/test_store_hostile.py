@@ -24,7 +24,7 @@ from protdp.cli import main as protdp_main
 from protdp.data.bounds import MAX_COMPRESSION_RATIO, MAX_MSA_ROWS
 from protdp.data.store import FamilyStore, verify_store
 from protdp.errors import InputError
-from protdp.multimer.store import ComplexStore, build_complex_store, verify_complex_store
+from protdp.complex.store import ComplexStore, build_complex_store, verify_complex_store
 from protdp.paths import REPO_ROOT
 
 KIB = 1024

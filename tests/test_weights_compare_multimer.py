@@ -17,13 +17,13 @@ import torch
 
 from model_fixtures import one_thread  # noqa: F401
 from protdp.cli import main as protdp_main
-from protdp.multimer.colabfold_a3m import (chain_inputs_from_a3m, complex_a3m_from_chains,
+from protdp.complex.colabfold_a3m import (chain_inputs_from_a3m, complex_a3m_from_chains,
                                            read_complex_a3m, write_complex_a3m)
-from protdp.multimer.features import complex_features
-from protdp.multimer.pair_modes import apply_pair_mode
+from protdp.complex.features import complex_features
+from protdp.complex.pair_modes import apply_pair_mode
 from protdp.weights.compare_multimer import MULTIMER_CHECKS
 from test_multimer_model import CONFIG, PARAMS, UNIT_DIAGONAL
-from test_multimer_pairing import CASES, FIXTURE, _chain
+from test_complex_pairing import CASES, FIXTURE, _chain
 
 
 @pytest.fixture(scope="module")

@@ -26,8 +26,8 @@ from model_fixtures import one_thread, random_backbone  # noqa: F401
 from protdp.data.features import collate, featurize_query
 from protdp.model.config import ModelConfig
 from protdp.model.model import AlphaFoldModel
-from protdp.model.multimer_msa import MaskedMsaConfig
-from protdp.model.multimer_model import MULTIMER_POSITION_SCALE, MultimerConfig, MultimerModel
+from protdp.model.multimer.msa import MaskedMsaConfig
+from protdp.model.multimer.model import MULTIMER_POSITION_SCALE, MultimerConfig, MultimerModel
 from protdp.weights.alphafold_multimer import multimer_arrays_from_state
 from protdp.weights.convert import export_arrays, export_openfold, import_params
 from protdp.weights.multimer_checkpoint import import_multimer

@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         return _build(args)
     if args.cmd == "verify":
         from protdp.data.store import verify_store
-        from protdp.multimer.store import is_complex_store, verify_complex_report
+        from protdp.complex.store import is_complex_store, verify_complex_report
         if is_complex_store(args.store):           # complex stores too (issue 47)
             report = verify_complex_report(args.store)
             print(report.summary())

@@ -84,11 +84,11 @@ def afdb_pae(pae: np.ndarray, max_pae: float, chains: list[tuple[str, str]] | No
     """AFDB / AlphaFold PAE JSON document (`confidence.pae_json`: a one-element list, values
     `pae_json_values`, `max_predicted_aligned_error` the largest value the head can predict,
     31.75 Å for AlphaFold's bins); a complex adds `chains`, each chain's [start, end) residue
-    range (0-based, `protdp.multimer.outputs.chain_ranges`)."""
+    range (0-based, `protdp.complex.outputs.chain_ranges`)."""
     doc = {"predicted_aligned_error": pae_json_values(pae),
            "max_predicted_aligned_error": float(max_pae)}
     if chains:
-        from protdp.multimer.outputs import chain_ranges
+        from protdp.complex.outputs import chain_ranges
         doc["chains"] = chain_ranges(chains)
     return [doc]
 

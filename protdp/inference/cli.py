@@ -25,7 +25,7 @@ from protdp.data.safeio import writable_folder
 from protdp.errors import ConfigError, DistributedError, InputError
 from protdp.inference.predictor import BATCH_SEEDS, MSA_MODES, PredictConfig
 from protdp.msa.cli import add_search_arguments
-from protdp.multimer.pair_modes import PAIR_MODES
+from protdp.complex.pair_modes import PAIR_MODES
 from protdp.workflows import add_gate_arguments, predict, review_commands
 
 

@@ -1,12 +1,12 @@
 """Precomputed AlphaFold-Multimer features as `protdp predict` input (issue 41).
 
 `protdp complex features --out F` writes `F/<complex>/features.npz` (AlphaFold's multimer
-`np_example`, `protdp.multimer.features.complex_features`). Given `F` as `--fasta` (or through
+`np_example`, `protdp.complex.features.complex_features`). Given `F` as `--fasta` (or through
 `protdp complex predict --features-dir F`, a thin front end of `protdp predict`), each such
 file becomes one complex `Target` and goes through the one prediction path: release check,
 gate, review queue, prediction folder layout, ModelCIF, provenance and resume. The chains are
 read back from the features (`asym_id` order, `aatype` residues) and named with AlphaFold's
-chain ids (`protdp.multimer.inputs.CHAIN_IDS`, at most 62); the features file's sha256 is the
+chain ids (`protdp.complex.inputs.CHAIN_IDS`, at most 62); the features file's sha256 is the
 MSA part of the prediction's fingerprint.
 """
 
@@ -22,7 +22,7 @@ from protdp.data.residues import GAP_ID, RESTYPES
 from protdp.errors import InputError, ProtdpError
 from protdp.fileio import sha256_file
 from protdp.inference.targets import Target, _assign_names
-from protdp.multimer.inputs import CHAIN_IDS, MAX_CHAINS
+from protdp.complex.inputs import CHAIN_IDS, MAX_CHAINS
 
 FEATURES_FILE = "features.npz"
 
@@ -30,7 +30,7 @@ FEATURES_FILE = "features.npz"
 def is_features_folder(path: Path) -> bool:
     """The --out folder of `protdp complex features`: `<complex>/features.npz`, no FASTA."""
     from protdp.data.safeio import split_suffix
-    from protdp.multimer.inputs import FASTA_SUFFIXES
+    from protdp.complex.inputs import FASTA_SUFFIXES
 
     return path.is_dir() and any(path.glob(f"*/{FEATURES_FILE}")) and not any(
         p.is_file() and split_suffix(p)[1] in FASTA_SUFFIXES for p in path.iterdir())

@@ -1,5 +1,5 @@
 """`protdp msa search --complexes --format colabfold`: each complex's searched MSAs written as
-ColabFold's complex a3m (`protdp.multimer.colabfold_a3m`), `<out>/<complex>.a3m`, so that MSAs
+ColabFold's complex a3m (`protdp.complex.colabfold_a3m`), `<out>/<complex>.a3m`, so that MSAs
 made here can be used by ColabFold (and read back by `protdp predict` / `protdp complex
 features --msa-dir`, which prefer `<complex>.a3m` over the per-chain folders).
 
@@ -17,9 +17,9 @@ from pathlib import Path
 from protdp.errors import ProtdpError
 from protdp.inference.complexes import PAIRING_DB, chain_inputs
 from protdp.inference.writers import safe_name
-from protdp.multimer.colabfold_a3m import complex_a3m_from_chains, write_complex_a3m
-from protdp.multimer.inputs import read_complexes
-from protdp.multimer.pair_modes import DEFAULT_PAIR_MODE
+from protdp.complex.colabfold_a3m import complex_a3m_from_chains, write_complex_a3m
+from protdp.complex.inputs import read_complexes
+from protdp.complex.pair_modes import DEFAULT_PAIR_MODE
 
 
 @dataclass

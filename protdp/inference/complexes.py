@@ -2,14 +2,14 @@
 and the multimer model's inputs, one ensemble member.
 
 With a multimer checkpoint (`protdp weights import` of `params_model_N_multimer_v3.npz`) the
-batch input is read as complexes (`protdp.multimer.inputs.read_complexes`: ColabFold 'A:B'
+batch input is read as complexes (`protdp.complex.inputs.read_complexes`: ColabFold 'A:B'
 records, AlphaFold's one FASTA file per complex, or a folder of those); each complex becomes a
 `Target` whose `extra["complex"]` is its `ComplexTarget` and whose sequence is the chains joined
 with ':'. Per chain, the MSAs are those `protdp msa search --complexes` writes under
 `<msa-dir>/<complex>_<chain id>/` (every database but the pairing one, merged), and the
 pairing reads `<msa-dir>/<complex>_<chain id>/stockholm/<pairing db>.sto`; without an MSA
 folder (or with --msa-mode single_sequence) every chain is its query alone (single-sequence
-mode, which the gate flags). `protdp.multimer.features.complex_features` builds AlphaFold's
+mode, which the gate flags). `protdp.complex.features.complex_features` builds AlphaFold's
 multimer `np_example` (the same function `protdp complex features` calls), and the model
 samples the MSA inside (AlphaFold-Multimer's in-model sampling, one sample per recycle,
 seeded). Everything after the model (ranking by 0.8 ipTM + 0.2 pTM, the files, the gate with
@@ -31,10 +31,10 @@ from protdp.fileio import sha256_file
 from protdp.inference.targets import (Target, _assign_names, clean_sequence, find_msa_files,
                                       load_msa)
 from protdp.inference.writers import safe_name
-from protdp.multimer.given_msas import given_complex_inputs
-from protdp.multimer.features import ChainInput, chain_msa_rows, complex_features
-from protdp.multimer.pair_modes import DEFAULT_PAIR_MODE, apply_pair_mode, needs_pairing_alignment
-from protdp.multimer.inputs import FASTA_SUFFIXES, ComplexTarget, chain_msa_names, read_complexes
+from protdp.complex.given_msas import given_complex_inputs
+from protdp.complex.features import ChainInput, chain_msa_rows, complex_features
+from protdp.complex.pair_modes import DEFAULT_PAIR_MODE, apply_pair_mode, needs_pairing_alignment
+from protdp.complex.inputs import FASTA_SUFFIXES, ComplexTarget, chain_msa_names, read_complexes
 
 PAIRING_DB = "uniprot"                   # the database whose Stockholm alignment is paired
 COMPLEX_HINT = ("is a complex (ColabFold 'A:B' record): predict it with a multimer checkpoint "
@@ -80,9 +80,9 @@ def chain_inputs(t: ComplexTarget, msa_dir: Path | None, *, pairing_db: str = PA
                  pair_mode: str = DEFAULT_PAIR_MODE, user_msas: bool = True
                  ) -> tuple[list[ChainInput], list[Path]]:
     """Each chain's sequence, MSA (query first) and pairing alignment -> (ChainInputs, every
-    MSA file read), restricted to `pair_mode` (`protdp.multimer.pair_modes`). `msa_dir` None:
+    MSA file read), restricted to `pair_mode` (`protdp.complex.pair_modes`). `msa_dir` None:
     every chain is its query alone. MSAs the user gave for the complex (ColabFold's
-    `<complex>.a3m`, or `<complex>/paired/<chain>.a3m`: `protdp.multimer.given_msas`) come
+    `<complex>.a3m`, or `<complex>/paired/<chain>.a3m`: `protdp.complex.given_msas`) come
     first, paired rows as given; else the folders `protdp msa search --complexes` writes
     (always, with `user_msas` False). A
     chain whose MSA is missing or is not of its sequence is one InputError naming the complex
@@ -270,7 +270,7 @@ def complex_scores(chains: list[tuple[str, str]], top: dict) -> dict:
     """The top-ranked prediction's complex scores for scores.json (`protdp complex predict`'s
     `confidence_json`): chain ranges in residue order, ipTM, ranking confidence, the chain-pair
     ipTM / PAE matrices keyed by chain id, the interface PAE."""
-    from protdp.multimer.outputs import confidence_json
+    from protdp.complex.outputs import confidence_json
 
     doc = confidence_json(chains, top["plddt"], {**top, "ranking_confidence":
                                                  0.8 * top["iptm"] + 0.2 * top["ptm"]})

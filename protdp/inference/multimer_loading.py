@@ -13,7 +13,7 @@ import torch
 from protdp.errors import InputError
 from protdp.fileio import sha256_file
 from protdp.inference.checkpoint import MULTIMER_KIND, MULTIMER_MODEL_FILE, LoadedModel
-from protdp.model.multimer_model import MultimerModel
+from protdp.model.multimer.model import MultimerModel
 from protdp.train.checkpointing import TrainedWeights, merged_weights
 from protdp.train.complex import read_multimer_checkpoint
 

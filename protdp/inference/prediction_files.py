@@ -30,7 +30,7 @@ def write_prediction_files(folder: Path, name: str, seq: str, preds: dict, order
     """Every file of one prediction into `folder`; returns {kind: file name}. The top-ranked
     model is `<name>.pdb` (pLDDT B-factors) and `<name>.cif` (ModelCIF: every ranked model
     with its QA metrics, the top-ranked one's PAE). `chains` [(chain id, sequence)] in residue order: a complex,
-    every structure file holds every chain (`protdp.multimer.outputs`) and the PAE JSON names
+    every structure file holds every chain (`protdp.complex.outputs`) and the PAE JSON names
     each chain's residue range; `records` {chain id: {"description", "sequence"}}: the FASTA
     records the ModelCIF's entities / asym units name, and (a complex) AlphaFold's
     `msas/chain_id_map.json`."""
@@ -149,6 +149,6 @@ def _structures(folder: Path, name: str, seq: str, pred: dict, plddt: np.ndarray
     if not chains:
         return write_structures(folder, name, seq, pred["positions"], plddt, pred["atom_mask"],
                                 kinds=kinds)
-    from protdp.multimer.outputs import write_complex_structures
+    from protdp.complex.outputs import write_complex_structures
     return write_complex_structures(folder, name, chains, pred["positions"], plddt,
                                     pred["atom_mask"], kinds=kinds)

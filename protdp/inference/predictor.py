@@ -101,7 +101,7 @@ class PredictConfig:
     msa_mode: str = "auto"
     """"auto": the target's MSA files when found; "single_sequence": never an MSA."""
     pair_mode: str = "unpaired_paired"
-    """Complexes: MSA rows given to AlphaFold-Multimer (`protdp.multimer.pair_modes`)."""
+    """Complexes: MSA rows given to AlphaFold-Multimer (`protdp.complex.pair_modes`)."""
     save_distogram: bool = False
     """Keep the distogram logits in result_*.npz (--save-distogram)."""
     relax: bool = False

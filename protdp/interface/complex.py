@@ -3,7 +3,7 @@ prediction folder holds so that they equal ipsae.py's numbers on the ColabFold s
 the PDB written beside them: PAE and pLDDT rounded to 2 decimals (ColabFold's scores file),
 coordinates to 3 (PDB), residues numbered from 1 in each chain, the Cβ (Cα for glycine) of the
 atom37 layout as the distance atom. Each row also gets the pair's actifpTM when the model gave
-one (`protdp.model.multimer_heads.chain_pair_actifptm`).
+one (`protdp.model.multimer.heads.chain_pair_actifptm`).
 """
 
 from __future__ import annotations

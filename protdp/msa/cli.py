@@ -20,7 +20,7 @@ from protdp.errors import ConfigError, InputError
 from protdp.msa.run import search_targets
 from protdp.msa.search import Query
 from protdp.msa.settings import SearchSettings
-from protdp.multimer.pair_modes import DEFAULT_PAIR_MODE, PAIR_MODES
+from protdp.complex.pair_modes import DEFAULT_PAIR_MODE, PAIR_MODES
 
 MAX_QUERY_LENGTH = 10_000          # longer queries are rejected (HMMER itself allows 100,000)
 MAX_UNKNOWN_FRACTION = 0.5         # as `protdp predict`: mostly-unknown sequences are rejected
@@ -92,11 +92,11 @@ def read_queries(fasta: str, targets=None, *, max_length: int = MAX_QUERY_LENGTH
 
 def read_complex_queries(fasta: str, *, max_length: int = MAX_QUERY_LENGTH
                          ) -> tuple[list[Query], list[tuple[Query, str]]]:
-    """Complexes (protdp.multimer.inputs.read_complexes) -> one query per distinct chain,
+    """Complexes (protdp.complex.inputs.read_complexes) -> one query per distinct chain,
     named `<complex>_<chain id>` (`chain_msa_names`); a bad complex is one rejected line."""
     from protdp.inference.targets import clean_sequence
     from protdp.inference.writers import safe_name
-    from protdp.multimer.inputs import chain_msa_names, read_complexes
+    from protdp.complex.inputs import chain_msa_names, read_complexes
 
     good, bad, owner = [], [], {}
     for t in read_complexes(fasta):

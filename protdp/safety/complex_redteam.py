@@ -30,7 +30,7 @@ from protdp.gating import load_gate_policy
 from protdp.inference.checkpoint import LoadedModel
 from protdp.inference.predictor import PredictConfig
 from protdp.inference.writers import safe_name
-from protdp.multimer.inputs import MAX_CHAINS
+from protdp.complex.inputs import MAX_CHAINS
 from protdp.resources import resolve_config
 from protdp.safety.redteam import (CONTROL_MSA, OTHER_MSA, RedTeamConfig, _files_outside,
                                    _global_checks, _tree, check_case, finish_report,

@@ -1,10 +1,10 @@
 """Release checks of an AlphaFold-Multimer checkpoint (`protdp release` of a folder holding
 `multimer_model.pt`: `protdp weights import` of *_multimer_v3.npz, or a `protdp train` run
 fine-tuned on complexes, `protdp.train.complex`) on held-out complexes of a complex store
-(`protdp.multimer.store`).
+(`protdp.complex.store`).
 
 Each held-out complex is predicted whole (no crop; each chain's first `max_msa_rows` MSA rows,
-unpaired, as the trainer builds its examples: `protdp.multimer.training.complex_example`; the
+unpaired, as the trainer builds its examples: `protdp.complex.training.complex_example`; the
 model's own recycles and in-model MSA sampling, seed 0) and scored against its structure:
 
 - lDDT-Cα over all chains (Mariani et al. 2013; `protdp.metrics`), every residue pair of the
@@ -35,7 +35,7 @@ import torch
 from protdp.errors import InputError
 from protdp.inference.checkpoint import LoadedModel
 from protdp.metrics import LDDT_CUTOFF, LDDT_THRESHOLDS, lddt_ca, per_residue_lddt_ca
-from protdp.multimer.training import CA, complex_example
+from protdp.complex.training import CA, complex_example
 from protdp.train.checkpointing import META, resolve_iteration_dir
 
 MAX_CHAIN_MAPPINGS = 720      # copies permuted exhaustively up to this many assignments

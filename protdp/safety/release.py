@@ -33,7 +33,7 @@ from protdp.gating.bands import AFDB_BAND_FLOORS, AFDB_BANDS
 from protdp.gating.release import ReleasePolicy
 from protdp.inference.checkpoint import (MULTIMER_MODEL_FILE, LoadedModel, checkpoint_home,
                                         is_multimer_checkpoint, load_model_checkpoint)
-from protdp.multimer.store import ComplexStore, is_complex_store
+from protdp.complex.store import ComplexStore, is_complex_store
 from protdp.resources import resolve_config
 from protdp.safety.calibration import evaluate_families, summarize
 from protdp.safety.heldout import held_out

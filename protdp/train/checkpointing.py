@@ -227,7 +227,7 @@ def data_manifest(config: dict) -> dict:
     stores, so the release's screening finds them by content wherever they are later
     (cached per process by path, size and mtime: a store is hashed once per run)."""
     from protdp.data.store import FamilyStore
-    from protdp.multimer.store import ComplexStore, is_complex_store
+    from protdp.complex.store import ComplexStore, is_complex_store
 
     out = {}
     for key in DATA_KEYS:

@@ -3,7 +3,7 @@ Megatron-style engine with `--overlap-grad-reduce` / `--use-distributed-optimize
 complex-specific data, model and loss. `protdp train --data <complex store> --finetune-from
 <imported multimer checkpoint>` lands here (`trainer.pretrain` looks at the store's kind).
 
-- data: a complex store (`protdp.multimer.store`); one complex per micro-batch (the multimer
+- data: a complex store (`protdp.complex.store`); one complex per micro-batch (the multimer
   model has no batch dimension; `--micro-batch-size` must be 1). The examples of a step are
   chosen by global slot g = micro x dp_size + dp_rank from a seeded permutation per epoch, and
   each example's crop and in-model MSA sampling come from (seed, iteration, g): a run on N
@@ -14,7 +14,7 @@ complex-specific data, model and loss. `protdp train --data <complex store> --fi
   (AlphaFold-Multimer / OpenFold use it at inference only);
 - model: `TrainableMultimer`, the multimer model as the trainer calls it, which also returns
   each pass's MSA sample (the masked-MSA targets);
-- loss: `protdp.model.complex_losses.complex_loss` with AlphaFold's fine-tuning weights
+- loss: `protdp.model.multimer.losses.complex_loss` with AlphaFold's fine-tuning weights
   (`FINETUNE_LOSS`: experimentally resolved 0.01 and violations 1.0 as AF2 fine-tuning, PAE
   0.1 as AlphaFold-Multimer's predicted_aligned_error head);
 - output: besides the training checkpoints, rank 0 writes the EMA weights as a multimer
@@ -34,11 +34,11 @@ import torch
 from protdp.config import to_dict
 from protdp.errors import ConfigError, InputError
 from protdp.fileio import sha256_file
-from protdp.model.complex_losses import TERM_KEYS, complex_loss
+from protdp.model.multimer.losses import TERM_KEYS, complex_loss
 from protdp.model.model import sample_num_recycles
-from protdp.model.multimer_model import MultimerConfig, MultimerModel
-from protdp.multimer.store import ComplexStore
-from protdp.multimer.training import complex_example
+from protdp.model.multimer.model import MultimerConfig, MultimerModel
+from protdp.complex.store import ComplexStore
+from protdp.complex.training import complex_example
 from protdp.train.multimer_file import read_multimer_file
 from protdp.train.sources import PDB
 from protdp.train.trainer import Trainer, derive_seed

@@ -18,8 +18,8 @@ from protdp.config import load_config
 from protdp.data.bounds import MAX_BLOCKS, MAX_CHANNELS, MAX_MSA_ROWS, MAX_WEIGHT_MAGNITUDE
 from protdp.errors import InputError, ProtdpError
 from protdp.model.config import ModelConfig
-from protdp.model.multimer_model import MultimerConfig
-from protdp.model.multimer_msa import MaskedMsaConfig
+from protdp.model.multimer.model import MultimerConfig
+from protdp.model.multimer.msa import MaskedMsaConfig
 from protdp.train.checkpointing import load_cpu
 
 _INT_BOUNDS = {"num_msa": MAX_MSA_ROWS, "num_extra_msa": MAX_MSA_ROWS,

@@ -13,7 +13,7 @@ from protdp.train.trainer import Trainer
 def pretrain(args: TrainArgs) -> dict:
     """Run pretraining in this process (one rank of a launched job, or a world of 1); a complex
     store (`protdp complex store`) trains the multimer model (`protdp.train.complex`)."""
-    from protdp.multimer.store import is_complex_store
+    from protdp.complex.store import is_complex_store
 
     if args.data and is_complex_store(args.data):
         from protdp.train.complex import ComplexTrainer

@@ -1,5 +1,5 @@
 """AlphaFold-Multimer parameter files (`params_model_{1..5}_multimer_v3.npz`, `..._v2.npz`;
-DeepMind's flat haiku naming) <-> `protdp.model.multimer_model.MultimerModel` state dicts, the
+DeepMind's flat haiku naming) <-> `protdp.model.multimer.model.MultimerModel` state dicts, the
 configuration inferred from the array shapes.
 
 Every width is read from its own array, never assumed equal to another: the single
@@ -36,9 +36,9 @@ import torch
 
 from protdp.errors import InputError
 from protdp.model.config import ModelConfig
-from protdp.model.multimer_embedders import MultimerInputEmbedder, relative_chain_dim
-from protdp.model.multimer_model import MULTIMER_POSITION_SCALE, MultimerConfig, MultimerModel
-from protdp.model.multimer_template import PAIR_FEATURES
+from protdp.model.multimer.embedders import MultimerInputEmbedder, relative_chain_dim
+from protdp.model.multimer.model import MULTIMER_POSITION_SCALE, MultimerConfig, MultimerModel
+from protdp.model.multimer.template import PAIR_FEATURES
 from protdp.weights.alphafold import (EVO, FOLD, MULTIMER_MARK, PREFIX, Entry, _Builder, _count,
                                       _evoformer_block, _heads, _ratio, _shape, _structure_module,
                                       arrays_from_state, check_array, state_from_arrays)

@@ -11,7 +11,7 @@ recorded sampling file (`sampled_msa_<case>.npz` of af2_reference/multimer):
   `gumbel_argsort_sample_idx` (first `num_msa` rows = cluster MSA, next `num_extra_msa` = extra);
 - `template_unit_diagonal` [T, L, 3] float (optional): AlphaFold's float32 rounding residue on
   the diagonal of the template backbone unit vectors (compile-dependent XLA noise that
-  `normalized` blows up to unit length; `protdp.model.multimer_template.backbone_unit_vectors`
+  `normalized` blows up to unit length; `protdp.model.multimer.template.backbone_unit_vectors`
   gives exactly 0 there). It is a real input of AlphaFold's template embedding; without it the
   shared fixture's atoms differ by 0.71 / 0.32 Å, which is reported, not hidden.
 
@@ -109,7 +109,7 @@ def replayed_unit_diagonal(diagonal: np.ndarray | None, template_positions: torc
     if diagonal is None or template_positions is None:
         yield
         return
-    from protdp.model import multimer_template
+    from protdp.model.multimer import template as multimer_template
 
     plain = multimer_template.backbone_unit_vectors
     multimer_template.backbone_unit_vectors = with_unit_diagonal(plain, diagonal,

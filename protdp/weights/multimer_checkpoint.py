@@ -24,8 +24,8 @@ from protdp.config import load_config, to_dict
 from protdp.errors import InputError
 from protdp.fileio import sha256_file
 from protdp.model.config import ModelConfig
-from protdp.model.multimer_model import MultimerConfig, MultimerModel
-from protdp.model.multimer_msa import MaskedMsaConfig
+from protdp.model.multimer.model import MultimerConfig, MultimerModel
+from protdp.model.multimer.msa import MaskedMsaConfig
 from protdp.train.multimer_file import read_multimer_file
 from protdp.weights.alphafold_config import multimer_overrides
 from protdp.weights.alphafold_multimer import (infer_multimer_config, is_fused_evoformer,

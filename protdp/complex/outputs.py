@@ -4,10 +4,10 @@ JSON with chain boundaries.
 Structures follow AlphaFold's convention (AF2 `protein.to_pdb`, as `protdp predict` writes a
 monomer): all heavy atoms in atom37 order, each with its residue's pLDDT (2 decimals) as the
 B-factor, residues numbered from 1 within each chain. Chains are named with the complex's
-chain ids (the FASTA order, `protdp.multimer.inputs`), listed in the model's residue order
+chain ids (the FASTA order, `protdp.complex.inputs`), listed in the model's residue order
 (AlphaFold's assembly order: copies of one sequence side by side). The JSON holds the PAE over
 the whole complex with each chain's [start, end) residue range, pTM, ipTM, ranking confidence,
-the chain-pair ipTM matrix and the interface PAE (`protdp.model.multimer_heads`).
+the chain-pair ipTM matrix and the interface PAE (`protdp.model.multimer.heads`).
 Files are written to a temporary name and renamed.
 """
 

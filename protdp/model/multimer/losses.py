@@ -1,7 +1,7 @@
 """Training losses of AlphaFold-Multimer (Evans et al. 2021, §2.5 and §7.3; AlphaFold v2.3.2
 `folding_multimer` / OpenFold's multimer loss config) on one complex (no batch dimension):
 
-- chain permutation first (`protdp.model.complex_permutation`): the ground truth's copies of an
+- chain permutation first (`protdp.model.multimer.crop_permutation`): the ground truth's copies of an
   entity are reassigned to the predicted chains, on the crop, against the full complex;
 - backbone FAPE split by the pair of chains (§2.5): frame and point of the SAME chain clamped at
   10 Å with length scale 10 Å (`INTRA_CHAIN_FAPE`), of DIFFERENT chains clamped at 30 Å with
@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 
 from protdp.data.residue_constants import ATOM_ORDER
-from protdp.model.complex_permutation import align_cropped_chains
+from protdp.model.multimer.crop_permutation import align_cropped_chains
 from protdp.model.ground_truth import structure_truth
 from protdp.model.losses import (_check_finite, distogram_loss, experimentally_resolved_loss,
                                  masked_msa_loss, pae_loss, plddt_loss, structure_losses)

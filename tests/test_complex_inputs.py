@@ -1,4 +1,4 @@
-"""Complex FASTA inputs (protdp.multimer.inputs): ColabFold's 'A:B' records, AlphaFold's one
+"""Complex FASTA inputs (protdp.complex.inputs): ColabFold's 'A:B' records, AlphaFold's one
 file per complex (and a folder of them), AlphaFold's chain ids; hostile complexes (300 chains,
 an empty chain, a single chain, a bad letter) give one line naming file and line, and the
 other complexes of the batch are read as usual."""
@@ -10,7 +10,7 @@ import gzip
 import pytest
 
 from protdp.errors import InputError
-from protdp.multimer.inputs import (CHAIN_IDS, MAX_CHAINS, read_alphafold_fasta,
+from protdp.complex.inputs import (CHAIN_IDS, MAX_CHAINS, read_alphafold_fasta,
                                     read_colabfold_fasta, read_complexes)
 
 

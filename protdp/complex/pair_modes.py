@@ -20,7 +20,7 @@ from dataclasses import replace
 import numpy as np
 
 from protdp.data.parse import Msa
-from protdp.multimer.features import ChainInput
+from protdp.complex.features import ChainInput
 
 PAIR_MODES = ("unpaired", "paired", "unpaired_paired")
 DEFAULT_PAIR_MODE = "unpaired_paired"

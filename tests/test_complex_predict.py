@@ -24,7 +24,7 @@ from protdp.inference.checkpoint import MULTIMER_MODEL_FILE
 from protdp.inference.writers import read_summary
 from protdp.review.store import ReviewStore
 from protdp.weights import multimer_checkpoint
-from test_multimer_pairing import FIXTURE, RAW
+from test_complex_pairing import FIXTURE, RAW
 from test_predict_batch import RELAX_TIMEOUT_S, assert_relax_timing
 
 PARAMS = FIXTURE / "params" / "params_model_1_multimer_v3_small.npz"
@@ -194,7 +194,7 @@ def test_predict_searches_and_pairs_complex_msas_with_db(tmp_path, ckpt, capsys)
     """--db: every distinct chain searched as `msa search --complexes` does (the UniProt
     Stockholm alignment kept for the pairing), then paired and predicted; provenance names
     the databases. Database: the fixture's UniProt rows of both chains."""
-    from test_multimer_search import _records
+    from test_complex_search import _records
 
     qa, qb = parse_msa(RAW / "hbA_1-36.a3m").query, parse_msa(RAW / "hbB_1-40.a3m").query
     db = tmp_path / "uniprot.fasta"

@@ -3,7 +3,7 @@
 `nearest_neighbor_clusters`, `create_msa_feat`, `create_extra_msa_feature`). Unlike AF2's
 monomer pipeline (supplement §1.2.5-1.2.7), the multimer model samples, masks and clusters
 its MSA inside the network, once per recycling iteration, from the merged features of
-`protdp.multimer.features`:
+`protdp.complex.features`:
 
 1. order all rows by Gumbel-perturbed logits: rows without any unmasked position last, rows
    flagged by `cluster_bias_mask` (each chain's query) first, the rest in random order;

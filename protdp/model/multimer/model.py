@@ -3,9 +3,9 @@
 composition from protdp's monomer modules:
 
 - inputs: `MultimerInputEmbedder` (21-class target_feat, relative chain encoding) on the MSA
-  sampled inside the model per recycling pass (`multimer_msa.sample_msa_features`);
+  sampled inside the model per recycling pass (`msa.sample_msa_features`);
 - recycling (Alg. 32, `RecyclingEmbedder`), then the template pair update
-  (`multimer_template`), the extra-MSA stack and the Evoformer with the multimer block order:
+  (`template`), the extra-MSA stack and the Evoformer with the multimer block order:
   outer product mean FIRST, then MSA row / column attention, MSA transition and the pair
   updates (`outer_product_mean.first`); template torsion rows are appended to the MSA for the
   Evoformer and cropped before the masked-MSA head;
@@ -14,7 +14,7 @@ composition from protdp's monomer modules:
   bias, per-head point projections, logits scaled by sqrt(1/3) after summing) is the same
   function and loads into the monomer layout (`protdp.weights.alphafold_multimer`);
 - heads: distogram, masked MSA (22 classes), pLDDT, experimentally resolved, PAE; pTM, ipTM,
-  ranking confidence and the chain-pair ipTM (`multimer_heads.complex_confidence`);
+  ranking confidence and the chain-pair ipTM (`heads.complex_confidence`);
 - recycling stops early when the CA distance matrix changes by < `recycle_tolerance` Å (RMS),
   as AlphaFold-Multimer does (the first recycle always runs).
 
@@ -35,11 +35,11 @@ from protdp.model.embedders import RecyclingEmbedder
 from protdp.model.evoformer import EvoformerBlock
 from protdp.model.heads import (DistogramHead, ExperimentallyResolvedHead, PAEHead, PLDDTHead,
                                 distogram_edges, pae_bin_centres, plddt_from_logits)
-from protdp.model.multimer_embedders import MultimerInputEmbedder
-from protdp.model.multimer_heads import (chain_pair_actifptm, complex_confidence,
+from protdp.model.multimer.embedders import MultimerInputEmbedder
+from protdp.model.multimer.heads import (chain_pair_actifptm, complex_confidence,
                                           contact_probability)
-from protdp.model.multimer_msa import NUM_EXTRA_MSA, NUM_MSA, MaskedMsaConfig, sample_msa_features
-from protdp.model.multimer_template import MultimerTemplateEmbedder
+from protdp.model.multimer.msa import NUM_EXTRA_MSA, NUM_MSA, MaskedMsaConfig, sample_msa_features
+from protdp.model.multimer.template import MultimerTemplateEmbedder
 from protdp.model.precision import trunk_autocast
 from protdp.model.primitives import Linear
 from protdp.model.structure import StructureModule

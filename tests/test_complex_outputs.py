@@ -1,4 +1,4 @@
-"""Complex outputs (protdp.multimer.outputs) from DeepMind's JAX AlphaFold-Multimer outputs in
+"""Complex outputs (protdp.complex.outputs) from DeepMind's JAX AlphaFold-Multimer outputs in
 the fixture: one PDB and one mmCIF with both chains (read back with Biopython: chain ids,
 residues, coordinates to the file precision, pLDDT B-factors), and the confidence JSON with
 chain boundaries, pTM / ipTM equal to AlphaFold's and the chain-pair matrices."""
@@ -13,9 +13,9 @@ import torch
 from Bio.PDB import MMCIFParser, PDBParser
 
 from protdp.data.residues import RESTYPES
-from protdp.model.multimer_heads import complex_confidence
-from protdp.multimer.outputs import write_complex_structures, write_confidence_json
-from test_multimer_pairing import CASES, FIXTURE
+from protdp.model.multimer.heads import complex_confidence
+from protdp.complex.outputs import write_complex_structures, write_confidence_json
+from test_complex_pairing import CASES, FIXTURE
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

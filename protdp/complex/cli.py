@@ -5,9 +5,9 @@ r"""`protdp complex features`: AlphaFold-Multimer model inputs and the MSA pairi
         --max-sequences 50000 --out msas/
     protdp complex features --fasta complexes.fasta --msa-dir msas/ --out features/
 
-Complexes are read as `protdp.multimer.inputs.read_complexes` reads them (ColabFold 'A:B'
+Complexes are read as `protdp.complex.inputs.read_complexes` reads them (ColabFold 'A:B'
 records, one file per complex, or a folder of such files). MSAs the user gives for a complex
-come first (`protdp.multimer.given_msas`): ColabFold's complex a3m `<msa-dir>/<complex>.a3m`
+come first (`protdp.complex.given_msas`): ColabFold's complex a3m `<msa-dir>/<complex>.a3m`
 (`#L1,L2<TAB>c1,c2` header), or the user's own pairing `<msa-dir>/<complex>/paired/<chain>.a3m`
 (+ `unpaired/<chain>.a3m`), paired rows kept as given. Otherwise each distinct chain's MSAs are
 those `protdp msa search --complexes` wrote under `<msa-dir>/<complex>_<chain id>/` (every
@@ -17,7 +17,7 @@ database except the pairing one, merged as `protdp predict` merges them); the pa
 which species); OUT/complex_features.tsv lists every complex with its status. A bad complex is
 one line there (and on stderr) and the others go on. Templates are not searched here (zero
 template slots). --pair-mode unpaired|paired|unpaired_paired (ColabFold's names) keeps the
-unpaired rows, the paired block, or both (`protdp.multimer.pair_modes`).
+unpaired rows, the paired block, or both (`protdp.complex.pair_modes`).
 
 `protdp complex predict --features-dir OUT ...` is `protdp predict --fasta OUT ...` (one
 prediction path, issue 41): the features folder is read as precomputed complexes
@@ -40,9 +40,9 @@ from protdp.errors import InputError, ProtdpError
 from protdp.inference.complexes import chain_inputs, malformed_species_note
 from protdp.inference.writers import printable, safe_name
 from protdp.msa.writers import atomic_write
-from protdp.multimer.features import ChainInput, complex_features, write_pairing_report
-from protdp.multimer.inputs import ComplexTarget, read_complexes
-from protdp.multimer.pair_modes import DEFAULT_PAIR_MODE, PAIR_MODES
+from protdp.complex.features import ChainInput, complex_features, write_pairing_report
+from protdp.complex.inputs import ComplexTarget, read_complexes
+from protdp.complex.pair_modes import DEFAULT_PAIR_MODE, PAIR_MODES
 
 MAX_LENGTH = 10_000                 # per chain, as `protdp msa search`
 MAX_UNKNOWN_FRACTION = 0.5
@@ -136,7 +136,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-# ---- `protdp complex store`: the complex store for fine-tuning (protdp.multimer.store) ----
+# ---- `protdp complex store`: the complex store for fine-tuning (protdp.complex.store) ----
 def _add_store_parser(sub) -> None:
     st = sub.add_parser("store", help="HDF5 store of complexes (assembly mmCIF + per-chain MSAs) "
                         "for `protdp train --data` (fine-tuning AlphaFold-Multimer)")
@@ -147,7 +147,7 @@ def _add_store_parser(sub) -> None:
 
 
 def _store(args) -> int:
-    from protdp.multimer.store import build_complex_store
+    from protdp.complex.store import build_complex_store
 
     report = build_complex_store(args.manifest, args.out, force=args.force,
                                  log=lambda line: print(f"  {line}", file=sys.stderr))

@@ -22,8 +22,8 @@ from protdp.errors import InputError
 from protdp.gating.release import ReleasePolicy, weaker_thresholds
 from protdp.inference.checkpoint import MULTIMER_KIND, MULTIMER_MODEL_FILE
 from protdp.inference.layout import current_prediction
-from protdp.multimer.store import ComplexStore, build_complex_store
-from protdp.multimer.training import CA, complex_example
+from protdp.complex.store import ComplexStore, build_complex_store
+from protdp.complex.training import CA, complex_example
 from protdp.safety.complex_release import interface_lddt_ca, score_complex
 from protdp.safety.release import held_out, screening_check
 from protdp.train.checkpointing import data_manifest

@@ -1,6 +1,6 @@
-"""Training examples of complexes: a stored complex (`protdp.multimer.store`) -> AlphaFold's
-multimer model input (`protdp.multimer.features.complex_features`) + the ground truth, cropped
-across chains as AlphaFold-Multimer trains (`protdp.multimer.cropping.choose_crop`: spatial or
+"""Training examples of complexes: a stored complex (`protdp.complex.store`) -> AlphaFold's
+multimer model input (`protdp.complex.features.complex_features`) + the ground truth, cropped
+across chains as AlphaFold-Multimer trains (`protdp.complex.cropping.choose_crop`: spatial or
 contiguous, AF-Multimer supplement §7.2.1).
 
 Each chain's MSA is cut to its first `max_rows_per_chain` rows (query first) before merging: a
@@ -20,8 +20,8 @@ import numpy as np
 
 from protdp.data.parse import Msa
 from protdp.data.residues import RESTYPES
-from protdp.multimer.cropping import SPATIAL_CROP_PROB, choose_crop
-from protdp.multimer.features import TEMPLATE_KEYS, ChainInput, complex_features
+from protdp.complex.cropping import SPATIAL_CROP_PROB, choose_crop
+from protdp.complex.features import TEMPLATE_KEYS, ChainInput, complex_features
 
 TOKEN_LETTERS = np.array(list(RESTYPES + "X-"))          # AF token id -> MSA letter
 CA = 1                                                   # atom37 index of CA
@@ -65,7 +65,7 @@ def complex_example(record: dict, crop_size: int, seed: int, max_rows_per_chain:
     x["all_atom_positions"] = np.concatenate([c["all_atom_positions"] for c in order]
                                              ).astype(np.float32)
     x["all_atom_mask"] = np.concatenate([c["all_atom_mask"] for c in order]).astype(np.float32)
-    # the whole complex's truth for the chain permutation (protdp.model.complex_permutation)
+    # the whole complex's truth for the chain permutation (protdp.model.multimer.crop_permutation)
     x["true_all_atom_positions"] = x["all_atom_positions"]
     x["true_all_atom_mask"] = x["all_atom_mask"]
     x["true_asym_id"], x["true_entity_id"] = x["asym_id"], x["entity_id"]

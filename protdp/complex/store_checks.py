@@ -1,4 +1,4 @@
-"""Checks of a complex store (`protdp.multimer.store`) as hostile input (issue 47): what each
+"""Checks of a complex store (`protdp.complex.store`) as hostile input (issue 47): what each
 complex declares is checked from the HDF5 headers before anything is read (chain count within
 [1, MAX_CHAINS], every chain's arrays of the documented dtypes and of one consistent [N, L]
 with N >= 1 and 1 <= L <= MAX_RESIDUES, N <= MAX_MSA_ROWS, no array declaring more bytes than
@@ -15,7 +15,7 @@ from protdp.data.atoms import COORD_LIMIT
 from protdp.data.bounds import MAX_MSA_ROWS, MAX_RESIDUES, dataset_problem
 from protdp.data.residue_constants import NUM_ATOM37
 from protdp.data.residues import GAP_ID, sequence_to_ids
-from protdp.multimer.inputs import MAX_CHAINS
+from protdp.complex.inputs import MAX_CHAINS
 
 H5_ERRORS = (KeyError, OSError, RuntimeError, ValueError, TypeError, AttributeError)
 

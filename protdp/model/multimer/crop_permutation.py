@@ -1,6 +1,6 @@
 """Multi-chain permutation alignment on a CROPPED complex (AlphaFold-Multimer, Evans et al. 2021,
 §7.3; OpenFold's `multi_chain_permutation_align` also matches the crop against the full ground
-truth): the same anchor-and-greedy procedure as `protdp.model.multimer_permutation` (which
+truth): the same anchor-and-greedy procedure as `protdp.model.multimer.permutation` (which
 needs whole chains of equal length), but a predicted chain p of the crop is compared with
 ground-truth chain q of its entity at the SAME sequence positions: the truth of p under q is
 `full[start(q) + chain_position]`, where `chain_position` is each cropped residue's position in

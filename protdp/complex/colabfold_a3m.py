@@ -30,7 +30,7 @@ a chain's all-gap part is "no partner" (AlphaFold's gap row), nothing is re-pair
 with residues in one chain only stays paired (ColabFold's own reader would move it to that
 chain's unpaired rows; AlphaFold pairs such rows for the copies of a repeated chain).
 Unpaired rows are deduplicated per chain as our a3m reader does (first occurrence kept), rows
-without residues are skipped. `protdp.multimer.features.complex_features` then builds
+without residues are skipped. `protdp.complex.features.complex_features` then builds
 AlphaFold-Multimer's features (deduplication against the paired rows, cropping, merging) as for
 rows paired by our own species pairing.
 """
@@ -48,9 +48,9 @@ from protdp.data.parse import Msa
 from protdp.data.safeio import (atomic_write_text, check_readable, check_regular_file,
                                 decode_text, read_bytes)
 from protdp.errors import InputError
-from protdp.multimer.features import ChainInput
-from protdp.multimer.pair_modes import query_msa
-from protdp.multimer.pairing import species_paired_msas
+from protdp.complex.features import ChainInput
+from protdp.complex.pair_modes import query_msa
+from protdp.complex.pairing import species_paired_msas
 
 QUERY_LABEL_BASE = 101                 # ColabFold names chain k's query row '>{101 + k}'
 MAX_COMPLEX_A3M_BYTES = 2 << 30        # a larger file (or gzip stream) is refused: 2 GiB
@@ -181,7 +181,7 @@ def decode_rows(text: str, path: str | Path, length: int
                 ) -> list[tuple[str, str, np.ndarray, int]]:
     """Every record of a plain a3m kept in file order, not deduplicated: (name, aligned letters
     of `length` columns, deletions int64 [length], sequence line); the rows of a user's paired
-    file (`protdp.multimer.given_msas`)."""
+    file (`protdp.complex.given_msas`)."""
     path = Path(path)
     return [((r.header.split() or [""])[0], r.aligned.tobytes().decode(), r.deletions, r.line)
             for r in _decode(_records(text.split("\n"), path, first=0), [length], path)]

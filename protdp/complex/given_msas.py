@@ -3,7 +3,7 @@ r"""A complex's MSAs given by the user, found per complex in `--msa-dir` (`protd
 writes:
 
 1. `<msa-dir>/<complex>.a3m` (or `.a3m.gz`): ColabFold's complex a3m
-   (`protdp.multimer.colabfold_a3m`).
+   (`protdp.complex.colabfold_a3m`).
 2. `<msa-dir>/<complex>/paired/<chain id>.a3m`, one file per chain (chain ids A, B, ... in input
    order), rows already paired by the user's own rule (taxonomy, genome position, ...): row i of
    every chain's file belongs together; row 0 is the chain's query. **No partner**: a row of
@@ -27,10 +27,10 @@ import numpy as np
 from protdp.data.parse import Msa, parse_msa
 from protdp.data.safeio import check_readable, read_text
 from protdp.errors import InputError
-from protdp.multimer.colabfold_a3m import (MAX_COMPLEX_A3M_BYTES, chain_inputs_from_a3m,
+from protdp.complex.colabfold_a3m import (MAX_COMPLEX_A3M_BYTES, chain_inputs_from_a3m,
                                            decode_rows, find_complex_a3m, read_complex_a3m)
-from protdp.multimer.features import ChainInput
-from protdp.multimer.pair_modes import query_msa
+from protdp.complex.features import ChainInput
+from protdp.complex.pair_modes import query_msa
 
 PAIRED_DIR = "paired"
 UNPAIRED_DIR = "unpaired"

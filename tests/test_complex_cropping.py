@@ -1,4 +1,4 @@
-"""Contiguous cropping across chains (protdp.multimer.cropping, AlphaFold-Multimer Algorithm 1):
+"""Contiguous cropping across chains (protdp.complex.cropping, AlphaFold-Multimer Algorithm 1):
 the crop holds exactly min(crop size, total) residues, one contiguous window per chain, every
 window size occurs, and chain order does not bias which chain gets the room."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from protdp.multimer.cropping import contiguous_crop
+from protdp.complex.cropping import contiguous_crop
 
 
 def _windows(mask, lengths):
@@ -49,7 +49,7 @@ def test_bad_sizes_are_refused():
 
 # ------------------------------------------------------------ spatial crop (Algorithm 2)
 
-from protdp.multimer.cropping import (INTERFACE_CA_DISTANCE, SPATIAL_CROP_PROB,  # noqa: E402
+from protdp.complex.cropping import (INTERFACE_CA_DISTANCE, SPATIAL_CROP_PROB,  # noqa: E402
                                       choose_crop, interface_residues, spatial_crop)
 
 

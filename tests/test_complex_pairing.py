@@ -1,4 +1,4 @@
-"""AlphaFold-Multimer features and MSA pairing (protdp.multimer) against DeepMind's JAX
+"""AlphaFold-Multimer features and MSA pairing (protdp.complex) against DeepMind's JAX
 AlphaFold v2.3.2 fixture (`af2_reference/multimer`): protdp's pairing, deduplication,
 cropping and merging of the fixture's raw per-chain inputs (a3m, UniProt Stockholm, template
 dicts) reproduce AlphaFold's `np_example` field by field (shape, dtype, every value). Plus the
@@ -14,9 +14,9 @@ import pytest
 
 from protdp.data.parse import Msa, parse_msa
 from protdp.data.residues import GAP_ID, msa_row_to_ids
-from protdp.multimer.features import (ChainInput, complex_features,
+from protdp.complex.features import (ChainInput, complex_features,
                                       write_pairing_report)
-from protdp.multimer.pairing import (MAX_ROWS_PER_SPECIES, UniprotChainMsa, pair_rows,
+from protdp.complex.pairing import (MAX_ROWS_PER_SPECIES, UniprotChainMsa, pair_rows,
                                      species_of)
 from protdp.paths import data_root
 

@@ -1,5 +1,5 @@
-"""The complex store (protdp.multimer.store) and its training examples
-(protdp.multimer.training) on real assemblies: 4hhb (α2β2) and the 2q2k homodimer. Reference:
+"""The complex store (protdp.complex.store) and its training examples
+(protdp.complex.training) on real assemblies: 4hhb (α2β2) and the 2q2k homodimer. Reference:
 the monomer parser (`parse_structure`) read chain by chain and AlphaFold's assembly ids
 written out by hand; bad complexes are one line each and the build goes on."""
 
@@ -13,8 +13,8 @@ from protdp.data.atoms import read_structure
 from protdp.data.parse import parse_structure
 from protdp.data.store import FamilyStore
 from protdp.errors import InputError
-from protdp.multimer.store import ComplexStore, build_complex_store, is_complex_store
-from protdp.multimer.training import complex_example
+from protdp.complex.store import ComplexStore, build_complex_store, is_complex_store
+from protdp.complex.training import complex_example
 from protdp.paths import data_root
 
 BAD_ROWS = [("gone", "structures/missing.cif", "A", "-"),

@@ -30,7 +30,7 @@ from protdp.data.parse import Msa
 from protdp.data.residue_constants import RESTYPE_ATOM37_MASK
 from protdp.data.safeio import atomic_write_text
 from protdp.data.residues import GAP_ID, HHBLITS_ORDER, RESTYPES, UNK_ID, sequence_to_ids
-from protdp.multimer.pairing import (MAX_ROWS_PER_SPECIES, MAX_UNIPROT_HITS, Pairing,
+from protdp.complex.pairing import (MAX_ROWS_PER_SPECIES, MAX_UNIPROT_HITS, Pairing,
                                      UniprotChainMsa, paired_chain_msa, pair_rows,
                                      pairing_report)
 

@@ -52,8 +52,8 @@ from protdp.data.parse import merge_msas, pair_msa_structure, parse_msa, parse_s
 from protdp.data.residues import sequence_to_ids
 from protdp.errors import InputError
 from protdp.fileio import commit_file, sha256_file
-from protdp.multimer.inputs import MAX_CHAINS
-from protdp.multimer.store_checks import chain_value_problems, complex_header_problems
+from protdp.complex.inputs import MAX_CHAINS
+from protdp.complex.store_checks import chain_value_problems, complex_header_problems
 
 STORE_KIND = "complexes"
 COMPLEX_FORMAT_VERSION = 1
@@ -296,7 +296,7 @@ def _check_target(out: Path, force: bool) -> None:
 
 def verify_complex_store(path: str | Path) -> list[str]:
     """Every complex of the store checked from its headers, then its values and content_sha256,
-    and the index (`protdp.multimer.store_checks`): the problems found, one line each (empty:
+    and the index (`protdp.complex.store_checks`): the problems found, one line each (empty:
     the store is whole)."""
     import h5py
 

@@ -13,8 +13,8 @@ import numpy as np
 
 from protdp.cli import main as protdp_main
 from protdp.data.parse import parse_msa
-from protdp.multimer.pairing import UniprotChainMsa, pair_rows, species_of
-from test_multimer_pairing import RAW
+from protdp.complex.pairing import UniprotChainMsa, pair_rows, species_of
+from test_complex_pairing import RAW
 
 
 def _records(chain: str) -> list[tuple[str, str]]:
