@@ -168,8 +168,8 @@ def test_a_file_changed_while_gated_is_an_error_row(tmp_path, cases, monkeypatch
         shutil.copy(f, src / f.name)
     real = gate_mod.read_prediction
 
-    def read_then_rewrite(pae, structure):
-        pred = real(pae, structure)
+    def read_then_rewrite(pae, structure, **kw):
+        pred = real(pae, structure, **kw)
         structure.write_bytes(structure.read_bytes().replace(b"ATOM  ", b"ATOM  ", 1) + b"END\n")
         return pred
     monkeypatch.setattr(gate_mod, "read_prediction", read_then_rewrite)

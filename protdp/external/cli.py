@@ -12,6 +12,7 @@ from pathlib import Path
 from protdp.external.discover import SOURCES
 from protdp.external.gate import gate_folder
 from protdp.gating.policy import load_gate_policy
+from protdp.text import printable
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -38,12 +39,14 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         sink.close()
     for r in rows:
-        print(f"  {r['status']}: {r['target']}: {r['route'] or ''} {r['detail']}".rstrip(),
+        print(printable(f"  {r['status']}: {r['target']}: {r['route'] or ''} {r['detail']}"
+                        .rstrip()),
               file=sys.stdout if r["status"] == "ok" else sys.stderr)
     ok = [r for r in rows if r["status"] == "ok"]
     flagged = sum(r["route"] == "needs_review" for r in ok)
     print(f"protdp gate: {len(rows)} targets: {len(ok) - flagged} accepted, {flagged} need "
-          f"review, {len(rows) - len(ok)} unreadable; summary: {Path(args.out) / 'gate_summary.tsv'}")
+          f"review, {len(rows) - len(ok)} unreadable; summary: "
+          + printable(Path(args.out) / 'gate_summary.tsv'))
     if flagged:
         print("review the flagged predictions with:\n" + review_commands(queue_url))
     return 0 if ok else 1

@@ -80,9 +80,15 @@ def chains_from_features(asym_id: np.ndarray, aatype: np.ndarray) -> list[tuple[
     return [(n, "".join(letters[asym_id == a])) for n, a in zip(names, ids)]
 
 
-def weakest_pair_ipsae(rows: list[dict]) -> float | None:
-    """The lowest max-row ipSAE (what the gate's low_ipsae tests), None without pairs."""
-    values = [r["ipsae"] for r in rows if r["type"] == "max"]
-    if not values or None in values:
-        return None if not values else float("nan")     # unknown: never "accepted"
-    return min(values)
+def weakest_pair_ipsae(rows) -> float | None:
+    """The lowest max-row ipSAE of a complex's `interface_scores` rows (what the gate's
+    low_ipsae tests; also of rows read back from a review queue, so anything that is not a
+    row is skipped): None without max rows, NaN when a max row's ipSAE is not a finite number
+    (unknown: never "accepted"; calibration counts it as incomplete)."""
+    values = [r.get("ipsae") for r in rows or () if isinstance(r, dict) and r.get("type") == "max"]
+    if not values:
+        return None
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+           for v in values):
+        return float("nan")
+    return float(min(values))

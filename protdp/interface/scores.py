@@ -210,12 +210,19 @@ def cb_distances(cb: np.ndarray) -> np.ndarray:
     return np.sqrt(d2)
 
 
+def chain_pairs(chains: list[str]) -> list[tuple[str, str]]:
+    """The unordered pairs (A, B), A < B, in ipsae.py's order: sorted by the text "A-B". Kept
+    as tuples, never split from that text: mmCIF chain ids may contain "-" ("A-2")."""
+    pairs = [(a, b) for a in chains for b in chains if a < b]
+    return sorted(pairs, key=lambda p: (f"{p[0]}-{p[1]}", p))
+
+
 def interface_scores(pae: np.ndarray, cb_plddt: np.ndarray, res: Residues,
                      pae_cutoff: float = DEFAULT_PAE_CUTOFF,
                      dist_cutoff: float = DEFAULT_DIST_CUTOFF,
                      ipsae_py_order: bool = False) -> list[dict]:
-    """ipsae.py's rows for one complex: for each unordered pair {A, B} (A < B, sorted as
-    "A-B" strings) the asym rows (A, B) and (B, A), then the max row (A, B). pae [N, N] Å,
+    """ipsae.py's rows for one complex: for each unordered pair {A, B} (`chain_pairs`) the asym
+    rows (A, B) and (B, A), then the max row (A, B). pae [N, N] Å,
     cb_plddt [N] (the pLDDT at each residue's Cβ atom; per-residue pLDDT for AF2);
     `ipsae_py_order` see `max_row`."""
     pae = np.asarray(pae, dtype=float)
@@ -226,10 +233,8 @@ def interface_scores(pae: np.ndarray, cb_plddt: np.ndarray, res: Residues,
                          f"for {n} residues")
     dist = cb_distances(np.asarray(res.cb, dtype=float))
     chains = res.chains
-    pairs = sorted(f"{a}-{b}" for a in chains for b in chains if a < b)
     rows = []
-    for pair in pairs:
-        a, b = pair.split("-", 1)
+    for a, b in chain_pairs(chains):
         lo = ordered_pair_scores(pae, cb_plddt, res, dist, a, b, pae_cutoff, dist_cutoff)
         hi = ordered_pair_scores(pae, cb_plddt, res, dist, b, a, pae_cutoff, dist_cutoff)
         for row in (lo, hi):

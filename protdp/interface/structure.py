@@ -13,12 +13,14 @@ chooses them so that the PAE rows line up:
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from protdp.errors import InputError
+from protdp.interface.inputs import MAX_INPUT_BYTES, read_input_bytes
 from protdp.interface.scores import NUCLEIC_RESIDUES, Residues
 
 STANDARD_RESIDUES = frozenset({
@@ -48,26 +50,42 @@ def _is_distance_atom(name: str, resname: str) -> bool:
     return name == "CB" or "C3" in name or (resname == "GLY" and name == "CA")
 
 
-def _read(path: Path):
+def _read(path: Path, data: bytes):
+    """The first model of the structure in `data` (the bytes of `path`; gzip when it ends .gz,
+    inflated to at most `MAX_INPUT_BYTES`)."""
     import gemmi
 
     try:
-        st = gemmi.read_structure(str(path), merge_chain_parts=False)
-    except (RuntimeError, ValueError, OSError) as exc:
-        raise InputError(f"not a readable PDB/mmCIF structure ({str(exc).splitlines()[0]})",
-                         path=path) from None
+        if str(path).lower().endswith(".gz"):
+            data = _gunzip(data)
+        fmt = gemmi.CoorFormat.Mmcif if is_cif(path) else gemmi.CoorFormat.Pdb
+        st = gemmi.read_structure_string(data, merge_chain_parts=False, format=fmt)
+    except (RuntimeError, ValueError, OSError, EOFError, zlib.error) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InputError(f"not a readable PDB/mmCIF structure ({first})", path=path) from None
     if len(st) == 0:
         raise InputError("structure has no model", path=path)
     return st[0]
 
 
-def read_structure_tokens(path: str | Path) -> StructureTokens:
-    """The residue tokens of the first model of a PDB / mmCIF file."""
+def _gunzip(data: bytes) -> bytes:
+    """gzip `data` inflated, refusing more than `MAX_INPUT_BYTES` (a small bomb stays small)."""
+    inflate = zlib.decompressobj(wbits=31)
+    out = inflate.decompress(data, MAX_INPUT_BYTES + 1)
+    if len(out) > MAX_INPUT_BYTES or inflate.unconsumed_tail:
+        raise ValueError(f"inflates to over {MAX_INPUT_BYTES // 2**20} MiB")
+    return out
+
+
+def read_structure_tokens(path: str | Path, data: bytes | None = None) -> StructureTokens:
+    """The residue tokens of the first model of a PDB / mmCIF file (`data`: its bytes, already
+    read; else `path` is read, `read_input_bytes`)."""
     path = Path(path)
     cif = is_cif(path)
+    data = read_input_bytes(path) if data is None else data
     chains, names, numbers, cb, ca_serial, cb_serial, mask = [], [], [], [], [], [], []
     chain_atoms: dict[str, int] = {}
-    for chain in _read(path):
+    for chain in _read(path, data):
         chain_atoms.setdefault(chain.name, 0)
         for residue in chain:
             number = residue.label_seq if cif else residue.seqid.num

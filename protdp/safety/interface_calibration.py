@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from protdp.gating import GatePolicy
+from protdp.interface.complex import weakest_pair_ipsae
 from protdp.safety.reviewed import decided_table
 
 INPUTS = ("iptm", "interface_pae")
@@ -148,17 +149,6 @@ def fit_complex_report(records: list[dict], floor: GatePolicy, *, target: float)
 IPSAE_STEP = 0.01                # min_ipsae grid
 
 
-def weakest_pair_ipsae(scores: dict) -> float | None:
-    """The lowest max-row ipSAE over a complex's chain pairs (what `low_ipsae` tests), None
-    without interface rows (complexes predicted before issue 43)."""
-    rows = [r for r in scores.get("interface_scores") or () if isinstance(r, dict)
-            and r.get("type") == "max"]
-    values = [r.get("ipsae") for r in rows]
-    if not values or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
-        return None if not values else float("nan")     # nan: counted as incomplete
-    return float(min(values))
-
-
 def fit_ipsae(records: list[dict], floor: GatePolicy, *, target: float) -> dict:
     """`min_ipsae` fitted as `min_iptm` is (issue 43): a logistic regression of P(approved) on
     the weakest pair's ipSAE of each decided complex; the proposed threshold is the lowest one
@@ -172,7 +162,7 @@ def fit_ipsae(records: list[dict], floor: GatePolicy, *, target: float) -> dict:
         if not isinstance(scores.get("chains"), list) or len(scores["chains"]) < 2 \
                 or not scores.get("interface_scores"):
             return None
-        return [weakest_pair_ipsae(scores)]
+        return [weakest_pair_ipsae(scores["interface_scores"])]
 
     table = decided_table(records, values_of, 1)
     X, y = table["X"], table["y"]
