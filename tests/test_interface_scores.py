@@ -174,3 +174,30 @@ def test_diverged_prediction_rows_are_json_without_nan():
     finite = complex_interface_rows(chains, positions, np.full(60, 80.0), np.full((60, 60), 2.0))
     assert best_interface(finite)["ipsae"] == finite[2]["ipsae"] > 0
     assert best_interface([{**r, "ipsae": None} for r in finite]) is None
+
+
+def test_chain_ids_with_a_dash_keep_their_pairs():
+    """mmCIF chain ids may contain "-" (AF3 / Boltz "A-2"): the pairs are the chains' own, with
+    the numbers of the same complex under plain ids, in ipsae.py's "A-B" text order."""
+    rng = np.random.default_rng(5)
+    n = 36
+    plain = np.repeat(np.array(["A", "B", "C"]), 12)
+    cb = np.cumsum(rng.normal(0, 2.0, (n, 3)), axis=0)
+    pae = rng.uniform(1, 25, (n, n))
+    plddt = rng.uniform(40, 95, n)
+
+    def rows(ids):
+        res = Residues(ids, np.array(["ALA"] * n), np.tile(np.arange(1, 13), 3), cb)
+        return interface_scores(pae, plddt, res)
+    want = rows(plain)
+    rename = {"A": "A-1", "B": "B", "C": "B-2"}           # "A-1-B" splits as ("A", "1-B")
+    got = rows(np.array([rename[c] for c in plain]))
+    assert [(r["chain_1"], r["chain_2"], r["type"]) for r in got] == [
+        ("A-1", "B", "asym"), ("B", "A-1", "asym"), ("A-1", "B", "max"),
+        ("A-1", "B-2", "asym"), ("B-2", "A-1", "asym"), ("A-1", "B-2", "max"),
+        ("B", "B-2", "asym"), ("B-2", "B", "asym"), ("B", "B-2", "max")]
+    back = {v: k for k, v in rename.items()}
+    for g, w in zip(got, want):
+        assert {**g, "chain_1": back[g["chain_1"]], "chain_2": back[g["chain_2"]]} == w
+    assert [(r["chain_1"], r["chain_2"]) for r in want][::3] == [("A", "B"), ("A", "C"),
+                                                                   ("B", "C")]
