@@ -64,10 +64,13 @@ def read_input_bytes(path: str | Path, root: str | Path | None = None,
         st = os.fstat(fh.fileno())
         if not stat.S_ISREG(st.st_mode):
             raise InputError("not a regular file", path=path)
-        data = fh.read(limit + 1) if st.st_size <= limit else b""
-        if st.st_size > limit or len(data) > limit:
-            raise InputError(f"is over {limit // 2**20} MiB ({max(st.st_size, len(data))} "
-                             "bytes); refusing to read it", path=path)
+        if st.st_size > limit:
+            raise InputError(f"is over {limit // 2**20} MiB ({st.st_size} bytes); refusing "
+                             "to read it", path=path)
+        data = fh.read(st.st_size)       # read(n) allocates n bytes: the size, not the limit
+        if len(data) != st.st_size or fh.read(1):
+            raise InputError("changed size while it was read (still being written?)",
+                             path=path)
     return data
 
 
