@@ -24,6 +24,7 @@ from protdp.gating import GatePolicy
 from protdp.interface.inputs import MAX_INPUT_BYTES
 from protdp.paths import REPO_ROOT, data_root
 from test_complex_pairing import FIXTURE
+from test_external_gate_inputs import copy_case
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 from interface_cases import build_cases  # noqa: E402
@@ -32,21 +33,6 @@ from interface_cases import build_cases  # noqa: E402
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory):
     return build_cases(tmp_path_factory.mktemp("ext_hostile"), FIXTURE, data_root())
-
-
-def _copy(cases, case, dest, rename=None):
-    """One case's files (PAE, structure, siblings) into `dest`, `rename` {old: new} in names."""
-    pae, _ = cases[case]
-    stem = pae.name.split("_full_data")[0].split("_scores_rank")[0]
-    stem = stem.removeprefix("pae_").removesuffix(".npz").removeprefix("fold_")
-    dest.mkdir(parents=True, exist_ok=True)
-    for f in pae.parent.iterdir():
-        if stem in f.name:
-            name = f.name
-            for old, new in (rename or {}).items():
-                name = name.replace(old, new, 1)
-            shutil.copy(f, dest / name)
-    return dest
 
 
 def _rows(src, source, out):
@@ -67,8 +53,8 @@ def alarm():
 
 def test_links_out_of_the_folder_and_fifos_are_error_rows(tmp_path, cases, alarm):
     src, outside = tmp_path / "src", tmp_path / "elsewhere"
-    _copy(cases, "colabfold_4hhb", outside)
-    _copy(cases, "colabfold_4hhb", src, {"hb4": "inside"})
+    copy_case(cases, "colabfold_4hhb", outside)
+    copy_case(cases, "colabfold_4hhb", src, {"hb4": "inside"})
     (src / "sub").mkdir()
     for f in outside.iterdir():                        # "out": both files link outside
         (src / f.name.replace("hb4", "out", 1)).symlink_to(f)
@@ -98,10 +84,10 @@ def _npz_declaring(shape, dtype="<f4") -> bytes:
 
 
 def test_a_declared_2gb_pae_and_an_oversized_file_are_refused_unread(tmp_path, cases):
-    src = _copy(cases, "boltz_2q2k_dna", tmp_path / "boltz")
+    src = copy_case(cases, "boltz_2q2k_dna", tmp_path / "boltz")
     pae = next(src.glob("pae_*.npz"))
     pae.write_bytes(_npz_declaring((23170, 23170)))          # 23170² float32 = 2.0 GiB
-    big = _copy(cases, "colabfold_4hhb", tmp_path / "cf")
+    big = copy_case(cases, "colabfold_4hhb", tmp_path / "cf")
     scores = next(big.glob("*_scores_rank_*.json"))
     with open(scores, "r+b") as fh:                          # sparse: no disk, no memory
         fh.truncate(MAX_INPUT_BYTES + 1)
@@ -120,7 +106,7 @@ def test_a_declared_2gb_pae_and_an_oversized_file_are_refused_unread(tmp_path, c
 
 def test_nan_and_missing_siblings(tmp_path, cases):
     # NaN pLDDT in a ColabFold scores JSON (json writes NaN as a bare token)
-    cf = _copy(cases, "colabfold_4hhb", tmp_path / "cf")
+    cf = copy_case(cases, "colabfold_4hhb", tmp_path / "cf")
     scores = next(cf.glob("*_scores_rank_*.json"))
     doc = json.loads(scores.read_text())
     doc["plddt"][3] = float("nan")
@@ -131,7 +117,7 @@ def test_nan_and_missing_siblings(tmp_path, cases):
     for problem, needle in (("nan_plddt", "plddt has non-finite"),
                             ("nan_pair", "chain-pair ipTM has non-finite"),
                             ("no_plddt", "no per-residue pLDDT")):
-        src = _copy(cases, "boltz_2q2k_dna", tmp_path / problem)
+        src = copy_case(cases, "boltz_2q2k_dna", tmp_path / problem)
         plddt, conf = next(src.glob("plddt_*.npz")), next(src.glob("confidence_*.json"))
         if problem == "nan_plddt":
             values = np.load(plddt)["plddt"]
@@ -148,7 +134,7 @@ def test_nan_and_missing_siblings(tmp_path, cases):
     # AlphaFold 3: NaN ipTM in the summary -> unknown (None, low_iptm); no summary -> the
     # chain-pair ipTM is unknown too (None, not 0.0)
     for problem in ("nan_iptm", "no_summary"):
-        src = _copy(cases, "af3_4hhb_haem_tpo", tmp_path / problem)
+        src = copy_case(cases, "af3_4hhb_haem_tpo", tmp_path / problem)
         summary = next(src.glob("*_summary_confidences_0.json"))
         if problem == "nan_iptm":
             summary.write_text(json.dumps({**json.loads(summary.read_text()),
@@ -168,7 +154,7 @@ def test_names_that_are_not_plain_text(tmp_path, cases, capsys):
     src = tmp_path / "src"
     names = ("蛋白", "x\u202ey", "tab\there", os.fsdecode(b"raw\xff\xfe"))
     for name in names:
-        _copy(cases, "colabfold_4hhb", src, {"hb4": name})
+        copy_case(cases, "colabfold_4hhb", src, {"hb4": name})
     out = tmp_path / "out"
     assert protdp_main(["gate", str(src), "--from", "colabfold", "--out", str(out)]) == 0
     cap = capsys.readouterr()

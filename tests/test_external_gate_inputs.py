@@ -39,15 +39,19 @@ def _sha(path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _copy_case(cases, case: str, dest):
-    """The tool's files of one case (PAE file, structure and their siblings) into `dest`."""
+def copy_case(cases, case: str, dest, rename: dict | None = None):
+    """The tool's files of one case (PAE file, structure and their siblings) into `dest`,
+    `rename` {old: new} applied once to each file name."""
     pae, _ = cases[case]
     stem = pae.name.split("_full_data")[0].split("_scores_rank")[0]
     stem = stem.removeprefix("pae_").removesuffix(".npz").removeprefix("fold_")
     dest.mkdir(parents=True, exist_ok=True)
     for f in pae.parent.iterdir():
         if stem in f.name:
-            shutil.copy(f, dest / f.name)
+            name = f.name
+            for old, new in (rename or {}).items():
+                name = name.replace(old, new, 1)
+            shutil.copy(f, dest / name)
     return dest
 
 
@@ -86,7 +90,7 @@ def _gate(src, source, out, queue=None, policy=FLAG_ALL):
 ])
 def test_every_input_file_is_copied_and_bound(tmp_path, cases, source, case, bound):
     src = tmp_path / "src"
-    folder = _af2_folder(cases, src) if case is None else _copy_case(cases, case, src)
+    folder = _af2_folder(cases, src) if case is None else copy_case(cases, case, src)
     out, queue = tmp_path / "out", tmp_path / "q.sqlite"
     [(target, row)] = _gate(src, source, out, queue).items()
     assert row["status"] == "ok" and row["route"] == "needs_review", row
@@ -117,7 +121,7 @@ def test_a_sibling_rewritten_while_gated_is_an_error_row(tmp_path, cases, monkey
     the target is an error row naming it, and nothing is written."""
     import protdp.external.gate as gate_mod
 
-    src = _copy_case(cases, "af3_4hhb_haem_tpo", tmp_path / "src")
+    src = copy_case(cases, "af3_4hhb_haem_tpo", tmp_path / "src")
     summary = next(src.glob("*_summary_confidences_0.json"))
     real = gate_mod.read_prediction
 
@@ -139,7 +143,7 @@ def test_a_sibling_rewritten_while_gated_is_an_error_row(tmp_path, cases, monkey
     ("colabfold", "colabfold_4hhb", "*_scores_rank_001_*.json"),
 ])
 def test_each_json_is_parsed_once(tmp_path, cases, monkeypatch, source, case, pattern):
-    src = _copy_case(cases, case, tmp_path / "src")
+    src = copy_case(cases, case, tmp_path / "src")
     path = next(src.glob(pattern))
     data = path.read_bytes()
     real, parsed = json.loads, []
