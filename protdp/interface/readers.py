@@ -233,7 +233,10 @@ def _alphafold3(doc: dict, pae_path: Path, tokens: StructureTokens, siblings: di
     if "atom_plddts" in doc:
         atoms = _finite(doc["atom_plddts"], "atom_plddts", pae_path)
         last = int(max(tokens.ca_serial.max(initial=-1), tokens.cb_serial.max(initial=-1)))
-        if atoms.ndim != 1 or last >= len(atoms):
+        if atoms.ndim != 1:
+            raise InputError("atom_plddts must be a flat list of numbers", path=pae_path,
+                             field="atom_plddts")
+        if last >= len(atoms):
             raise InputError(f"atom_plddts has {atoms.size} values; the structure's atom "
                              f"serials go to {last + 1}", path=pae_path, field="atom_plddts")
         plddt, cb_plddt, missing = atoms[tokens.ca_serial], atoms[tokens.cb_serial], set()
