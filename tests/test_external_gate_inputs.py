@@ -91,10 +91,11 @@ def _gate(src, source, out, queue=None, policy=FLAG_ALL):
 def test_every_input_file_is_copied_and_bound(tmp_path, cases, source, case, bound):
     src = tmp_path / "src"
     folder = _af2_folder(cases, src) if case is None else copy_case(cases, case, src)
-    out, queue = tmp_path / "out", tmp_path / "q.sqlite"
-    [(target, row)] = _gate(src, source, out, queue).items()
+    out, queue = src / "gated", tmp_path / "q.sqlite"         # OUT inside the tool's folder
+    _gate(src, source, out, queue)
+    [(target, row)] = _gate(src, source, out, queue).items()  # a rerun: the copies are not inputs
     assert row["status"] == "ok" and row["route"] == "needs_review", row
-    originals = {kind: next(p for p in folder.iterdir() if p.is_file() and part in p.name)
+    originals = {kind: next(p for p in sorted(folder.iterdir()) if p.is_file() and part in p.name)
                  for kind, part in bound.items()}
     made = out / (row.get("folder") or target)
     scores = json.loads((made / "scores.json").read_text())

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -250,7 +251,10 @@ def gate_folder(root: str | Path, source: str, out: str | Path, policy,
     root, out = Path(root), Path(out)
     if not root.is_dir():
         raise InputError("not a folder", path=root)
-    found = discover(root, source)
+    mine = Path(os.path.realpath(out))     # OUT inside the folder: its copies are not inputs
+    found = [f for f in discover(root, source) if not any(
+        p is not None and Path(os.path.realpath(p)).is_relative_to(mine)
+        for p in (f.pae, f.siblings.get("ranking")))]
     if not found:
         raise InputError(f"no {source} predictions found in this folder", path=root)
     out.mkdir(parents=True, exist_ok=True)
