@@ -138,3 +138,21 @@ def test_passes_beyond_the_samples_read_the_last_and_bad_batches_are_refused():
         collate([query_features(seq, msa, msa_samples=3, **KW),
                  query_features(seq, msa, msa_samples=4, **KW)])
     assert isinstance(lazy[PASSES_KEY].sources[0], MsaPasses)
+
+
+def test_predictor_features_are_per_pass_and_shippable():
+    """`Predictor.features` (what `ensemble` and the prefetch workers hand the model): pass 0's
+    keys and a picklable source of 1 + num_recycles samples, each the up-front sample."""
+    from types import SimpleNamespace
+
+    from protdp.inference.predictor import PredictConfig, Predictor
+
+    seq, msa = deep_msa()
+    config = PredictConfig(num_recycles=4, max_msa_rows=8, max_extra_msa_rows=40, seed=5)
+    feats = Predictor.features(SimpleNamespace(config=config, loaded=None), seq, msa, "t")
+    full = featurize_query(seq, msa, seed=5, msa_samples=5, family_id="t", **KW)
+    source = pickle.loads(pickle.dumps(feats[PASSES_KEY]))
+    assert source.num_passes == 5
+    assert all(feats[k].dim() == full[k].dim() - 1 for k in MSA_KEYS)     # no pass axis
+    got = source.sample(4)
+    assert all(torch.equal(got[k], full[k][4]) for k in MSA_KEYS)
