@@ -329,7 +329,9 @@ def audit_complex_store(tmp: Path, store: Path) -> Counter:
 
 def audit_predict_options() -> Counter:
     """--random-seed -1 / 2^64 / 2^32 and --num-recycles 10^9: refused before any work, or
-    accepted (silent: main predicts seed 0's structure for 2^64, or never ends)."""
+    accepted (silent: main predicts seed 0's structure for 2^64, or never ends). And
+    --num-recycles 200 (the bound) with a deep MSA: intact when the predictor's features hold
+    no more than with 1 recycle (main built 201 MSA samples up front: a hang)."""
     from protdp.inference.predictor import PredictConfig
 
     counts: Counter = Counter()
@@ -340,7 +342,29 @@ def audit_predict_options() -> Counter:
             counts["rejected"] += 1
             continue
         counts["silent"] += 1
+    outcome, held = run_case(lambda: _features_bytes(200), "num_recycles")
+    counts["intact" if outcome == "accepted" and held <= _features_bytes(1) else "hang"] += 1
     return counts
+
+
+def _features_bytes(num_recycles: int, L: int = 200, rows: int = 3000) -> int:
+    """Bytes the predictor's features of a target with a `rows`-deep synthetic MSA hold
+    (tensors, and the arrays of any other value) at PredictConfig's defaults."""
+    from types import SimpleNamespace
+
+    from protdp.data.parse import Msa
+    from protdp.inference.predictor import PredictConfig, Predictor
+    rng = np.random.default_rng(47)
+    letters = np.array(list("ACDEFGHIKLMNPQRSTVWY-"))
+    tokens = rng.integers(0, 21, (rows, L))
+    tokens[0] = tokens[0] % 20
+    msa = Msa(["".join(letters[r]) for r in tokens], np.zeros((rows, L), np.uint8),
+              [str(i) for i in range(rows)])
+    pred = SimpleNamespace(config=PredictConfig(num_recycles=num_recycles), loaded=None)
+    feats = Predictor.features(pred, msa.query, msa, "deep")
+    return sum(v.nbytes if hasattr(v, "nbytes") else
+               sum(a.nbytes for a in vars(v).values() if isinstance(a, np.ndarray))
+               for v in feats.values() if not isinstance(v, str))
 
 
 def sections(tmp: Path, fixture: Path, family_store: Path, complex_store: Path,

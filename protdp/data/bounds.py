@@ -27,7 +27,8 @@ MAX_CHANNELS = 4096
 transition 4 x 256)."""
 MAX_RECYCLES = 200
 """Recycling passes at inference and in configs (AF2 3, AF-Multimer v3 20, ColabFold users
-rarely above 48). Featurizing builds one MSA sample per pass, so this also bounds that memory."""
+rarely above 48). Time grows with it; memory does not: the predictor builds each pass's MSA
+sample when the pass starts (`protdp.data.msa_passes`)."""
 MAX_TEMPLATES = 64
 """Templates per target (AF2 max_templates 4; templates.npz rows)."""
 MAX_RESIDUES = 100_000

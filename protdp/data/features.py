@@ -15,7 +15,9 @@
 
 With `msa_samples` = P > 1 steps 1-5 run P times with independent randomness and the MSA keys
 gain a leading pass axis (pass i of the model reads sample i: AF2 `resample_msa_in_recycling`);
-the crop is shared. Everything random comes from numpy Generators seeded by (`seed`, step,
+the crop is shared. Sample p draws only from its own stream (`pass_rng`), so it can also be
+produced on its own when pass p asks for it (`protdp.data.msa_passes`: inference holds one pass
+at a time, not P). Everything random comes from numpy Generators seeded by (`seed`, step,
 sample), so an example is a pure function of (family, seed, sizes, training) and every
 data-parallel rank that featurizes the same family with the same seed gets the same features.
 """
@@ -41,10 +43,19 @@ CLUSTER_KEYS = ("msa", "msa_mask", "has_deletion", "deletion_value", "cluster_pr
                 "deletion_mean_value", "true_msa", "bert_mask")
 EXTRA_KEYS = ("extra_msa", "extra_msa_mask", "extra_has_deletion", "extra_deletion_value")
 MSA_KEYS = CLUSTER_KEYS + EXTRA_KEYS
+PASSES_KEY = "msa_passes"
+"""Key of an example's / batch's lazy per-pass MSA source (`protdp.data.msa_passes`): its MSA
+keys are then pass 0's, and pass i's are produced when the model asks (`model.inputs`)."""
 
 
 def _rng(seed: int, *parts: int) -> np.random.Generator:
     return np.random.default_rng([int(seed) % (1 << 63), *parts])
+
+
+def pass_rng(seed: int, index: int) -> np.random.Generator:
+    """The random stream of MSA sample `index` (steps 1-3 and 5): independent of every other
+    sample's, so sample i is the same whether built alone or among P."""
+    return _rng(seed, 1, index)
 
 
 def deletion_value(deletions: np.ndarray) -> np.ndarray:
@@ -277,6 +288,21 @@ def plan_example(family: dict, *, crop_size: int | None, max_msa_rows: int, seed
     batch (`protdp.data.pipeline.compact`) both build from it, so they cannot disagree."""
     if max_msa_rows < 1 or max_extra_msa_rows < 0 or msa_samples < 1:
         raise ValueError("max_msa_rows and msa_samples must be >= 1, max_extra_msa_rows >= 0")
+    msa, dels, aatype, window, fraction, profile = sampling_inputs(
+        family, crop_size=crop_size, seed=seed, training=training,
+        masked_msa_fraction=masked_msa_fraction)
+    one_hot = shared_one_hot(msa) if assign and msa.shape[0] > max_msa_rows else None
+    plans = [sample_plan(msa, pass_rng(seed, p), max_rows=max_msa_rows, max_extra=max_extra_msa_rows,
+                         mask_fraction=fraction, profile=profile, one_hot=one_hot, assign=assign)
+             for p in range(msa_samples)]
+    return msa, dels, aatype, window, plans
+
+
+def sampling_inputs(family: dict, *, crop_size: int | None, seed: int, training: bool,
+                    masked_msa_fraction: float | None) -> tuple:
+    """What every MSA sample of an example is drawn from: (msa uint8 [N_all, L_full],
+    deletions [N_all, L_full], aatype [L_full], crop window, BERT fraction, profile [L_full, 23]
+    or None). The crop is drawn here, once per example."""
     fraction = (BERT_MASK_PROB if training else 0.0) if masked_msa_fraction is None else masked_msa_fraction
     msa = np.asarray(family["msa"])                                  # uint8 [N_all, L_full]
     dels = np.asarray(family["deletion_matrix"])
@@ -285,11 +311,7 @@ def plan_example(family: dict, *, crop_size: int | None, max_msa_rows: int, seed
     start = crop_start(L_full, crop_size, _rng(seed, 0), training)
     window = slice(start, L_full if crop_size is None else min(L_full, start + crop_size))
     profile = msa_profile(msa) if fraction > 0 else None
-    one_hot = shared_one_hot(msa) if assign and msa.shape[0] > max_msa_rows else None
-    plans = [sample_plan(msa, _rng(seed, 1, p), max_rows=max_msa_rows, max_extra=max_extra_msa_rows,
-                         mask_fraction=fraction, profile=profile, one_hot=one_hot, assign=assign)
-             for p in range(msa_samples)]
-    return msa, dels, aatype, window, plans
+    return msa, dels, aatype, window, fraction, profile
 
 
 def residue_features(family: dict, aatype: np.ndarray, window: slice) -> dict:
@@ -344,22 +366,30 @@ def collate(examples: list[dict], shared: bool = False) -> dict:
     The batch is built on the examples' device (`shared`: in shared memory, see `_zeros`)."""
     if not examples:
         raise ValueError("collate needs at least one example")
-    B = len(examples)
     batch: dict = {"family_id": [e["family_id"] for e in examples]}
     for key in RESIDUE_KEYS + MSA_KEYS:
-        if key not in examples[0]:
-            continue
-        shapes = [tuple(e[key].shape) for e in examples]
-        if any(len(s) != len(shapes[0]) for s in shapes):
-            raise ValueError(f"collate: examples disagree on the rank of '{key}' (MSA samples?)")
-        shape = tuple(max(s[i] for s in shapes) for i in range(len(shapes[0])))
-        out = _zeros((B,) + shape, examples[0][key].dtype, examples[0][key].device, shared)
-        for b, e in enumerate(examples):      # at the origin; the rest stays zero padding
-            out[(b,) + tuple(slice(0, n) for n in e[key].shape)] = e[key]
-        batch[key] = out
+        if key in examples[0]:
+            batch[key] = stack_padded([e[key] for e in examples], key, shared)
+    sources = [e.get(PASSES_KEY) for e in examples]
+    if any(s is not None for s in sources):     # lazy per-pass samples (`msa_passes`)
+        if any(s is None for s in sources):
+            raise ValueError(f"collate: only some examples carry '{PASSES_KEY}' (MSA samples?)")
+        batch[PASSES_KEY] = sources[0].stack(sources)
     batch["resolution"] = torch.stack([e["resolution"] for e in examples])          # [B]
     batch["num_residues"] = torch.stack([e["num_residues"] for e in examples])      # [B]
     return batch
+
+
+def stack_padded(tensors: list[torch.Tensor], key: str = "", shared: bool = False) -> torch.Tensor:
+    """[B, *max shape]: the tensors at the origin of a zero tensor (the rest is padding)."""
+    shapes = [tuple(t.shape) for t in tensors]
+    if any(len(s) != len(shapes[0]) for s in shapes):
+        raise ValueError(f"collate: examples disagree on the rank of '{key}' (MSA samples?)")
+    shape = tuple(max(s[i] for s in shapes) for i in range(len(shapes[0])))
+    out = _zeros((len(tensors),) + shape, tensors[0].dtype, tensors[0].device, shared)
+    for b, t in enumerate(tensors):
+        out[(b,) + tuple(slice(0, n) for n in t.shape)] = t
+    return out
 
 
 def featurize_query(sequence: str, msa=None, *, max_msa_rows: int = 512, seed: int = 0,
@@ -367,7 +397,17 @@ def featurize_query(sequence: str, msa=None, *, max_msa_rows: int = 512, seed: i
                     msa_samples: int = 1, masked_msa_fraction: float = 0.0) -> dict:
     """Inference features for a target without structure: structure keys are zero with zero
     mask, resolution NaN, no crop, BERT masking of `masked_msa_fraction` (AF2's inference: 0.15). `msa` is a `protdp.data.parse.Msa` whose
-    query must equal `sequence` (X matches anything)."""
+    query must equal `sequence` (X matches anything). All `msa_samples` built now; the
+    predictor builds them pass by pass (`msa_passes.query_features`)."""
+    return featurize(query_family(sequence, msa, family_id), crop_size=None,
+                     max_msa_rows=max_msa_rows, seed=seed, training=False,
+                     max_extra_msa_rows=max_extra_msa_rows, msa_samples=msa_samples,
+                     masked_msa_fraction=masked_msa_fraction)
+
+
+def query_family(sequence: str, msa=None, family_id: str = "query") -> dict:
+    """The family dict (`FamilyStore.read`'s layout) of a target without structure, checked:
+    structure zero with zero mask, resolution NaN, the MSA's query set to `sequence`."""
     seq = "".join(str(sequence).split()).upper()
     if not seq:
         raise InputError("empty sequence", field="sequence")
@@ -392,12 +432,9 @@ def featurize_query(sequence: str, msa=None, *, max_msa_rows: int = 512, seed: i
         dels = np.zeros_like(tokens)
     if np.any(tokens[0] == GAP_ID):
         raise InputError("sequence contains gap characters", field="sequence")
-    family = {
+    return {
         "family_id": family_id, "msa": tokens, "deletion_matrix": dels,
         "all_atom_positions": np.zeros((L, NUM_ATOM37, 3), np.float32),
         "all_atom_mask": np.zeros((L, NUM_ATOM37), np.float32),
         "residue_index": np.arange(L, dtype=np.int32), "sequence": seq, "resolution": float("nan"),
     }
-    return featurize(family, crop_size=None, max_msa_rows=max_msa_rows, seed=seed, training=False,
-                     max_extra_msa_rows=max_extra_msa_rows, msa_samples=msa_samples,
-                     masked_msa_fraction=masked_msa_fraction)

@@ -33,7 +33,7 @@ import torch
 from protdp import __version__
 from protdp.config import to_dict
 from protdp.data.bounds import check_predict_bounds
-from protdp.data.features import featurize_query
+from protdp.data.msa_passes import query_features
 from protdp.templates.inputs import template_names, template_provider
 from protdp.data.residues import GAP_ID
 from protdp.data.screening import ScreeningList
@@ -319,13 +319,14 @@ class Predictor:
     def features(self, sequence: str, msa, family_id: str = "query", *,
                  seed: int | None = None, loaded: LoadedModel | None = None) -> dict:
         """The model's inputs for one target under this predictor's settings (one MSA sample
-        per recycling pass, AF2's inference masking)."""
+        per recycling pass, AF2's inference masking; pass i's built when the model reaches it,
+        `protdp.data.msa_passes`, so memory does not grow with the recycles)."""
         c, loaded = self.config, loaded or self.loaded
         passes = (c.num_recycles if c.num_recycles is not None else loaded.config.num_recycles) + 1
-        return featurize_query(sequence, msa, max_msa_rows=c.max_msa_rows,
-                               seed=c.seed if seed is None else seed,
-                               family_id=family_id, max_extra_msa_rows=c.max_extra_msa_rows,
-                               msa_samples=passes, masked_msa_fraction=c.masked_msa_fraction)
+        return query_features(sequence, msa, max_msa_rows=c.max_msa_rows,
+                              seed=c.seed if seed is None else seed,
+                              family_id=family_id, max_extra_msa_rows=c.max_extra_msa_rows,
+                              msa_samples=passes, masked_msa_fraction=c.masked_msa_fraction)
 
     def _run_ensemble(self, seq: str, msa, family_id: str, forward=None,
                       template_inputs: dict | None = None) -> tuple[dict, dict]:

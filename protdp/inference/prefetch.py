@@ -5,8 +5,8 @@ The process claims `lookahead` targets beyond the one it predicts (`workqueue.dr
 leases renewed too) and hands each to a pool of `workers` processes, which validate the
 sequence, find and parse its MSA files (`targets.load_msa`), align its --template files
 (kalign) or read its template features (`templates.inputs.TemplateProvider`), and sample the
-features of every (checkpoint, seed) (`featurize_query`, AF2's MSA sampling and masking: a pure function of
-sequence, MSA, seed and settings). At most `lookahead` targets' inputs are held at a time, and
+features of every (checkpoint, seed) (`msa_passes.query_features`, AF2's MSA sampling and masking: a pure function of
+sequence, MSA, seed and settings; pass 0's sample, the later ones built by the model per pass). At most `lookahead` targets' inputs are held at a time, and
 a target's are dropped once it is predicted. The predictor then takes the parsed MSA and the
 features instead of computing them (`Predictor.msa_loader` / `template_loader`,
 `ensemble._member_features`),
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from protdp.data.features import featurize_query
+from protdp.data.msa_passes import query_features   # passes built by the consumer
 from protdp.inference.targets import clean_sequence, find_msa_files, load_msa
 
 DEFAULT_LOOKAHEAD = 1
@@ -63,11 +63,11 @@ def prepare_target(job: dict) -> dict | None:
         feats = {}
         for passes in job["passes"]:
             for seed in job["seeds"]:
-                f = featurize_query(seq, msa, max_msa_rows=c.max_msa_rows, seed=seed,
-                                    family_id=job["file_name"],
-                                    max_extra_msa_rows=c.max_extra_msa_rows,
-                                    msa_samples=passes,
-                                    masked_msa_fraction=c.masked_msa_fraction)
+                f = query_features(seq, msa, max_msa_rows=c.max_msa_rows, seed=seed,
+                                   family_id=job["file_name"],
+                                   max_extra_msa_rows=c.max_extra_msa_rows,
+                                   msa_samples=passes,
+                                   masked_msa_fraction=c.masked_msa_fraction)
                 feats[feature_key(seq, job["file_name"], seed, passes)] = {
                     k: (v.numpy() if torch.is_tensor(v) else v) for k, v in f.items()}
         return {"msa_paths": tuple(str(p) for p in paths), "msa": msa, "features": feats,

@@ -9,7 +9,10 @@
 A batch may carry `target_feat` / `msa_feat` precomputed (AlphaFold's processed features are
 fed that way) or the compact keys they are built from. MSA keys may carry a recycling-pass axis
 P right before the row axis ([*, P, N, L]): pass i of the model reads sample min(i, P-1), so
-every recycling pass can see its own MSA sample (AF2 `resample_msa_in_recycling`).
+every recycling pass can see its own MSA sample (AF2 `resample_msa_in_recycling`). Or the MSA
+keys are pass 0's and the batch carries a lazy source of the others under `PASSES_KEY`
+(`protdp.data.msa_passes`: what the predictor builds, so memory does not grow with P); pass i
+then asks it for sample min(i, P-1), built on the host and moved to the batch's device.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Mapping
 import torch
 import torch.nn.functional as F
 
-from protdp.data.features import MSA_KEYS as FEATURE_MSA_KEYS
+from protdp.data.features import MSA_KEYS as FEATURE_MSA_KEYS, PASSES_KEY
 from protdp.data.residues import NUM_AATYPE, NUM_MSA_TOKENS, UNK_ID
 from protdp.errors import InputError
 
@@ -34,7 +37,14 @@ _ROW_RANK = {"msa_feat": 3, "cluster_profile": 3, "msa_row_mask": 1, "extra_msa_
 
 
 def num_passes(batch: Mapping) -> int | None:
-    """Number of MSA samples P when the MSA keys carry a pass axis, else None."""
+    """Number of MSA samples P when the MSA keys carry a pass axis or the batch a lazy source
+    of them (`PASSES_KEY`), else None."""
+    source = batch.get(PASSES_KEY)
+    return _pass_axis(batch) if source is None else int(source.num_passes)
+
+
+def _pass_axis(batch: Mapping) -> int | None:
+    """P when the MSA tensors carry a pass axis, else None."""
     key = "msa_feat" if "msa_feat" in batch else "msa_mask"
     extra = batch[key].dim() - batch["aatype"].dim() - (_ROW_RANK.get(key, 2) - 1)
     if extra == 0:
@@ -47,6 +57,14 @@ def num_passes(batch: Mapping) -> int | None:
 
 def select_pass(batch: Mapping, index: int) -> dict:
     """The batch seen by recycling pass `index`: MSA keys at sample min(index, P-1)."""
+    source = batch.get(PASSES_KEY)
+    if source is not None:     # pass 0's keys are the batch's; later ones built now
+        out = {k: v for k, v in batch.items() if k != PASSES_KEY}
+        i = min(index, int(source.num_passes) - 1)
+        if i > 0:
+            device = batch["aatype"].device
+            out.update({k: v.to(device) for k, v in source.pass_features(i).items()})
+        return out
     p = num_passes(batch)
     if p is None:
         return dict(batch)
@@ -102,7 +120,10 @@ def check_batch(batch: Mapping) -> None:
         if batch[key].shape != aatype.shape:
             raise InputError(f"shape {tuple(batch[key].shape)} != aatype shape {tuple(aatype.shape)}",
                              field=key)
-    passes = num_passes(batch)
+    passes = _pass_axis(batch)
+    if passes is not None and PASSES_KEY in batch:
+        raise InputError("MSA keys with a pass axis and a lazy pass source: give one",
+                         field=PASSES_KEY)
     lead = aatype.shape[:-1] + (() if passes is None else (passes,))
     L = aatype.shape[-1]
     for key in [k for k in MSA_KEYS if k in batch and k not in ("msa_row_mask", "extra_msa_row_mask")]:

@@ -5,7 +5,8 @@ Recycling: the first `num_recycles` passes run without gradients and feed their 
 outputs (first MSA row, pair representation, pseudo-beta of the all-atom prediction) to the
 next pass through the recycling embedder (Alg. 32); only the last pass builds a graph. Pass i
 reads MSA sample min(i, P-1) when the batch carries P samples (`protdp.model.inputs`), as AF2
-resamples the MSA per recycling pass. In training the number of recycles is drawn by
+resamples the MSA per recycling pass: stacked [*, P, N, L] (training, fixtures) or built when
+the pass starts (`protdp.data.msa_passes`, the predictor's: one pass in memory at a time). In training the number of recycles is drawn by
 `sample_num_recycles` from a generator that the caller seeds identically on every data-parallel
 rank for the step, so all ranks run the same graph.
 """
