@@ -14,10 +14,15 @@ from pathlib import Path
 import numpy as np
 
 from protdp.fileio import atomic_write_bytes
+from protdp.gating import GatePolicy
+from protdp.gating.route import route
 from protdp.inference.af_outputs import (afdb_pae_name, colabfold_name, confidence_doc,
                                          matrix_max_pae, write_result_npz)
 from protdp.inference.colabfold_log import write_colabfold_log
 from protdp.inference.ranking import rank, ranking_confidence
+from protdp.inference.scores_json import prediction_scores
+from protdp.inference.targets import Target
+from protdp.inference.writers import round_plddt
 
 
 def finite_or_none(obj):
@@ -119,3 +124,15 @@ def synthetic_preds(length: int, models: int = 2, seed: int = 0, nonfinite: bool
             "checkpoint_sha256": "0" * 64, "msa_rows_used": 1}
     order, ranking_debug = rank(preds)
     return preds, order, ranking_debug
+
+
+def synthetic_scores(preds: dict, order: list[str], seq: str) -> dict:
+    """scores.json's document of a synthetic ensemble (`prediction_scores`, the gate's route
+    with the default policy, a monomer target `t1`)."""
+    top = preds[order[0]]
+    plddt = round_plddt(top["plddt"])
+    decision = route(plddt, length=len(seq), msa_depth=1, training_crop=None,
+                     policy=GatePolicy(), sequence=seq)
+    return prediction_scores(Target(0, "t1", "t1", seq, 1, file_name="t1"), seq, preds, order,
+                             decision, plddt, np.ones(len(seq), bool), spread=None, hits=[],
+                             msa_depth=1, coverage=[1] * len(seq), bf16=False, built=None)

@@ -13,16 +13,13 @@ import numpy as np
 import pytest
 import torch
 
-from output_reference import (finite_or_none, synthetic_preds, write_af_files as write_before,
+from output_reference import (finite_or_none, synthetic_preds, synthetic_scores,
+                              write_af_files as write_before,
                               write_scores_json as scores_before)
-from protdp.gating import GatePolicy
-from protdp.gating.route import route
 from protdp.inference import af_outputs
 from protdp.inference.af_outputs import afdb_pae_name, top_pae_json, write_af_files
 from protdp.inference.json_text import JsonMatrix, compact_json, json_plain, strict_json
-from protdp.inference.scores_json import prediction_scores
-from protdp.inference.targets import Target
-from protdp.inference.writers import round_plddt, write_json
+from protdp.inference.writers import write_json
 
 MAX_PAE = 31.75
 
@@ -37,6 +34,11 @@ def _docs(rng):
         return {"name": "ünïcode @json-matrix-0@ \u202e", "pae": conv(a, 1),
                 "nested": [{"m": conv(b, 2), "x": [1.5, None, "s"]}, conv(a, 2)],
                 "empty": conv(np.zeros((0, 0)), 1), "empty_rows": conv(np.zeros((2, 0)), 1),
+                # json's own encoding where a value table would not be exact: -0.0, a wide
+                # range; and the table's 0 decimals
+                "minus_zero": conv(np.array([[-0.04, 0.04], [2.0, -3.0]]), 1),
+                "wide": conv(np.array([[1e9, 0.5], [-1e9, 7.25]]), 2),
+                "integers": conv(a * 100, 0),
                 "scalar": np.float32(2.5), 3: (1, 2)}
     return (build(JsonMatrix.rounded),
             build(lambda m, d: np.round(np.asarray(m, np.float64), d).tolist()))
@@ -66,16 +68,6 @@ def test_json_plain_is_the_json_round_trip():
     assert json_plain({"p": Path("/x/y"), "t": torch.tensor(2.5)}) == {"p": "/x/y", "t": 2.5}
 
 
-def _scores(preds, order, seq):
-    top = preds[order[0]]
-    plddt = round_plddt(top["plddt"])
-    decision = route(plddt, length=len(seq), msa_depth=1, training_crop=None,
-                     policy=GatePolicy(), sequence=seq)
-    return prediction_scores(Target(0, "t1", "t1", seq, 1, file_name="t1"), seq, preds, order,
-                             decision, plddt, np.ones(len(seq), bool), spread=None, hits=[],
-                             msa_depth=1, coverage=[1] * len(seq), bf16=False, built=None)
-
-
 @pytest.mark.parametrize("case", ["monomer", "nonfinite", "complex"])
 def test_prediction_files_are_byte_identical_to_the_old_path(tmp_path, case):
     length = 29
@@ -87,7 +79,7 @@ def test_prediction_files_are_byte_identical_to_the_old_path(tmp_path, case):
     new.mkdir(), old.mkdir()
     write_af_files(new, "t1", preds, order, debug, {"features": 1.0}, MAX_PAE,
                    save_distogram=False, distogram_edges=None, chains=chains)
-    scores = _scores(preds, order, seq)
+    scores = synthetic_scores(preds, order, seq)
     write_json(new / "scores.json", scores)
     write_before(old, "t1", preds, order, debug, {"features": 1.0}, MAX_PAE, chains)
     scores_before(old / "scores.json", scores, preds[order[0]])
@@ -150,7 +142,7 @@ def test_top_model_pae_is_rounded_once(tmp_path, monkeypatch):
     preds, order, debug = synthetic_preds(17, models=3)
     write_af_files(tmp_path, "t1", preds, order, debug, {}, MAX_PAE, save_distogram=False,
                    distogram_edges=None)
-    scores = _scores(preds, order, "G" * 17)
+    scores = synthetic_scores(preds, order, "G" * 17)
     assert sorted(calls) == [1, 1, 1, 2, 2, 2]      # one of each per model
     top = preds[order[0]]
     assert scores["pae"] is top[af_outputs.TOP_PAE_JSON] is top_pae_json(top)

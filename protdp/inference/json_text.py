@@ -15,6 +15,7 @@ put in its place (`strict_json`, `compact_json`).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import secrets
@@ -24,14 +25,20 @@ from typing import Callable
 import numpy as np
 
 
+VALUE_TABLE_MAX = 1 << 20
+"""Most distinct values a matrix's value texts are looked up from (`JsonMatrix._cells`)."""
+
+
 class JsonMatrix(list):
     """A float matrix as JSON lists (rows of floats: what json.loads gives back) that keeps its
     encodings, so a matrix written into several files is encoded once. `finite`: it holds no
     NaN / Inf. A list subclass: readers of the document see the plain nested lists."""
 
-    def __init__(self, rows: list, finite: bool):
+    def __init__(self, rows: list, finite: bool, values: np.ndarray | None = None,
+                 decimals: int | None = None):
         super().__init__(rows)
         self.finite = finite
+        self._rounded = None if values is None else (values, decimals)
         self._strict: JsonMatrix | None = None
         self._texts: dict[tuple, str] = {}
 
@@ -40,7 +47,9 @@ class JsonMatrix(list):
         """`matrix` [L, L] rounded to `decimals` in float64 (float32 would print its noise,
         3.1400001049041748), as AlphaFold's `confidence.pae_json` rounds."""
         values = np.round(np.asarray(matrix, np.float64), decimals)              # [L, L]
-        return cls(values.tolist(), bool(np.isfinite(values).all()))
+        if values.ndim != 2:
+            raise ValueError(f"a matrix has 2 axes, not {values.ndim} ({values.shape})")
+        return cls(values.tolist(), bool(np.isfinite(values).all()), values, decimals)
 
     def strict(self) -> "JsonMatrix":
         """This matrix with null where it holds NaN / Inf (strict JSON); itself if none."""
@@ -55,7 +64,7 @@ class JsonMatrix(list):
         """json.dumps(self, separators=(",", ":")) (NaN / Inf as json.dumps writes them)."""
         key = ("compact",)
         if key not in self._texts:
-            self._texts[key] = json.dumps(self, separators=(",", ":"))
+            self._texts[key] = "[" + ",".join(f"[{r}]" for r in self._rows_text(",")) + "]"
         return self._texts[key]
 
     def indented_text(self, lead: str, step: str) -> str:
@@ -63,23 +72,40 @@ class JsonMatrix(list):
         starts with `lead`: each row on a line at lead + step, each value at lead + 2 step."""
         key = ("indented", lead, step)
         if key not in self._texts:
-            self._texts[key] = _indented(self.strict(), lead, step)
+            row_pad, item_pad = "\n" + lead + step, "\n" + lead + step + step
+            rows = [f"[{item_pad}{r}{row_pad}]" if r else "[]"
+                    for r in self.strict()._rows_text("," + item_pad)]
+            self._texts[key] = "[]" if not rows else (
+                "[" + row_pad + ("," + row_pad).join(rows) + "\n" + lead + "]")
         return self._texts[key]
 
+    def _rows_text(self, separator: str) -> list[str]:
+        """Each row's values as json.dumps writes them, joined by `separator`."""
+        cells = self._cells
+        if cells is not None:
+            return [separator.join(row) for row in cells]
+        return [json.dumps(row, separators=(separator, ":"))[1:-1] for row in self]
 
-def _indented(rows: list[list], lead: str, step: str) -> str:
-    """`rows` as indent-mode json.dumps text (see `JsonMatrix.indented_text`)."""
-    if not rows:
-        return "[]"
-    row_pad, item_pad = "\n" + lead + step, "\n" + lead + step + step
-    separators = ("," + item_pad, ":")          # the C encoder, indent=1's item separator
-
-    def row_text(row: list) -> str:
-        if not row:
-            return "[]"
-        inner = json.dumps(row, separators=separators, allow_nan=False)[1:-1]
-        return f"[{item_pad}{inner}{row_pad}]"
-    return "[" + row_pad + ("," + row_pad).join(map(row_text, rows)) + "\n" + lead + "]"
+    @functools.cached_property
+    def _cells(self) -> list[list[str]] | None:
+        """[L][L] value texts looked up from a table of the matrix's distinct values, each
+        k / 10^decimals and written as json writes a float (its repr); None where that does not
+        hold exactly (not rounded here, NaN / Inf, -0.0, a range wider than
+        `VALUE_TABLE_MAX`): json writes the rows then. A float's repr costs ~0.3 µs, a lookup
+        a tenth of that."""
+        if self._rounded is None:
+            return None
+        values, decimals = self._rounded
+        self._rounded = None
+        scale = 10 ** decimals
+        if not self.finite or values.size == 0 or np.signbit(values[values == 0]).any():
+            return None
+        k = np.rint(values * scale)                                              # [L, L]
+        lo, hi = int(k.min()), int(k.max())
+        if hi - lo >= VALUE_TABLE_MAX or not np.array_equal(k / scale, values):
+            return None
+        table = np.array([repr(i / scale) for i in range(lo, hi + 1)], dtype=object)
+        return table[(k - lo).astype(np.int64)].tolist()
 
 
 def json_plain(obj, matrix: Callable | None = None):
