@@ -6,10 +6,11 @@ Timed per length L, best of --repeats, the two interleaved, each into a fresh fo
   after   `af_outputs.write_af_files` + `scores_json.prediction_scores` + scores.json
   before  the old write_af_files + the same prediction_scores (it converts the top model's
           PAE once more, as it did) + scores.json through the old encoder
-Both write every file of `write_af_files` (result npz, confidence, pae_<m>, ColabFold scores,
-the v1 and AFDB PAE files, ranking_debug, timings, log) and scores.json; the test
-tests/test_json_text.py checks that the bytes are the same. Results:
-benchmarks/results/output_writing.json.
+At --memory-lengths, one more run of each under tracemalloc gives the peak of what Python
+and numpy allocated while writing (the ensemble's own arrays not counted). Both write every
+file of `write_af_files` (result npz, confidence, pae_<m>, ColabFold scores, the v1 and AFDB
+PAE files, ranking_debug, timings, log) and scores.json; the JSON files' digests must agree
+(tests/test_json_text.py checks the bytes). Results: benchmarks/results/output_writing.json.
 
     .venv/bin/python benchmarks/output_writing.py [--lengths 500 1000 2000] [--models 2]
 """
@@ -23,6 +24,7 @@ import shutil
 import sys
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,12 +53,19 @@ def write_before(folder: Path, preds: dict, order: list[str], debug: dict, seq: 
     before.write_json(folder / "scores.json", synthetic_scores(preds, order, seq))
 
 
-def _timed(fn, preds, order, debug, seq) -> tuple[float, dict]:
-    """(seconds, {file: digest (JSON) or size}) of one method writing into a fresh folder."""
+def _timed(fn, preds, order, debug, seq, traced: bool = False) -> tuple[float, dict]:
+    """(seconds, {file: digest (JSON) or size}) of one method writing into a fresh folder;
+    `traced`: (peak MiB of Python / numpy allocations while it wrote (tracemalloc), {})."""
     for p in preds.values():
         p.pop(TOP_PAE_JSON, None)           # no conversion left over from the other method
     folder = Path(tempfile.mkdtemp(prefix="protdp-output-bench-"))
     try:
+        if traced:
+            tracemalloc.start()
+            fn(folder, preds, order, debug, seq)
+            peak = tracemalloc.get_traced_memory()[1] / 2**20
+            tracemalloc.stop()
+            return peak, {}
         t0 = time.perf_counter()
         fn(folder, preds, order, debug, seq)
         seconds = time.perf_counter() - t0
@@ -67,7 +76,7 @@ def _timed(fn, preds, order, debug, seq) -> tuple[float, dict]:
     return seconds, sizes
 
 
-def measure(length: int, models: int, repeats: int) -> dict:
+def measure(length: int, models: int, repeats: int, memory: bool) -> dict:
     preds, order, debug = before.synthetic_preds(length, models=models, seed=length)
     seq = "G" * length
     times = {"before": [], "after": []}
@@ -78,7 +87,11 @@ def measure(length: int, models: int, repeats: int) -> dict:
             times[name].append(seconds)
     assert sizes["before"] == sizes["after"], "the two methods wrote different files"
     best = {k: min(v) for k, v in times.items()}
+    peaks = {name: _timed(fn, preds, order, debug, seq, traced=True)[0]
+             for name, fn in (("before", write_before), ("after", write_after))} \
+        if memory else None
     return {"length": length, "models": models, "seconds_best": best, "seconds_all": times,
+            "traced_peak_mib": peaks,
             "before_over_after": best["before"] / best["after"],
             "bytes_written": sum(size for size, _ in sizes["after"].values()),
             "files": len(sizes["after"])}
@@ -89,15 +102,20 @@ def main() -> None:
     ap.add_argument("--lengths", type=int, nargs="+", default=[500, 1000, 2000])
     ap.add_argument("--models", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--memory-lengths", type=int, nargs="*", default=[1000, 2000],
+                    help="lengths whose peak traced memory is measured too (a separate run)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "output_writing.json"))
     args = ap.parse_args()
     rows = []
     for length in args.lengths:
-        rows.append(measure(length, args.models, args.repeats))
+        rows.append(measure(length, args.models, args.repeats, length in args.memory_lengths))
         r = rows[-1]
+        peaks = r["traced_peak_mib"]
         print(f"L={length}: before {r['seconds_best']['before']:.2f} s, after "
               f"{r['seconds_best']['after']:.2f} s ({r['before_over_after']:.1f}x), "
-              f"{r['bytes_written'] / 1e6:.0f} MB in {r['files']} files", flush=True)
+              f"{r['bytes_written'] / 1e6:.0f} MB in {r['files']} files" + (
+                  "" if peaks is None else f", peak {peaks['before']:.0f} -> "
+                  f"{peaks['after']:.0f} MiB"), flush=True)
     atomic_write_json(args.out, {
         "what": "one prediction's files (write_af_files + scores.json), PAE converted once "
                 "(after) vs once per file (before, tests/output_reference.py)",

@@ -53,6 +53,18 @@ def test_strict_json_is_json_dumps_byte_for_byte(indent):
     assert strict_json(matrices, indent=indent) == expected        # from the cached texts
 
 
+def test_a_rounded_matrix_is_the_plain_rounded_lists():
+    """In memory too: the same Python floats `np.round(...).tolist()` gives, table or not."""
+    rng = np.random.default_rng(3)
+    for matrix, decimals in ((rng.random((6, 5)) * 31.75, 1), (rng.random((4, 4)) * 31.75, 2),
+                             (np.array([[np.nan, -0.04], [1e9, 2.0]]), 1)):
+        plain = np.round(matrix.astype(np.float64), decimals).tolist()
+        got = JsonMatrix.rounded(matrix, decimals)
+        assert json.dumps(got) == json.dumps(plain)           # every value, NaN included
+        assert all(type(v) is float for row in got for v in row)
+        assert got == plain or np.isnan(matrix).any()        # NaN != NaN
+
+
 def test_compact_json_is_json_dumps_byte_for_byte():
     matrices, plain = _docs(np.random.default_rng(7))
     for doc in (matrices, plain):                 # what json.dumps itself cannot encode

@@ -165,32 +165,40 @@ def write_af_files(folder: Path, name: str, preds: dict[str, dict], order: list[
                    chains: list[tuple[str, str]] | None = None) -> dict[str, str]:
     """Everything but the structures; returns {kind: file name} of the files written.
     `max_pae`: the PAE head's largest bin centre (AlphaFold's `max_predicted_aligned_error`)."""
-    from protdp.inference.ranking import ranking_confidence
     files = {"ranking_debug": write_json(folder / "ranking_debug.json", ranking_debug).name,
              "timings": write_json(folder / "timings.json", timings).name}
     for k, n in enumerate(order):
-        p = preds[n]
-        files[f"result_{n}"] = write_result_npz(folder / f"result_{n}.npz", p,
-                                                ranking_confidence(p), max_pae, save_distogram,
-                                                distogram_edges).name
-        files[f"confidence_{n}"] = _write_compact(folder / f"confidence_{n}.json",
-                                                  confidence_doc(p["plddt"])).name
-        if p.get("pae") is not None:      # the top model's values also go to AFDB's file
-            values = top_pae_json(p) if k == 0 else pae_json_values(p["pae"])
-            files[f"pae_{n}"] = _write_compact(folder / f"pae_{n}.json",
-                                               afdb_pae(values, max_pae)).name
-        scores = colabfold_scores(p)
-        tag = p.get("colabfold_tag", n)
-        files[f"scores_rank_{k + 1:03d}"] = write_json(
-            folder / colabfold_name(name, "scores", k + 1, tag, "json"), scores).name
-        if k == 0 and "pae" in scores:
-            files["pae_json"] = write_json(folder / f"{name}_predicted_aligned_error_v1.json",
-                                           colabfold_pae(scores)).name
-            files["afdb_pae_json"] = _write_compact(folder / afdb_pae_name(name),
-                                                    afdb_pae(values, max_pae, chains)).name
+        files.update(_write_model_files(folder, name, k, n, preds[n], max_pae,
+                                        (save_distogram, distogram_edges), chains))
     from protdp.inference.colabfold_log import write_colabfold_log
     files["log"] = write_colabfold_log(folder, name, len(preds[order[0]]["plddt"]), preds,
                                        order)
+    return files
+
+
+def _write_model_files(folder: Path, name: str, k: int, n: str, p: dict,
+                       max_pae: float | None, distogram: tuple, chains) -> dict[str, str]:
+    """The files of the prediction `n` ranked `k` (0-based); the top-ranked one's also
+    ColabFold's `_predicted_aligned_error_v1.json` and the AFDB file. Its PAE matrices live
+    as long as this call, but the top model's 1-decimal one (`top_pae_json`: scores.json's)."""
+    from protdp.inference.ranking import ranking_confidence
+    files = {f"result_{n}": write_result_npz(folder / f"result_{n}.npz", p,
+                                             ranking_confidence(p), max_pae, *distogram).name,
+             f"confidence_{n}": _write_compact(folder / f"confidence_{n}.json",
+                                               confidence_doc(p["plddt"])).name}
+    if p.get("pae") is not None:      # the top model's values also go to AFDB's file
+        files[f"pae_{n}"] = _write_compact(folder / f"pae_{n}.json", afdb_pae(
+            top_pae_json(p) if k == 0 else p["pae"], max_pae)).name
+    scores = colabfold_scores(p)
+    files[f"scores_rank_{k + 1:03d}"] = write_json(
+        folder / colabfold_name(name, "scores", k + 1, p.get("colabfold_tag", n), "json"),
+        scores).name
+    if k == 0 and "pae" in scores:
+        files["pae_json"] = write_json(folder / f"{name}_predicted_aligned_error_v1.json",
+                                       colabfold_pae(scores)).name
+        files["afdb_pae_json"] = _write_compact(folder / afdb_pae_name(name),
+                                                afdb_pae(top_pae_json(p), max_pae,
+                                                         chains)).name
     return files
 
 

@@ -5,17 +5,21 @@ files hold them.
 At L = 2000 a PAE matrix is 4M floats. The top-ranked model's stands in its `pae_<m>.json`,
 the AFDB file and scores.json (1 decimal), and in its ColabFold scores and
 `<name>_predicted_aligned_error_v1.json` (2 decimals). Python's `json` writes an `indent=1`
-document with its pure-Python encoder (a generator step per float, ~1 s per million floats);
-a `JsonMatrix` writes each row with the C encoder instead, passing the separator indent=1 puts
-between items (",\\n" and the indentation) as the item separator, so its text is json.dumps's
-byte for byte (tests/test_json_text.py; cost: benchmarks/output_writing.py). A document is
-encoded with a placeholder string where each matrix stands, then the matrix's cached text is
-put in its place (`strict_json`, `compact_json`).
+document with its pure-Python encoder (a generator step per float, ~1 s per million floats),
+and even its C encoder spends ~0.3 µs on each float's repr. A rounded matrix has few distinct
+values (k / 10^decimals: ~320 for a PAE to 1 decimal), so a `JsonMatrix` writes each of them
+once (`value_codes`) and builds every text by looking its entries up, joined with the
+separators json.dumps puts between them (for indent=1: ",\n" and the indentation); its rows
+hold the table's float objects, 8 bytes a value instead of a float's 32. Where the values
+are not exactly such a table (NaN / Inf, -0.0, a wide range) the C encoder writes the rows,
+one by one, with the same separators. Either way the text is json.dumps's byte for byte
+(tests/test_json_text.py; cost: benchmarks/output_writing.py). A document is encoded with a
+placeholder string where each matrix stands, then the matrix's cached text is put in its
+place (`strict_json`, `compact_json`).
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import secrets
@@ -26,7 +30,7 @@ import numpy as np
 
 
 VALUE_TABLE_MAX = 1 << 20
-"""Most distinct values a matrix's value texts are looked up from (`JsonMatrix._cells`)."""
+"""Most distinct values a matrix's values are looked up from (`value_codes`)."""
 
 
 class JsonMatrix(list):
@@ -34,11 +38,10 @@ class JsonMatrix(list):
     encodings, so a matrix written into several files is encoded once. `finite`: it holds no
     NaN / Inf. A list subclass: readers of the document see the plain nested lists."""
 
-    def __init__(self, rows: list, finite: bool, values: np.ndarray | None = None,
-                 decimals: int | None = None):
+    def __init__(self, rows: list, finite: bool, coded: tuple | None = None):
         super().__init__(rows)
         self.finite = finite
-        self._rounded = None if values is None else (values, decimals)
+        self._coded = coded               # (value texts [n], codes [L, L]): `value_codes`
         self._strict: JsonMatrix | None = None
         self._texts: dict[tuple, str] = {}
 
@@ -49,7 +52,12 @@ class JsonMatrix(list):
         values = np.round(np.asarray(matrix, np.float64), decimals)              # [L, L]
         if values.ndim != 2:
             raise ValueError(f"a matrix has 2 axes, not {values.ndim} ({values.shape})")
-        return cls(values.tolist(), bool(np.isfinite(values).all()), values, decimals)
+        coded = value_codes(values, decimals)
+        if coded is None:
+            return cls(values.tolist(), bool(np.isfinite(values).all()))
+        floats, texts, codes = coded
+        # the rows hold the table's float objects: 8 bytes a value, not a float's 32
+        return cls(floats[codes].tolist(), True, (texts, codes))
 
     def strict(self) -> "JsonMatrix":
         """This matrix with null where it holds NaN / Inf (strict JSON); itself if none."""
@@ -81,31 +89,31 @@ class JsonMatrix(list):
 
     def _rows_text(self, separator: str) -> list[str]:
         """Each row's values as json.dumps writes them, joined by `separator`."""
-        cells = self._cells
-        if cells is not None:
-            return [separator.join(row) for row in cells]
+        coded = self._coded
+        if coded is not None:
+            table, codes = coded
+            return [separator.join(table[row]) for row in codes]
         return [json.dumps(row, separators=(separator, ":"))[1:-1] for row in self]
 
-    @functools.cached_property
-    def _cells(self) -> list[list[str]] | None:
-        """[L][L] value texts looked up from a table of the matrix's distinct values, each
-        k / 10^decimals and written as json writes a float (its repr); None where that does not
-        hold exactly (not rounded here, NaN / Inf, -0.0, a range wider than
-        `VALUE_TABLE_MAX`): json writes the rows then. A float's repr costs ~0.3 µs, a lookup
-        a tenth of that."""
-        if self._rounded is None:
-            return None
-        values, decimals = self._rounded
-        self._rounded = None
-        scale = 10 ** decimals
-        if not self.finite or values.size == 0 or np.signbit(values[values == 0]).any():
-            return None
-        k = np.rint(values * scale)                                              # [L, L]
-        lo, hi = int(k.min()), int(k.max())
-        if hi - lo >= VALUE_TABLE_MAX or not np.array_equal(k / scale, values):
-            return None
-        table = np.array([repr(i / scale) for i in range(lo, hi + 1)], dtype=object)
-        return table[(k - lo).astype(np.int64)].tolist()
+
+def value_codes(values: np.ndarray, decimals: int) -> tuple | None:
+    """(floats [n], texts [n], codes [L, L] int32) of a matrix rounded to `decimals`: its
+    distinct values, each k / 10^decimals, as Python floats and as json writes them (a
+    float's repr, ~0.3 µs each, paid once per distinct value; a row's texts are then one numpy
+    lookup), and each entry's index into them. None where that does not hold exactly (NaN /
+    Inf, -0.0, a range wider than `VALUE_TABLE_MAX`): the matrix is listed and json writes it
+    then."""
+    scale = 10 ** decimals
+    if values.size == 0 or not np.isfinite(values).all() or \
+            np.signbit(values[values == 0]).any():
+        return None
+    k = np.rint(values * scale)                                                  # [L, L]
+    lo, hi = int(k.min()), int(k.max())
+    if hi - lo >= VALUE_TABLE_MAX or not np.array_equal(k / scale, values):
+        return None
+    floats = np.array([i / scale for i in range(lo, hi + 1)], dtype=object)    # [n]
+    texts = np.array([repr(f) for f in floats], dtype=object)                   # [n]
+    return floats, texts, (k - lo).astype(np.int32)
 
 
 def json_plain(obj, matrix: Callable | None = None):
