@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 from pathlib import Path
 
 import numpy as np
 
 from protdp.fileio import atomic_write_bytes
+from protdp.inference.json_text import JsonMatrix, compact_json
 from protdp.inference.writers import printable, write_json
 
 SUMMARY_CSV_COLUMNS = ("id", "model", "seed", "rank", "length", "msa_depth", "mean_plddt", "ptm",
@@ -72,20 +72,35 @@ PAE_JSON_DECIMALS = 1
 `confidence.pae_json` rounds `pae.astype(np.float64)` to 1 decimal ("floats to 1 decimal
 place, whereas AFDB returns integer values"); rounding in float64 leaves no float32 noise
 (3.1400001049041748) in the written decimals."""
+COLABFOLD_PAE_DECIMALS = 2
+"""Decimals of the PAE in ColabFold's scores JSON (its `np.around(pae, 2)`)."""
+TOP_PAE_JSON = "pae_json"
+"""Key under which the top-ranked prediction keeps its `pae_json_values` (`top_pae_json`)."""
 
 
-def pae_json_values(pae: np.ndarray) -> list[list[float]]:
-    """The PAE [L, L] (Å) as JSON lists, rounded as AlphaFold's `pae_json` does."""
-    return np.round(np.asarray(pae, np.float64), PAE_JSON_DECIMALS).tolist()
+def pae_json_values(pae: np.ndarray, decimals: int = PAE_JSON_DECIMALS) -> JsonMatrix:
+    """The PAE [L, L] (Å) as JSON lists, rounded as AlphaFold's `pae_json` does (in float64),
+    encoded once however many files hold it (`json_text.JsonMatrix`)."""
+    return JsonMatrix.rounded(pae, decimals)
 
 
-def afdb_pae(pae: np.ndarray, max_pae: float, chains: list[tuple[str, str]] | None = None
-             ) -> list:
+def top_pae_json(pred: dict) -> JsonMatrix:
+    """The top-ranked prediction's `pae_json_values`, converted once and kept in `pred`: its
+    `pae_<m>.json`, the AFDB file and scores.json hold the same values (the first two the
+    same text). Only the top model's is kept (L = 2000: ~130 MB of Python floats)."""
+    if pred.get(TOP_PAE_JSON) is None:
+        pred[TOP_PAE_JSON] = pae_json_values(pred["pae"])
+    return pred[TOP_PAE_JSON]
+
+
+def afdb_pae(pae: np.ndarray | JsonMatrix, max_pae: float,
+             chains: list[tuple[str, str]] | None = None) -> list:
     """AFDB / AlphaFold PAE JSON document (`confidence.pae_json`: a one-element list, values
-    `pae_json_values`, `max_predicted_aligned_error` the largest value the head can predict,
-    31.75 Å for AlphaFold's bins); a complex adds `chains`, each chain's [start, end) residue
-    range (0-based, `protdp.complex.outputs.chain_ranges`)."""
-    doc = {"predicted_aligned_error": pae_json_values(pae),
+    `pae_json_values` (given, or converted from the array), `max_predicted_aligned_error` the
+    largest value the head can predict, 31.75 Å for AlphaFold's bins); a complex adds `chains`,
+    each chain's [start, end) residue range (0-based, `protdp.complex.outputs.chain_ranges`)."""
+    values = pae if isinstance(pae, JsonMatrix) else pae_json_values(pae)
+    doc = {"predicted_aligned_error": values,
            "max_predicted_aligned_error": float(max_pae)}
     if chains:
         from protdp.complex.outputs import chain_ranges
@@ -119,7 +134,7 @@ def colabfold_scores(pred: dict) -> dict:
     if pred.get("pae") is not None:
         # ColabFold's 2 decimals, rounded in float64 (float32 would print its noise)
         doc.update(max_pae=matrix_max_pae(pred),
-                   pae=np.round(np.asarray(pred["pae"], np.float64), 2).tolist(),
+                   pae=pae_json_values(pred["pae"], COLABFOLD_PAE_DECIMALS),
                    ptm=round(float(pred["ptm"]), 4))
     if pred.get("iptm") is not None:            # ColabFold's multimer scores
         doc["iptm"] = round(float(pred["iptm"]), 4)
@@ -128,7 +143,8 @@ def colabfold_scores(pred: dict) -> dict:
 
 def colabfold_pae(scores: dict) -> dict:
     """ColabFold's `<n>_predicted_aligned_error_v1.json` of the top-ranked model: its scores'
-    `pae` and `max_pae` under the AFDB key names, one object (not AFDB's list)."""
+    `pae` and `max_pae` under the AFDB key names, one object (not AFDB's list): the same
+    `JsonMatrix`, so its text is encoded once for both files."""
     return {"predicted_aligned_error": scores["pae"],
             "max_predicted_aligned_error": scores["max_pae"]}
 
@@ -149,37 +165,46 @@ def write_af_files(folder: Path, name: str, preds: dict[str, dict], order: list[
                    chains: list[tuple[str, str]] | None = None) -> dict[str, str]:
     """Everything but the structures; returns {kind: file name} of the files written.
     `max_pae`: the PAE head's largest bin centre (AlphaFold's `max_predicted_aligned_error`)."""
-    from protdp.inference.ranking import ranking_confidence
     files = {"ranking_debug": write_json(folder / "ranking_debug.json", ranking_debug).name,
              "timings": write_json(folder / "timings.json", timings).name}
     for k, n in enumerate(order):
-        p = preds[n]
-        files[f"result_{n}"] = write_result_npz(folder / f"result_{n}.npz", p,
-                                                ranking_confidence(p), max_pae, save_distogram,
-                                                distogram_edges).name
-        files[f"confidence_{n}"] = _write_compact(folder / f"confidence_{n}.json",
-                                                  confidence_doc(p["plddt"])).name
-        if p.get("pae") is not None:
-            files[f"pae_{n}"] = _write_compact(folder / f"pae_{n}.json",
-                                               afdb_pae(p["pae"], max_pae)).name
-        scores = colabfold_scores(p)
-        tag = p.get("colabfold_tag", n)
-        files[f"scores_rank_{k + 1:03d}"] = write_json(
-            folder / colabfold_name(name, "scores", k + 1, tag, "json"), scores).name
-        if k == 0 and "pae" in scores:
-            files["pae_json"] = write_json(folder / f"{name}_predicted_aligned_error_v1.json",
-                                           colabfold_pae(scores)).name
-            files["afdb_pae_json"] = _write_compact(folder / afdb_pae_name(name),
-                                                    afdb_pae(p["pae"], max_pae, chains)).name
+        files.update(_write_model_files(folder, name, k, n, preds[n], max_pae,
+                                        (save_distogram, distogram_edges), chains))
     from protdp.inference.colabfold_log import write_colabfold_log
     files["log"] = write_colabfold_log(folder, name, len(preds[order[0]]["plddt"]), preds,
                                        order)
     return files
 
 
+def _write_model_files(folder: Path, name: str, k: int, n: str, p: dict,
+                       max_pae: float | None, distogram: tuple, chains) -> dict[str, str]:
+    """The files of the prediction `n` ranked `k` (0-based); the top-ranked one's also
+    ColabFold's `_predicted_aligned_error_v1.json` and the AFDB file. Its PAE matrices live
+    as long as this call, but the top model's 1-decimal one (`top_pae_json`: scores.json's)."""
+    from protdp.inference.ranking import ranking_confidence
+    files = {f"result_{n}": write_result_npz(folder / f"result_{n}.npz", p,
+                                             ranking_confidence(p), max_pae, *distogram).name,
+             f"confidence_{n}": _write_compact(folder / f"confidence_{n}.json",
+                                               confidence_doc(p["plddt"])).name}
+    if p.get("pae") is not None:      # the top model's values also go to AFDB's file
+        files[f"pae_{n}"] = _write_compact(folder / f"pae_{n}.json", afdb_pae(
+            top_pae_json(p) if k == 0 else p["pae"], max_pae)).name
+    scores = colabfold_scores(p)
+    files[f"scores_rank_{k + 1:03d}"] = write_json(
+        folder / colabfold_name(name, "scores", k + 1, p.get("colabfold_tag", n), "json"),
+        scores).name
+    if k == 0 and "pae" in scores:
+        files["pae_json"] = write_json(folder / f"{name}_predicted_aligned_error_v1.json",
+                                       colabfold_pae(scores)).name
+        files["afdb_pae_json"] = _write_compact(folder / afdb_pae_name(name),
+                                                afdb_pae(top_pae_json(p), max_pae,
+                                                         chains)).name
+    return files
+
+
 def _write_compact(path: Path, doc) -> Path:
     """AlphaFold's / AFDB's compact JSON (no spaces), written atomically."""
-    return atomic_write_bytes(path, json.dumps(doc, separators=(",", ":")).encode())
+    return atomic_write_bytes(path, compact_json(doc).encode())
 
 
 def write_summary_csv(path: Path, rows: list[dict]) -> Path:

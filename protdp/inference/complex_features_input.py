@@ -13,14 +13,13 @@ MSA part of the prediction's fingerprint.
 from __future__ import annotations
 
 import hashlib
-import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from protdp.data.residues import GAP_ID, RESTYPES
 from protdp.errors import InputError, ProtdpError
-from protdp.fileio import sha256_file
+from protdp.fileio import open_npz, sha256_file
 from protdp.inference.targets import Target, _assign_names
 from protdp.complex.inputs import CHAIN_IDS, MAX_CHAINS
 
@@ -36,32 +35,21 @@ def is_features_folder(path: Path) -> bool:
         p.is_file() and split_suffix(p)[1] in FASTA_SUFFIXES for p in path.iterdir())
 
 
-def _read_npz(path: Path) -> dict[str, np.ndarray]:
-    """Every array of a features file, never unpickled; a folder, a missing file or non-zip
-    bytes is one line naming it (as `protdp.weights.store.read_npz`, a higher floor)."""
-    what = "features file"
-    if path.is_dir():
-        raise InputError(f"a directory, not an .npz {what}", path=path)
-    if not path.is_file():
-        raise InputError(f"{what} not found", path=path)
-    try:
-        if not zipfile.is_zipfile(path):     # else np.load reads .npy or offers to unpickle
-            raise InputError(f"not an .npz {what} (not a zip archive of .npy arrays)",
-                             path=path)
-        with np.load(path, allow_pickle=False) as data:
-            return {key: data[key] for key in data.files}
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
-        raise InputError(f"not a readable .npz {what} ({type(exc).__name__}: {exc})",
-                         path=path) from None
+FEATURES_WHAT = "features file"
+REQUIRED_KEYS = ("aatype", "asym_id", "msa")
+CHAIN_KEYS = ("aatype", "asym_id")    # [L] each: all start-up reads of a features file
 
 
-def _read(path: Path) -> dict[str, np.ndarray]:
-    feats = _read_npz(path)
-    missing = [k for k in ("aatype", "asym_id", "msa") if k not in feats]
-    if missing:
-        raise InputError(f"not a multimer features file (no {', '.join(missing)}; write it "
-                         "with `protdp complex features`)", path=path)
-    return feats
+def _read(path: Path, keys: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
+    """The features of `path` (never unpickled, `protdp.fileio.open_npz`), or only its `keys`
+    (the other members, the MSA and templates, not decompressed); a file without the keys a
+    multimer features file has is one error naming it."""
+    with open_npz(path, FEATURES_WHAT) as data:
+        missing = [k for k in REQUIRED_KEYS if k not in data.files]
+        if not missing:
+            return {k: data[k] for k in (data.files if keys is None else keys)}
+    raise InputError(f"not a multimer features file (no {', '.join(missing)}; write it "
+                     "with `protdp complex features`)", path=path)
 
 
 def chains_of(features: dict, path: Path | None = None) -> list[tuple[str, str]]:
@@ -80,14 +68,17 @@ def chains_of(features: dict, path: Path | None = None) -> list[tuple[str, str]]
 
 def read_features_targets(folder: Path) -> tuple[list[Target], str]:
     """One Target per `<complex>/features.npz` (sorted by folder name) and a digest over the
-    files' names and bytes. A file that cannot be read is that target's error (one row)."""
+    files' names and sha256s, each file hashed once (kept as the target's `features_sha256`)
+    and only its chain arrays (`CHAIN_KEYS`) decompressed. A file that cannot be read is that
+    target's error (one row)."""
     targets, digest = [], hashlib.sha256()
     for index, path in enumerate(sorted(folder.glob(f"*/{FEATURES_FILE}"))):
         name = path.parent.name
         t = Target(index, name, name, "", 1, extra={"features_npz": str(path), "source": path})
         try:
-            t.raw_sequence = ":".join(s for _, s in chains_of(_read(path), path))
-            digest.update(f"{name}\0{sha256_file(path)}\n".encode())
+            t.raw_sequence = ":".join(s for _, s in chains_of(_read(path, CHAIN_KEYS), path))
+            t.extra["features_sha256"] = sha256_file(path)
+            digest.update(f"{name}\0{t.extra['features_sha256']}\n".encode())
         except ProtdpError as exc:
             t.error = str(exc)
         targets.append(t)

@@ -1,13 +1,14 @@
 """A prediction's `scores.json`: the one place it is assembled (`prediction_scores`).
 
 It holds the top-ranked model's per-residue pLDDT (2 decimals, the PDB B-factor's values),
-pTM, PAE (`af_outputs.pae_json_values`), the MSA numbers, the gate decision (route, reasons,
-details), and one `ensemble` entry per (model, seed) prediction, best first: its AlphaFold
-weights name (`model_names`: `model_3_ptm`, `model_1_multimer_v3`, `protdp_<sha>`), ColabFold
-tag, rank, mean pLDDT, pTM, ipTM, `max_pae` (the PAE matrix maximum, as ColabFold's and
-summary.csv's), recycles, timing and memory. A complex adds `complexes.complex_scores`
-(chains, ipTM, chain-pair matrices, interface PAE). Other scores are added here, in
-`prediction_scores`, so that scores.json, the review item and summary rows stay one record.
+pTM, PAE (`af_outputs.top_pae_json`: its pae_<m>.json's values, converted once), the MSA
+numbers, the gate decision (route, reasons, details), and one `ensemble` entry per (model,
+seed) prediction, best first: its AlphaFold weights name (`model_names`: `model_3_ptm`,
+`model_1_multimer_v3`, `protdp_<sha>`), ColabFold tag, rank, mean pLDDT, pTM, ipTM, `max_pae`
+(the PAE matrix maximum, as ColabFold's and summary.csv's), recycles, timing and memory. A
+complex adds `complexes.complex_scores` (chains, ipTM, chain-pair matrices, interface PAE).
+Other scores are added here, in `prediction_scores`, so that scores.json, the review item and
+summary rows stay one record.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import dataclasses
 import numpy as np
 
 from protdp.gating import GateDecision, band_of
-from protdp.inference.af_outputs import matrix_max_pae, pae_json_values
+from protdp.inference.af_outputs import matrix_max_pae, top_pae_json
 
 
 def ensemble_entries(preds: dict[str, dict], order: list[str]) -> list[dict]:
@@ -54,7 +55,7 @@ def prediction_scores(target, seq: str, preds: dict[str, dict], order: list[str]
         "length": len(seq), "plddt": plddt, "mean_plddt": mean,
         "band": None if mean is None else band_of(mean),
         "afdb_bands": decision.afdb_bands, "very_low_fraction": decision.very_low_fraction,
-        "ptm": top.get("ptm"), "pae": None if "pae" not in top else pae_json_values(top["pae"]),
+        "ptm": top.get("ptm"), "pae": None if "pae" not in top else top_pae_json(top),
         "trunk_dtype": "bfloat16" if bf16 else "float32",
         "msa_depth": msa_depth, "msa_rows_used": top["msa_rows_used"],
         "msa_coverage": coverage, "num_recycles": top["num_recycles"],

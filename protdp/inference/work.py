@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from pathlib import Path
 
 from protdp.inference.predictor import PARTS_DIR as WORK_DIR   # the summary's parts: the queue
+from protdp.inference.json_text import json_plain
 from protdp.inference.prefetch import DEFAULT_LOOKAHEAD, FeaturePrefetcher
 from protdp.inference.sharding import target_cost
 from protdp.workqueue import DEFAULT_LEASE_S, WorkItem, WorkQueue, Worker, drain
@@ -46,22 +46,6 @@ def run_key(out_dir: Path, fasta: dict, settings: dict) -> str:
                        "msa_dir": None if fasta["msa_dir"] is None else str(fasta["msa_dir"]),
                        "settings": settings}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def _plain(obj):
-    """A row as its JSON round trip (NaN/Inf -> None, numpy scalars -> numbers), the form every
-    process reads back from the queue."""
-    if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
-        obj = obj.item()
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj
 
 
 def predict_queued(pred, targets: list, lengths: list, info: dict, *, queue_url: str,
@@ -90,7 +74,8 @@ def predict_queued(pred, targets: list, lengths: list, info: dict, *, queue_url:
             # another process published this prediction meanwhile (our lease ran out while
             # we were stalled): take its folder as it is (finished, or pending: completed)
             row = pred.predict_target(targets[item.idx], info)
-        return _plain(row), row["status"] == "rejected"
+        # the row as its JSON round trip, the form every process reads back from the queue
+        return json_plain(row), row["status"] == "rejected"
 
     try:
         with RunProgress(queue, "predict", enabled=progress and rank == 0):

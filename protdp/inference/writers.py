@@ -15,7 +15,6 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
-import json
 import math
 import re
 from pathlib import Path
@@ -28,6 +27,7 @@ from protdp.data.residue_constants import ATOM_TYPES, NUM_ATOM37, RESTYPE_ATOM37
 from protdp.data.residues import sequence_to_ids
 from protdp.data.safeio import save_structure
 from protdp.fileio import atomic_write_bytes
+from protdp.inference.json_text import strict_json
 from protdp.text import printable   # one definition (protdp/text.py); callers import it here
 
 ONE_TO_THREE = {"A": "ALA", "R": "ARG", "N": "ASN", "D": "ASP", "C": "CYS", "Q": "GLN",
@@ -95,24 +95,10 @@ def write_structures(directory: Path, name: str, sequence: str, positions: np.nd
     return save_structure(structure, directory, name, kinds)
 
 
-def _finite_or_none(obj):
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {str(k): _finite_or_none(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite_or_none(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return _finite_or_none(obj.tolist())
-    if isinstance(obj, np.generic):
-        return _finite_or_none(obj.item())
-    return obj
-
-
 def write_json(path: Path, obj: dict) -> Path:
-    """Strict JSON (NaN/Inf become null), written atomically."""
-    text = json.dumps(_finite_or_none(obj), indent=1, ensure_ascii=True, allow_nan=False)
-    return atomic_write_bytes(path, text.encode())
+    """Strict JSON (NaN/Inf become null, `json_text.json_plain`), indent 1, written
+    atomically; a PAE matrix in it (`json_text.JsonMatrix`) is encoded once for every file."""
+    return atomic_write_bytes(path, strict_json(obj, indent=1).encode())
 
 
 def summary_row(row: dict) -> list[str]:
