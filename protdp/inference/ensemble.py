@@ -177,11 +177,17 @@ def seed_groups(pred, loaded, size: TargetSize, n_seeds: int,
                            budget)
 
 
+def feature_passes(config, model_config) -> int:
+    """MSA samples of one prediction: one per recycling pass (--num-recycles, else the
+    checkpoint's), the key of prefetched features (`prefetch`)."""
+    return (config.num_recycles if config.num_recycles is not None
+            else model_config.num_recycles) + 1
+
+
 def _member_features(pred, loaded, seq: str, msa, family_id: str, mem: Member,
                      template_inputs: dict | None, timings: dict) -> dict:
     t0 = time.perf_counter()
-    c = pred.config
-    passes = (c.num_recycles if c.num_recycles is not None else loaded.config.num_recycles) + 1
+    passes = feature_passes(pred.config, loaded.config)
     cache = getattr(pred, "feature_cache", None)        # prefetched (`prefetch`), else None
     feats = None if cache is None else cache(seq, family_id, mem.seed, passes)
     if feats is None:
