@@ -74,12 +74,13 @@ def predict_batch(checkpoint: str | Path | LoadedModel | list, fasta: str | Path
     if parts_link.is_symlink():              # never written through a planted link
         raise ConfigError(f"{parts_link} is a symbolic link; protdp never writes through a "
                           "link in its output folder: remove it")
-    make, extra = ((Predictor, {}) if claimed_search is None else
-                   (SearchingPredictor, {"claimed_search": claimed_search}))
-    pred = make(loaded, out_dir, config=config, policy=load_gate_policy(gating),
-                screening=screen, screening_path=screening, sink=sink,
-                device=device, rank=rank, world_size=world_size, msa_search=msa_search,
-                release_gate=release_gate, templates=tuple(templates), **extra)
+    kw = dict(config=config, policy=load_gate_policy(gating), screening=screen,
+              screening_path=screening, sink=sink, device=device, rank=rank,
+              world_size=world_size, msa_search=msa_search, templates=tuple(templates))
+    pred = (Predictor(loaded, out_dir, release_gate=release_gate, **kw)
+            if claimed_search is None else   # --db: a Predictor searching what it claims
+            SearchingPredictor(loaded, out_dir, release_gate=release_gate,
+                               claimed_search=claimed_search, **kw))
     info = {"path": str(fasta.resolve()), "sha256": input_sha,
             "msa_dir": None if msa_dir is None else Path(msa_dir).resolve()}
     lengths = target_lengths(targets)
