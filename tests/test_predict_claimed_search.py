@@ -65,19 +65,36 @@ def _block(out: Path) -> None:
     (out / "msa_search" / BLOCKED).write_text("a file where the target's search folder goes")
 
 
-def test_two_processes_search_what_they_claim(tmp_path, inputs):
+def _launch_env(launch: str, rank: int, port: str) -> dict:
+    """Two processes by hand (job-array tasks), or two ranks of one SLURM step (each then
+    world size 2, as srun sets them)."""
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK")}
+    if launch == "by_hand":
+        return base
+    return {**base, "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank), "SLURM_NTASKS": "2",
+            "SLURM_NTASKS_PER_NODE": "2", "SLURM_JOB_NODELIST": "localhost",
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
+
+
+@pytest.mark.parametrize("launch", ["by_hand", "slurm_ranks"])
+def test_two_processes_search_what_they_claim(tmp_path, inputs, launch):
+    import socket
     ckpt, db, fasta = inputs
     out = tmp_path / "out"
     _block(out)
     log = tmp_path / "search.log"
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1",
-           "SEARCH_LOG": str(log)}
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
     cmd = [sys.executable, "-c", DRIVER, "predict", "--checkpoint", str(ckpt), "--fasta",
            str(fasta), "--out", str(out), "--db", str(db), "--allow-unreleased", "--no-plots",
            "--no-progress", "--device", "cpu", "--max-msa-rows", "16", "--search-workers", "1",
-           "--prefetch", "0"]
-    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for _ in range(2)]
+           "--prefetch", "0", "--dist-timeout-minutes", "2"]
+    procs = [subprocess.Popen(cmd, env={**_launch_env(launch, r, port), "SEARCH_LOG": str(log),
+                                        "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in range(2)]
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
     with open(out / "summary.csv", newline="") as fh:
@@ -96,6 +113,7 @@ def test_two_processes_search_what_they_claim(tmp_path, inputs):
         assert Path(msa["path"]) == (out / "msa_search" / name / "uniref_mini.a3m").resolve()
         assert summary[name]["msa_depth"] > 1 and summary[name]["status"] != "rejected"
         assert prov["config"]["msa_search"]["databases"][0]["path"] == str(Path(db).resolve())
+        assert prov["world_size"] == (2 if launch == "slurm_ranks" else 1)
 
 
 def test_prefetched_search_is_the_inline_one(tmp_path, inputs, monkeypatch):
