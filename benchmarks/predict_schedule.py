@@ -12,7 +12,9 @@ which favours it). Then the same run with rank 1 killed (SIGKILL) at 50 % done.
 
 Seeds (real model): `--seeds 5` of one L~100 target through configs/model/small.yaml (random
 weights), batched (`ensemble.run_ensemble`) vs one seed at a time (a replaced forward never
-batches), alternating, median of --repeats.
+batches), alternating, median of --repeats, with 1 and 2 torch threads; and the same at L = 8,
+where a prediction is nearly all fixed per-call overhead: the most batching can remove, hence
+its largest speedup at L~100 (`overhead_bound`).
 """
 
 from __future__ import annotations
@@ -178,38 +180,83 @@ def queue_run(costs: list[dict], tmp: Path, world: int, lease: float, name: str,
     return rep
 
 
-def seeds_speedup(config: str, length: int, n_seeds: int, repeats: int, threads: int) -> dict:
+def _seed_times(pred, model, length: int, repeats: int, unchunked: bool = False) -> dict:
+    """Median seconds of the target's seeds batched and one at a time, alternating; with
+    `unchunked` also batched at one seed's chunk (the whole batch's rows at once: B working
+    sets per step), the choice `ensemble.batch_chunk` replaced."""
+    from protdp.inference import ensemble
+
+    rng = random.Random(1)
+    seq = "".join(rng.choice("ACDEFGHIKLMNPQRSTVWY") for _ in range(length))
+    seq_fwd = lambda batch, chunk, hook: model(batch, num_recycles=None)   # noqa: E731
+    ensemble.run_ensemble(pred, seq, None, "q")                             # warm-up
+    modes = ("sequential", "batched") + (("batched_unchunked",) if unchunked else ())
+    times = {m: [] for m in modes}
+    per_seed_chunk = ensemble.batch_chunk
+    for _ in range(repeats):
+        for mode in modes:
+            if mode == "batched_unchunked":
+                ensemble.batch_chunk = lambda chunk, length, group: chunk   # noqa: E731
+            t0 = time.perf_counter()
+            try:
+                ensemble.run_ensemble(pred, seq, None, "q",
+                                      forward=seq_fwd if mode == "sequential" else None)
+            finally:
+                ensemble.batch_chunk = per_seed_chunk
+            times[mode].append(time.perf_counter() - t0)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {"seconds": {k: [round(x, 4) for x in v] for k, v in times.items()},
+            "median_s": {k: round(v, 4) for k, v in med.items()},
+            "speedup": round(med["sequential"] / med["batched"], 3),
+            **({"speedup_unchunked": round(med["sequential"] / med["batched_unchunked"], 3)}
+               if unchunked else {})}
+
+
+def seeds_speedup(config: str, length: int, n_seeds: int, repeats: int,
+                  threads: tuple[int, ...] = (1, 2), tiny_length: int = 8) -> dict:
+    """Batched vs sequential seeds at `length` for each torch thread count, and the floor:
+    at `tiny_length` a prediction is almost all fixed per-call overhead, so the sequential
+    seconds per seed there bound the overhead batching can remove (N-1 of N such overheads),
+    hence the largest speedup batching could give at `length`."""
     import torch
 
     from protdp.inference.checkpoint import load_model_checkpoint, save_model_checkpoint
-    from protdp.inference.ensemble import run_ensemble
     from protdp.inference.predictor import PredictConfig, Predictor
     from protdp.model import build_model
 
-    torch.set_num_threads(threads)
     tmp = Path(tempfile.mkdtemp(prefix="seeds_"))
     torch.manual_seed(0)
     ckpt = save_model_checkpoint(build_model(config, verbose=False), None, tmp / "m.pt")
     loaded = load_model_checkpoint(ckpt, device="cpu")
     pred = Predictor(loaded, tmp / "out", release_gate="off",
                      config=PredictConfig(num_seeds=n_seeds, plots=False, batch_seeds="always"))
-    rng = random.Random(1)
-    seq = "".join(rng.choice("ACDEFGHIKLMNPQRSTVWY") for _ in range(length))
-    model = loaded.model
-    seq_fwd = lambda batch, chunk, hook: model(batch, num_recycles=None)   # noqa: E731
-    run_ensemble(pred, seq, None, "q")                                      # warm-up
-    times = {"batched": [], "sequential": []}
-    for _ in range(repeats):
-        for mode in ("sequential", "batched"):
-            t0 = time.perf_counter()
-            run_ensemble(pred, seq, None, "q", forward=seq_fwd if mode == "sequential" else None)
-            times[mode].append(time.perf_counter() - t0)
-    med = {k: statistics.median(v) for k, v in times.items()}
+    by_threads, bound, load = {}, {}, {"start": [round(x, 2) for x in os.getloadavg()]}
+    for n in threads:
+        torch.set_num_threads(n)
+        at = by_threads[str(n)] = _seed_times(pred, loaded.model, length, repeats,
+                                              unchunked=True)
+        tiny = _seed_times(pred, loaded.model, tiny_length, repeats)
+        overhead = tiny["median_s"]["sequential"] / n_seeds
+        seq = at["median_s"]["sequential"]
+        bound[str(n)] = {"tiny": tiny, "per_seed_overhead_s": round(overhead, 4),
+                         "sequential_per_seed_s": round(seq / n_seeds, 4),
+                         "max_speedup": round(seq / (seq - (n_seeds - 1) * overhead), 3)}
+        load[f"after_{n}_threads"] = [round(x, 2) for x in os.getloadavg()]
+    first = by_threads[str(threads[0])]
     return {"config": str(Path(config).resolve().relative_to(ROOT)), "length": length,
-            "seeds": n_seeds, "torch_threads": threads, "repeats": repeats,
-            "seconds": {k: [round(x, 3) for x in v] for k, v in times.items()},
-            "median_s": {k: round(v, 3) for k, v in med.items()},
-            "speedup": round(med["sequential"] / med["batched"], 3)}
+            "seeds": n_seeds, "torch_threads": threads[0], "repeats": repeats,
+            "seconds": first["seconds"], "median_s": first["median_s"],
+            "speedup": first["speedup"], "by_threads": by_threads,
+            "host_load_average": load, "host_cores": os.cpu_count(),
+            "overhead_bound": {"tiny_length": tiny_length, "by_threads": bound,
+                               "note": "per-seed fixed overhead = sequential seconds per "
+                                       "seed at the tiny length (an upper bound); batching "
+                                       "removes at most N-1 of the N overheads: max_speedup "
+                                       "= sequential / (sequential - (N-1) overhead) at "
+                                       "`length`"},
+            "batched_chunk": "batched: attention / outer-product rows chunked to one seed's "
+                             "working set (ensemble.batch_chunk); batched_unchunked: every "
+                             "seed's rows at once (the chunk chosen for one seed)"}
 
 
 def schedule_benchmark(n: int, max_len: int, total_s: float, lease: float) -> dict:

@@ -11,10 +11,13 @@ world) and length^2 dealing (`protdp.inference.sharding.shard_by_cost`) would gi
 Issue 45 (`benchmarks/predict_schedule.py`): 200 targets with a real proteome's lengths, some
 stopping early, on 2 ranks: static dealing vs the leased work queue (busy fraction per rank,
 makespan over the ideal), the queue with one rank killed at 50 %, and `--seeds 5` batched vs
-one seed at a time on the real model at L = 100 (`queue`, `static`, `queue_rank_killed_at_50pct`,
-`seeds_batched_speedup`).
+one seed at a time on the real model at L = 100 with 1 and 2 torch threads, and the floor: the
+per-seed fixed overhead measured at L = 8 and the largest speedup batching could give at L = 100
+(`queue`, `static`, `queue_rank_killed_at_50pct`, `seeds_batched_speedup`, `seeds.by_threads`,
+`seeds.overhead_bound`).
 
     python benchmarks/predict_throughput.py   -> benchmarks/results/predict_throughput.json
+    python benchmarks/predict_throughput.py --seeds-only     (only the seeds part, into it)
 """
 
 from __future__ import annotations
@@ -67,6 +70,18 @@ def _run(cmd: list[str], env: dict) -> float:
     return time.perf_counter() - t0
 
 
+def _seeds_only(args) -> int:
+    """--seeds-only: the seeds part measured again into the existing results JSON."""
+    path = ROOT / "benchmarks" / "results" / "predict_throughput.json"
+    doc = json.loads(path.read_text())
+    seeds = seeds_speedup(args.config, args.seeds_length, args.seeds, args.seeds_repeats,
+                          tuple(args.seeds_threads))
+    doc.update(seeds_batched_speedup=seeds["speedup"], seeds=seeds)
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    print(json.dumps(seeds, indent=1))
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--config", default=str(ROOT / "configs" / "model" / "small.yaml"))
@@ -80,12 +95,16 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--seeds-length", type=int, default=100)
     p.add_argument("--seeds-repeats", type=int, default=3)
-    p.add_argument("--seeds-threads", type=int, default=1)
+    p.add_argument("--seeds-threads", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--seeds-only", action="store_true",
+                   help="re-measure only the seeds part; the rest of the JSON is kept")
     args = p.parse_args(argv)
+    if args.seeds_only:
+        return _seeds_only(args)
     schedule = schedule_benchmark(args.schedule_targets, args.schedule_max_len,
                                   args.schedule_work_s, args.lease_s)
     seeds = seeds_speedup(args.config, args.seeds_length, args.seeds, args.seeds_repeats,
-                          args.seeds_threads)
+                          tuple(args.seeds_threads))
     tmp = Path(tempfile.mkdtemp(prefix="predict_throughput_"))
     torch.manual_seed(0)
     ckpt = save_model_checkpoint(build_model(args.config, verbose=False), None, tmp / "m.pt")

@@ -106,3 +106,26 @@ def test_memory_model_decides_the_seed_batch(predictor):
     assert seed_batch_size(cfg, size, n_params, 5, fits(3))[0] == 3
     assert seed_batch_size(cfg, size, n_params, 5, fits(2) - 2)[0] == 1
     assert seed_batch_size(cfg, size, n_params, 1, None)[0] == 1
+
+
+def test_a_seed_batch_holds_one_seeds_working_set(predictor):
+    """The batch of B seeds runs at chunk // B rows, so each chunked step (attention, outer
+    product mean) holds at most one seed's working set; the plan's chunk is the one the
+    memory model chose for one seed, and the batch records the chunk it ran at."""
+    from protdp.inference.ensemble import batch_chunk, seed_groups
+    from protdp.inference.memory import working_set_elements
+    pred, msa = predictor
+    assert [batch_chunk(None, 100, 5), batch_chunk(64, 100, 5), batch_chunk(3, 100, 5),
+            batch_chunk(None, 100, 1), batch_chunk(16, 100, 1)] == [20, 12, 1, None, 16]
+    cfg, n_params = pred.models[0].model.config, pred.models[0].model.num_parameters()
+    size = TargetSize(100, 16)
+    plan = seed_groups(pred, pred.models[0], size, 5, True)
+    assert (plan.group, plan.seed_chunk) == seed_batch_size(cfg, size, n_params, 5, None)
+    one = working_set_elements(cfg, size, plan.seed_chunk)
+    batch = working_set_elements(cfg, size, plan.chunk_for(plan.group))
+    for step in ("triangle_attention", "msa_column_attention", "outer_product_mean"):
+        assert plan.group * batch[step] <= one[step] + plan.group * size.L * size.L * 8, step
+    batched, _ = run_ensemble(pred, SEQ, msa, "q")
+    assert {r["chunk_size"] for r in batched.values()} == {batch_chunk(
+        seed_batch_size(cfg, TargetSize(len(SEQ), 5), n_params, N_SEEDS, None)[1], len(SEQ),
+        N_SEEDS)}

@@ -104,7 +104,8 @@ HOLD_WORKER = """
 import os, socket, sys, time
 from protdp.workqueue import Heartbeat, WorkQueue, Worker, WorkItem
 url, key, lease, host = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
-q = WorkQueue(url, key, lease_s=lease, worker=Worker(1, host or socket.gethostname(), os.getpid()))
+q = WorkQueue(url, key, lease_s=lease, worker=Worker(1, host, os.getpid()) if host else
+              Worker.this_process(1))
 q.join([WorkItem(i, f"t{i}", c) for i, c in enumerate(%r)])
 item = q.claim()
 with Heartbeat(q, item.idx):
@@ -163,6 +164,55 @@ def test_killed_process_on_this_host_not_waited_for(queue_url):  # noqa: F811
     q.join(_items())
     reclaimed = _drain_after_kill(q, proc)
     assert held == 4 and reclaimed[4] < lease / 4
+    q.close()
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_only_a_holder_on_this_node_is_judged_by_its_pid(queue_url):  # noqa: F811
+    """A dead pid frees its item at once only when it is a pid of this node (hostname, boot
+    id, pid namespace): a holder on another node with the same hostname (containers) or of
+    unknown node (a queue from before the node column) keeps its lease until it runs out."""
+    from protdp.workqueue.queue import node_id
+    here = Worker.this_process(0)
+    assert here.node == node_id() is not None and here.node.startswith(here.host)
+    dead = _dead_pid()
+    holders = {0: Worker(1, here.host, dead, node=here.node),          # this node: freed
+               4: Worker(1, here.host, dead, node="other-container"),  # same hostname
+               1: Worker(1, here.host, dead)}                          # node unknown
+    for idx, worker in holders.items():
+        other = WorkQueue(queue_url, KEY, lease_s=60, worker=worker)
+        other.join(_items())
+        taken = []                          # the holder claims down to its item
+        while not taken or taken[-1] != idx:
+            taken.append(other.claim().idx)
+        for i in taken[:-1]:
+            other.release(i)
+        other.close()
+    q = WorkQueue(queue_url, KEY, lease_s=60, worker=here)
+    claimed = set()
+    while (item := q.claim()) is not None:
+        claimed.add(item.idx)
+    assert claimed == {0, 2, 3, 5}          # 4 and 1 wait for their leases
+    st = run_status(queue_url)
+    assert sorted((r["idx"], r["pid"]) for r in st["running"] if r["pid"] == dead) == [
+        (1, dead), (4, dead)]
+    q.close()
+
+
+def test_queue_from_before_the_node_column_is_upgraded(tmp_path):
+    import sqlite3
+    url = str(tmp_path / "q.sqlite")
+    WorkQueue(url, KEY, worker=Worker.this_process()).close()
+    with sqlite3.connect(url) as conn:                # the table as the first release made it
+        conn.execute("ALTER TABLE work_items DROP COLUMN node")
+    q = WorkQueue(url, KEY, lease_s=60, worker=Worker.this_process())
+    q.join(_items())
+    assert q.claim().idx == 4 and run_status(url)["running"][0]["pid"] == os.getpid()
     q.close()
 
 

@@ -18,6 +18,7 @@ from protdp.data.screening import ScreeningList
 from protdp.errors import ConfigError, InputError
 from protdp.gating import ROUTES, GatePolicy, load_gate_policy
 from protdp.inference.checkpoint import LoadedModel, load_model_checkpoint
+from protdp.inference.claimed_search import ClaimedSearch, SearchingPredictor
 from protdp.inference.complexes import read_complex_targets
 from protdp.inference.predictor import (CLINICAL_NOTICE, PARTS_DIR, PredictConfig, Predictor,
                                         ReviewSink, RunResult)
@@ -44,7 +45,8 @@ def predict_batch(checkpoint: str | Path | LoadedModel | list, fasta: str | Path
                   msa_search: dict | None = None, release_gate: str = "enforce",
                   sort_by_length: bool = False, templates: tuple[str, ...] = (),
                   work_queue_url: str | None = None, lease_s: float = DEFAULT_LEASE_S,
-                  prefetch_workers: int = 0) -> RunResult:
+                  prefetch_workers: int = 0,
+                  claimed_search: ClaimedSearch | None = None) -> RunResult:
     """Predict every target of `fasta` (a FASTA file, a folder of FASTA/a3m files or a CSV,
     see `inputs`) claimed by this process from the run's work queue (`work_queue_url`, default
     `work.default_queue_url`; leases of `lease_s`), flagged ones handed to `sink`; the
@@ -52,7 +54,8 @@ def predict_batch(checkpoint: str | Path | LoadedModel | list, fasta: str | Path
     called before: DAP followers are released by it). `checkpoint`: one checkpoint or a list
     (an ensemble, AlphaFold's model_1..5). Targets are claimed costliest first (length^2,
     `sharding`), shortest first when `sort_by_length`; `prefetch_workers` processes prepare
-    the next target's MSA and features meanwhile (`prefetch`). `release_gate`: "enforce" (an unreleased checkpoint is refused),
+    the next target's MSA and features meanwhile (`prefetch`); with `claimed_search` (--db)
+    each claimed target without an MSA is searched first (`claimed_search`). `release_gate`: "enforce" (an unreleased checkpoint is refused),
     "review" (it runs, every prediction to review) or "off" (evaluation tools only)."""
     from protdp.inference.inputs import read_inputs
     from protdp.inference.sharding import target_lengths
@@ -71,10 +74,13 @@ def predict_batch(checkpoint: str | Path | LoadedModel | list, fasta: str | Path
     if parts_link.is_symlink():              # never written through a planted link
         raise ConfigError(f"{parts_link} is a symbolic link; protdp never writes through a "
                           "link in its output folder: remove it")
-    pred = Predictor(loaded, out_dir, config=config, policy=load_gate_policy(gating),
-                     screening=screen, screening_path=screening, sink=sink,
-                     device=device, rank=rank, world_size=world_size, msa_search=msa_search,
-                     release_gate=release_gate, templates=tuple(templates))
+    kw = dict(config=config, policy=load_gate_policy(gating), screening=screen,
+              screening_path=screening, sink=sink, device=device, rank=rank,
+              world_size=world_size, msa_search=msa_search, templates=tuple(templates))
+    pred = (Predictor(loaded, out_dir, release_gate=release_gate, **kw)
+            if claimed_search is None else   # --db: a Predictor searching what it claims
+            SearchingPredictor(loaded, out_dir, release_gate=release_gate,
+                               claimed_search=claimed_search, **kw))
     info = {"path": str(fasta.resolve()), "sha256": input_sha,
             "msa_dir": None if msa_dir is None else Path(msa_dir).resolve()}
     lengths = target_lengths(targets)
@@ -85,15 +91,18 @@ def predict_batch(checkpoint: str | Path | LoadedModel | list, fasta: str | Path
                                      progress=progress, prefetch_workers=prefetch_workers)
     finally:
         pred.close()
-    if barrier is not None:
-        barrier()
-    rows, summary_path = queue.results(), None
-    if rows is None:       # a later process restarted the finished run: it writes the summary
-        rows = sorted(mine, key=lambda r: r["index"])
-    else:
-        summary_path = write_run_summary(pred.out_dir, queue, rows, {
-            "counts": _counts(rows), "queue_url": pred.sink.display, "notice": CLINICAL_NOTICE})
-    queue.close()
+    try:
+        if barrier is not None:
+            barrier()
+        rows, summary_path = queue.results(), None
+        if rows is None:   # a later process restarted the finished run: it writes the summary
+            rows = sorted(mine, key=lambda r: r["index"])
+        else:
+            summary_path = write_run_summary(pred.out_dir, queue, rows, {
+                "counts": _counts(rows), "queue_url": pred.sink.display,
+                "notice": CLINICAL_NOTICE})
+    finally:
+        queue.close()
     return RunResult(pred.out_dir, rows, pred.sink.display, summary_path, _counts(rows),
                      sum(1 for r in rows if r["status"] == "skipped"))
 

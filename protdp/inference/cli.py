@@ -4,9 +4,11 @@
         [--queue-url URL] [--gating configs/gating.yaml] [--screening FASTA] [--max-length N]
     protdp predict ... [--msa-dir DIR] --db uniref90.fasta.gz [--db mgnify.fasta.gz]
 
-With --db, targets without an MSA in --msa-dir get one from `protdp msa search` (pyhmmer, AF2's
-jackhmmer settings) into OUT/msa_search; provenance.json records the databases, their sha256
-and the search settings (config.msa_search).
+With --db, each target without an MSA in --msa-dir gets one from `protdp msa search` (pyhmmer,
+AF2's jackhmmer settings) into OUT/msa_search when a process claims it (in the --prefetch
+worker while the model runs, else just before its prediction: `claimed_search`);
+provenance.json records the databases, their sha256 and the search settings
+(config.msa_search).
 
 Under torchrun / mpirun / srun (`pipelines/predict.py`), and for several `protdp predict`
 processes on the same inputs and --out (job-array tasks), every process claims targets from
@@ -239,77 +241,28 @@ def _gate_policy(args):
     return policy
 
 
-def _search_missing_msas(args, config: PredictConfig, rank: int, world_size: int):
-    """--db: search this rank's targets that have no MSA in --msa-dir, then hand the predictor
-    a folder of links holding exactly this run's MSAs (the user's, else the searched ones).
-    Returns (msa_dir, msa_search provenance or None)."""
+def _claimed_search(args, config: PredictConfig, multimer: bool):
+    """--db: the MSA search run for each target when a process claims it
+    (`claimed_search`). Returns (msa_dir, msa_search provenance or None, ClaimedSearch or
+    None); without --db: (--msa-dir, None, None)."""
     if not args.db:
-        return args.msa_dir, None
-    from pathlib import Path
+        return args.msa_dir, None, None
+    from protdp.inference.claimed_search import prepare_search
+    from protdp.msa.cli import settings_from_args
 
-    from protdp.inference.inputs import read_inputs
-    from protdp.inference.sharding import shard_by_cost, target_lengths
-    from protdp.inference.targets import find_msa_files
-    from protdp.msa import a3m_path, search_provenance, search_targets
-    from protdp.msa.cli import read_queries, settings_from_args
-    from protdp.msa.run import link_msa_inputs
-
-    settings = settings_from_args(args)
-    user_dir = Path(args.msa_dir) if args.msa_dir else None
-    if user_dir is not None and not user_dir.is_dir():
-        raise InputError("MSA directory not found", path=user_dir)
-    links, missing = {}, []
-    targets, _ = read_inputs(args.fasta)
-    mine = set(shard_by_cost(target_lengths(targets), world_size)[rank])
-    for t in targets:
-        if t.index not in mine or t.error or "msa_files" in t.extra:
-            continue
-        found = find_msa_files(user_dir, t.file_name)
-        links.update({str(f.relative_to(user_dir)): f for f in found})
-        if not found:
-            missing.append(t)
-    queries, _ = read_queries(args.fasta, missing, max_length=config.max_length,
-                              max_unknown_fraction=config.max_unknown_fraction)
-    out = Path(args.out)
-    search_dir = Path(args.msa_search_dir) if args.msa_search_dir else out / "msa_search"
-    suffix = "" if world_size == 1 else f".rank{rank:05d}"
-    report = search_targets(queries, args.db, search_dir, settings=settings,
-                            workers=args.workers, batch_size=args.batch_size,
-                            progress=not args.no_progress, summary_name=f"msa_search{suffix}.tsv")
-    for q in queries:
-        for db in report.databases:
-            links[f"{q.stem}/{db['name']}.a3m"] = a3m_path(search_dir, q.stem, db["name"])
-    msa_dir = link_msa_inputs(out / f"msa_inputs{suffix}", links)
-    return msa_dir, {**search_provenance(settings, report.databases),
-                     "search_dir": str(search_dir.resolve())}
-
-
-def _search_complex_msas(args, config: PredictConfig, rank: int, world_size: int):
-    """--db with complexes: `protdp msa search --complexes` of this rank's complexes (each
-    distinct chain once, `<complex>_<chain id>/` with the Stockholm alignment the pairing reads)
-    into --msa-search-dir; that folder is then the MSA folder. Without --db: --msa-dir."""
-    if not args.db:
-        return args.msa_dir, None
-    if args.msa_dir:
+    if multimer and args.msa_dir:
         raise ConfigError("complexes: give --msa-dir (precomputed `protdp msa search "
                           "--complexes`) or --db (search here), not both")
-    from protdp.inference.complexes import read_complex_targets
-    from protdp.inference.sharding import shard_by_cost, target_lengths
-    from protdp.msa import search_provenance, search_targets
-    from protdp.msa.cli import read_complex_queries, settings_from_args
-
-    settings = settings_from_args(args)
-    targets, _ = read_complex_targets(args.fasta)
-    mine = {targets[i].target_id for i in shard_by_cost(target_lengths(targets), world_size)[rank]}
-    queries, _ = read_complex_queries(args.fasta, max_length=config.max_length)
-    queries = [q for q in queries if q.name.rsplit("_", 1)[0] in mine]
+    if args.msa_dir and not Path(args.msa_dir).is_dir():
+        raise InputError("MSA directory not found", path=args.msa_dir)
     search_dir = Path(args.msa_search_dir) if args.msa_search_dir else Path(args.out) / "msa_search"
-    suffix = "" if world_size == 1 else f".rank{rank:05d}"
-    report = search_targets(queries, args.db, search_dir, settings=settings,
-                            workers=args.workers, batch_size=args.batch_size,
-                            progress=not args.no_progress, summary_name=f"msa_search{suffix}.tsv")
-    return search_dir, {**search_provenance(settings, report.databases),
-                        "search_dir": str(search_dir.resolve())}
+    search, provenance = prepare_search(
+        args.db, search_dir, settings_from_args(args), user_dir=args.msa_dir,
+        workers=args.workers, max_length=config.max_length,
+        max_unknown_fraction=config.max_unknown_fraction,
+        complexes_fasta=args.fasta if multimer else None)
+    # complexes read the searched chains' folders; monomers their own MSAs, else the searched
+    return (search.search_dir if multimer else args.msa_dir), provenance, search
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -347,10 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         checkpoints = load_checkpoints(args.checkpoint, device)
         multimer = any(not isinstance(c, str) for c in checkpoints)
-        msa_dir, msa_search = (_search_complex_msas if multimer else _search_missing_msas)(
-            args, config, launch.rank, launch.world_size)
+        msa_dir, msa_search, search = _claimed_search(args, config, multimer)
         result = predict(checkpoints, args.fasta, args.out, msa_dir=msa_dir,
-                         msa_search=msa_search,
+                         msa_search=msa_search, claimed_search=search,
                          config=config, gating=gating, screening=args.screening,
                          queue_url=args.queue_url, rank=launch.rank,
                          world_size=launch.world_size, barrier=barrier, device=device,
@@ -479,9 +431,10 @@ def _main_dap(args, config: PredictConfig, launch) -> int:
         dist.barrier()
 
     try:
-        msa_dir, msa_search = _search_missing_msas(args, config, groups.dp_rank, groups.dp_size)
+        msa_dir, msa_search, search = _claimed_search(args, config, False)
         result = predict(dataclasses.replace(loaded, model=model), args.fasta, args.out,
-                         msa_dir=msa_dir, msa_search=msa_search, config=config, gating=gating,
+                         msa_dir=msa_dir, msa_search=msa_search, claimed_search=search,
+                         config=config, gating=gating,
                          screening=args.screening, queue_url=args.queue_url, rank=groups.dp_rank,
                          world_size=groups.dp_size, barrier=barrier, device=device,
                          progress=not args.no_progress,

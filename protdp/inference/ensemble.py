@@ -29,8 +29,9 @@ import torch
 from protdp.data.features import collate
 from protdp.errors import ProtdpError
 from protdp.inference.memory import (TargetSize, choose_chunk_size, device_budget_bytes,
-                                     is_out_of_memory, release_cached_memory, seed_batch_size,
-                                     set_chunk_size, smaller_chunks)
+                                     is_out_of_memory, predicted_peak_bytes,
+                                     release_cached_memory, seed_batch_size, set_chunk_size,
+                                     smaller_chunks)
 from protdp.inference.model_names import colabfold_tag
 from protdp.inference.ranking import model_numbers, prediction_name
 from protdp.inference.recycling import RecycleEarlyStop
@@ -130,15 +131,39 @@ def ensemble_stops(pred: dict, stop_at_score: float | None) -> bool:
     return stop_at_score is not None and float(np.mean(pred["plddt"])) >= stop_at_score
 
 
+@dataclass(frozen=True)
+class SeedPlan:
+    """How one checkpoint's seeds run (`seed_groups`): `group` seeds per batch; `seed_chunk`,
+    the row chunk chosen for one seed of length `length`, and its predicted peak
+    `seed_peak_bytes`."""
+    group: int
+    seed_chunk: int | None = None
+    seed_peak_bytes: int = 0
+    length: int = 0
+
+    def chunk_for(self, seeds: int) -> int | None:
+        """The row chunk of a batch of `seeds` seeds (`batch_chunk`)."""
+        return batch_chunk(self.seed_chunk, self.length, seeds)
+
+
+def batch_chunk(chunk: int | None, length: int, group: int) -> int | None:
+    """Row chunk of a batch of `group` seeds whose chunked steps (attention, outer product
+    mean: memory.working_set_elements) hold one seed's working set at `chunk` (None: all
+    `length` rows): chunk / group rows of every seed at a time."""
+    if group < 2:
+        return chunk
+    return max(1, (length if chunk is None else chunk) // group)
+
+
 @torch.no_grad()
 def run_seeds_batched(model: torch.nn.Module, features: list[dict], device: torch.device, *,
-                      num_recycles: int | None, size: TargetSize, n_params: int,
-                      chunk: int | None, keep_distogram: bool) -> list[dict] | None:
-    """The seeds' features [B] through the model as one batch; one result per seed, as
-    `run_member` gives it (seconds: the batch's share). None when the batch runs out of
-    memory (the caller then runs the seeds one at a time)."""
+                      num_recycles: int | None, plan: SeedPlan,
+                      keep_distogram: bool) -> list[dict] | None:
+    """The seeds' features [B] through the model as one batch at `plan.chunk_for(B)`; one
+    result per seed, as `run_member` gives it (seconds: the batch's share). None when the batch
+    runs out of memory (the caller then runs the seeds one at a time)."""
     batch = model_batch(features, device)
-    _, one = choose_chunk_size(model.config, size, n_params, None)
+    chunk = plan.chunk_for(len(features))
     t0 = time.perf_counter()
     try:
         set_chunk_size(model, chunk)
@@ -154,34 +179,43 @@ def run_seeds_batched(model: torch.nn.Module, features: list[dict], device: torc
         set_chunk_size(model, model.config.chunk_size)
     seconds = round((time.perf_counter() - t0) / len(features), 3)
     for res in results:
-        res.update(chunk_size=chunk, oom_retries=[], predicted_peak_gib=round(one / GIB, 4),
+        res.update(chunk_size=chunk, oom_retries=[],
+                   predicted_peak_gib=round(plan.seed_peak_bytes / GIB, 4),
                    early_stop=RecycleEarlyStop(None, None).record(), seconds=seconds,
                    seeds_batched=len(features))
     return results
 
 
-def seed_groups(pred, loaded, size: TargetSize, n_seeds: int,
-                batchable: bool) -> tuple[int, int | None]:
-    """(seeds per batch, chunk) for one checkpoint's seeds: `memory.seed_batch_size` under
-    --max-memory, else under the device's free memory. --batch-seeds "auto" batches on CUDA
-    only: on a CPU one batch of 5 seeds ran at 0.65x the speed of one seed at a time (L=100,
-    1 thread: larger working sets fall out of cache; benchmarks/results/predict_throughput.json)."""
+def seed_groups(pred, loaded, size: TargetSize, n_seeds: int, batchable: bool) -> SeedPlan:
+    """How a checkpoint's seeds run: `memory.seed_batch_size` under --max-memory, else under
+    the device's free memory, at the row chunk that keeps one seed's working set per chunked
+    step (`batch_chunk`). --batch-seeds "auto" batches on CUDA only: on a CPU, compute and
+    memory traffic bound a prediction and batching removes only the per-seed fixed overhead,
+    at most ~1.1x at L=100 (measured floor and batched vs sequential, 1 and 2 threads:
+    benchmarks/results/predict_throughput.json `seeds`)."""
     c = pred.config
     mode = c.batch_seeds
     if (not batchable or n_seeds < 2 or mode == "never"
             or (mode == "auto" and pred.device.type != "cuda")):
-        return 1, None
+        return SeedPlan(1, None)
     budget = (int(c.max_memory_gib * GIB) if c.max_memory_gib is not None
               else device_budget_bytes(pred.device))
-    return seed_batch_size(loaded.model.config, size, loaded.model.num_parameters(), n_seeds,
-                           budget)
+    cfg, n_params = loaded.model.config, loaded.model.num_parameters()
+    group, chunk = seed_batch_size(cfg, size, n_params, n_seeds, budget)
+    return SeedPlan(group, chunk, predicted_peak_bytes(cfg, size, chunk, n_params), size.L)
+
+
+def feature_passes(config, model_config) -> int:
+    """MSA samples of one prediction: one per recycling pass (--num-recycles, else the
+    checkpoint's), the key of prefetched features (`prefetch`)."""
+    return (config.num_recycles if config.num_recycles is not None
+            else model_config.num_recycles) + 1
 
 
 def _member_features(pred, loaded, seq: str, msa, family_id: str, mem: Member,
                      template_inputs: dict | None, timings: dict) -> dict:
     t0 = time.perf_counter()
-    c = pred.config
-    passes = (c.num_recycles if c.num_recycles is not None else loaded.config.num_recycles) + 1
+    passes = feature_passes(pred.config, loaded.config)
     cache = getattr(pred, "feature_cache", None)        # prefetched (`prefetch`), else None
     feats = None if cache is None else cache(seq, family_id, mem.seed, passes)
     if feats is None:
@@ -213,14 +247,14 @@ def run_ensemble(pred, seq: str, msa, family_id: str, forward=None,
         size = TargetSize(len(seq), int(first["msa"].shape[-2]),
                           int(first["extra_msa"].shape[-2]) if "extra_msa" in first else 0)
         n_params = loaded.model.num_parameters()
-        group, chunk = seed_groups(pred, loaded, size, len(mine), batchable)
-        for start in range(0, len(mine), group):
-            part = mine[start:start + group]
+        plan = seed_groups(pred, loaded, size, len(mine), batchable)
+        for start in range(0, len(mine), plan.group):
+            part = mine[start:start + plan.group]
             feats = [ready.pop(m.name, None) or _member_features(
                 pred, loaded, seq, msa, family_id, m, template_inputs, timings) for m in part]
             results = None if len(part) == 1 else run_seeds_batched(
-                loaded.model, feats, pred.device, num_recycles=c.num_recycles, size=size,
-                n_params=n_params, chunk=chunk, keep_distogram=c.save_distogram)
+                loaded.model, feats, pred.device, num_recycles=c.num_recycles,
+                plan=plan, keep_distogram=c.save_distogram)
             for k, mem in enumerate(part):
                 res = results[k] if results is not None else run_member(
                     loaded.model, feats[k], pred.device, num_recycles=c.num_recycles,

@@ -2,11 +2,13 @@
 current one (issue 45): bounded prefetch, bounded host memory.
 
 The process claims `lookahead` targets beyond the one it predicts (`workqueue.drain`, their
-leases renewed too) and hands each to a pool of `workers` processes, which validate the
+leases renewed too) and hands each to a pool of `workers` processes, which search its MSA
+when it has none and --db is given (`claimed_search`; for complexes only this), validate the
 sequence, find and parse its MSA files (`targets.load_msa`), align its --template files
 (kalign) or read its template features (`templates.inputs.TemplateProvider`), and sample the
-features of every (checkpoint, seed) (`msa_passes.query_features`, AF2's MSA sampling and masking: a pure function of
-sequence, MSA, seed and settings; pass 0's sample, the later ones built by the model per pass). At most `lookahead` targets' inputs are held at a time, and
+features of every (checkpoint, seed) (`Predictor.features` itself, AF2's MSA sampling and
+masking: a pure function of sequence, MSA, seed and settings; pass 0's sample and a picklable
+per-pass source, the later passes built by the model, `data.msa_passes`). At most `lookahead` targets' inputs are held at a time, and
 a target's are dropped once it is predicted. The predictor then takes the parsed MSA and the
 features instead of computing them (`Predictor.msa_loader` / `template_loader`,
 `ensemble._member_features`),
@@ -21,57 +23,82 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing as mp
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from protdp.data.msa_passes import query_features   # passes built by the consumer
+from protdp.inference.ensemble import feature_passes
+from protdp.inference.predictor import Predictor
 from protdp.inference.targets import clean_sequence, find_msa_files, load_msa
 
 DEFAULT_LOOKAHEAD = 1
-
-
-def _passes(config, model_recycles: list[int]) -> list[int]:
-    return sorted({(config.num_recycles if config.num_recycles is not None else r) + 1
-                   for r in model_recycles})
 
 
 def feature_key(sequence: str, family_id: str, seed: int, passes: int) -> tuple:
     return (sequence, family_id, int(seed), int(passes))
 
 
+@dataclass(frozen=True)
+class _Member:
+    """A checkpoint as `Predictor.features` reads it (its config), without its weights."""
+    config: object
+
+
+class _WorkerFeatures:
+    """`Predictor.features` itself in a worker process (one definition of the features'
+    arguments): the predictor's settings, without its models."""
+    features = Predictor.features
+
+    def __init__(self, config):
+        self.config, self.loaded = config, None
+
+
+def _msa_paths(job: dict, searched) -> list[Path]:
+    """The target's MSA files: none (single sequence), the searched ones (--db), those its
+    input names, else those of --msa-dir."""
+    if job["config"].msa_mode == "single_sequence":
+        return []
+    if searched is not None:
+        return [Path(p) for p in searched[1]]
+    if job["msa_files"] is not None:
+        return [Path(p) for p in job["msa_files"]]
+    return find_msa_files(job["msa_dir"], job["file_name"])
+
+
 def prepare_target(job: dict) -> dict | None:
-    """In a worker: the target's sequence, MSA files, parsed MSA and features of every
-    (passes, seed); None when anything fails (the predictor then does it inline)."""
+    """In a worker: the target's MSA search (--db, `claimed_search`), sequence, MSA files,
+    parsed MSA and features of every (checkpoint's passes, seed); None when anything fails
+    (the predictor then does it inline). A failed search is returned as such (its reason
+    becomes the target's row; not searched again inline)."""
     c = job["config"]
     try:
-        seq = clean_sequence(job["raw_sequence"], max_length=c.max_length,
+        searched = None if job["search"] is None else job["search"].outcome(job["target"])
+        if job["search_only"] or (searched is not None and searched[0] == "error"):
+            return {"searched": searched, "msa_paths": None, "msa": None, "features": {},
+                    "sequence": None, "templates": None}
+        seq = clean_sequence(job["target"].raw_sequence, max_length=c.max_length,
                              max_unknown_fraction=c.max_unknown_fraction)
-        if c.msa_mode == "single_sequence":
-            paths = []
-        elif job["msa_files"] is not None:
-            paths = [Path(p) for p in job["msa_files"]]
-        else:
-            paths = find_msa_files(job["msa_dir"], job["file_name"])
+        paths = _msa_paths(job, searched)
         msa = load_msa(paths)
         templates = None
         if job["templates"] is not None:       # custom templates aligned (kalign), or read
             inputs, record = job["templates"].for_target(seq, job["msa_dir"], job["file_name"])
             templates = ({k: (v.numpy() if torch.is_tensor(v) else v) for k, v in inputs.items()},
                          record)
-        feats = {}
-        for passes in job["passes"]:
+        feats, worker = {}, _WorkerFeatures(c)
+        for model_config in job["model_configs"]:
+            passes = feature_passes(c, model_config)
             for seed in job["seeds"]:
-                f = query_features(seq, msa, max_msa_rows=c.max_msa_rows, seed=seed,
-                                   family_id=job["file_name"],
-                                   max_extra_msa_rows=c.max_extra_msa_rows,
-                                   msa_samples=passes,
-                                   masked_msa_fraction=c.masked_msa_fraction)
-                feats[feature_key(seq, job["file_name"], seed, passes)] = {
-                    k: (v.numpy() if torch.is_tensor(v) else v) for k, v in f.items()}
-        return {"msa_paths": tuple(str(p) for p in paths), "msa": msa, "features": feats,
-                "sequence": seq, "templates": templates}
+                key = feature_key(seq, job["file_name"], seed, passes)
+                if key not in feats:
+                    f = worker.features(seq, msa, job["file_name"], seed=seed,
+                                        loaded=_Member(model_config))
+                    feats[key] = {k: (v.numpy() if torch.is_tensor(v) else v)
+                                  for k, v in f.items()}
+        return {"searched": searched, "msa_paths": tuple(str(p) for p in paths), "msa": msa,
+                "features": feats, "sequence": seq, "templates": templates}
     except Exception:   # noqa: BLE001  (inline, the predictor records the reason)
         return None
 
@@ -89,7 +116,8 @@ class FeaturePrefetcher:
         self._current: dict | None = None
         c = pred.config
         self.seeds = [c.seed + s for s in range(c.num_seeds)]
-        self.passes = _passes(c, [m.config.num_recycles for m in pred.models])
+        self.model_configs = [m.config for m in pred.models]
+        self.search = getattr(pred, "claimed_search", None)      # --db (`claimed_search`)
         pred.msa_loader = self._load_msa
         pred.feature_cache = self._features
         self._template_loader = pred.template_loader
@@ -98,12 +126,14 @@ class FeaturePrefetcher:
 
     def submit(self, idx: int) -> None:
         t = self.targets[idx]
-        if idx in self.futures or t.error or "complex" in t.extra or self.pred.multimer:
+        search_only = "complex" in t.extra or self.pred.multimer   # complexes: the search
+        if idx in self.futures or t.error or (search_only and self.search is None):
             return
-        job = {"config": self.pred.config, "raw_sequence": t.raw_sequence,
-               "file_name": t.file_name, "msa_dir": self.info["msa_dir"],
-               "msa_files": t.extra.get("msa_files"), "seeds": self.seeds,
-               "passes": self.passes, "templates": self.pred.templates}
+        job = {"config": self.pred.config, "target": t, "file_name": t.file_name,
+               "msa_dir": self.info["msa_dir"], "msa_files": t.extra.get("msa_files"),
+               "seeds": self.seeds, "model_configs": self.model_configs,
+               "templates": self.pred.templates, "search": self.search,
+               "search_only": search_only}
         self.futures[idx] = self.pool.submit(prepare_target, job)
 
     def take(self, idx: int) -> None:
@@ -114,6 +144,8 @@ class FeaturePrefetcher:
             self._current = None if fut is None else fut.result()
         except Exception:   # noqa: BLE001  (a dead worker: inline)
             self._current = None
+        if self._current is not None and self._current["searched"] is not None:
+            self.pred.search_outcomes[idx] = self._current["searched"]   # SearchingPredictor
 
     def _load_msa(self, paths: list[Path]):
         cur = self._current

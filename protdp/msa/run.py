@@ -166,10 +166,11 @@ def search_targets(queries: list[Query], databases: list[str | Path], out_dir: s
                    batch_size: int = 32, block_residues: int | None = None,
                    progress: bool = True, force: bool = False,
                    failed: list[tuple[Query, str]] | None = None,
-                   summary_name: str = SUMMARY_NAME) -> SearchReport:
+                   summary_name: str | None = SUMMARY_NAME) -> SearchReport:
     """Search every query against every database into `out_dir` (layout above); finished
     pairs are skipped. `failed` lists queries rejected before the search (bad sequence): they
-    get an 'error' row in the summary. Returns the report (summary TSV written)."""
+    get an 'error' row in the summary. Returns the report (summary TSV `summary_name` written;
+    None: none, e.g. one target searched by `protdp predict --db`)."""
     from protdp.msa.database import DEFAULT_BLOCK_RESIDUES
 
     settings = settings or SearchSettings()
@@ -186,7 +187,8 @@ def search_targets(queries: list[Query], databases: list[str | Path], out_dir: s
                                     progress=progress, force=force)
         report.rows += rows
         report.rows += [_row(q, db.name, "error", None, out, why) for q, why in failed or []]
-    report.summary_path = atomic_write(out / summary_name, _tsv(report.rows))
+    if summary_name is not None:
+        report.summary_path = atomic_write(out / summary_name, _tsv(report.rows))
     return report
 
 

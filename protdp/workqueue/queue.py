@@ -9,8 +9,12 @@ dies when, every item ends with exactly one result. The same claim is a single w
 transaction (SQLite: BEGIN IMMEDIATE; PostgreSQL: FOR UPDATE SKIP LOCKED), so two processes
 never hold one item.
 
-A holder on this host whose process is gone (its pid no longer exists: a kill -9, a crash) is
-not waited for: its items are claimable at once. On other hosts only the lease tells.
+A holder on this machine whose process is gone (its pid no longer exists: a kill -9, a crash)
+is not waited for: its items are claimable at once. "This machine" is the holder's `node`
+(`node_id`: hostname, boot id and pid namespace), never the hostname alone: containers on
+several nodes often share one hostname, and a pid means nothing in another pid namespace. A
+holder on another node, or one whose node is unknown, is reclaimed only when its lease runs
+out.
 
 A run is named by a `run_key` (what it computes); joining a run that is still going (items left,
 or leased) takes only what is not done; joining one that finished starts its next generation,
@@ -24,7 +28,7 @@ import os
 import socket
 from dataclasses import dataclass
 
-from sqlalchemy import and_, func, or_, select, text
+from sqlalchemy import and_, func, inspect, or_, select, text
 
 from protdp.workqueue.engine import Engine, WorkQueueError
 from protdp.workqueue.schema import (DONE, FAILED, FINAL_STATES, RUNNING, TODO, items,
@@ -55,20 +59,36 @@ class WorkItem:
     cost: float
 
 
+def node_id() -> str | None:
+    """The machine and pid namespace this process's pids live in: hostname, boot id and
+    pid-namespace inode (Linux /proc); None where they cannot be read (then no lease of this
+    process is ever ended by a pid check, only by running out)."""
+    try:
+        boot = open("/proc/sys/kernel/random/boot_id").read().strip()
+        pid_ns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+    return f"{socket.gethostname()}/{boot}/{pid_ns}"
+
+
 @dataclass(frozen=True)
 class Worker:
-    """Who holds a lease: the rank of its launch, its host and process id."""
+    """Who holds a lease: the rank of its launch, its host and process id, and the node its
+    pid is valid on (`node_id`; None: unknown, its pid is never checked)."""
     rank: int = 0
     host: str = ""
     pid: int = 0
+    node: str | None = None
 
     @classmethod
     def this_process(cls, rank: int = 0) -> "Worker":
-        return cls(rank, socket.gethostname(), os.getpid())
+        return cls(rank, socket.gethostname(), os.getpid(), node_id())
 
     @property
     def owner(self) -> str:
-        return f"{self.host}:{self.pid}"
+        """The lease holder's identity: host:pid, and the node when known (two containers
+        with one hostname may run the same pid)."""
+        return f"{self.host}:{self.pid}" + ("" if self.node is None else f"@{self.node}")
 
 
 class WorkQueue:
@@ -94,6 +114,9 @@ class WorkQueue:
             if self.db.dialect == "postgresql":       # concurrent first use on many nodes
                 conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_SCHEMA_LOCK})
             metadata.create_all(conn)
+            columns = {c["name"] for c in inspect(conn).get_columns(items.name)}
+            if "node" not in columns:     # a queue made before the column: its rows unknown
+                conn.execute(text(f"ALTER TABLE {items.name} ADD COLUMN node TEXT"))
 
     def _lock_run(self, conn) -> None:
         if self.db.dialect == "postgresql":           # SQLite: BEGIN IMMEDIATE holds it
@@ -129,17 +152,21 @@ class WorkQueue:
                 conn.execute(runs.update().where(runs.c.run_key == self.run_key)
                              .values(generation=generation, started_at=now))
                 conn.execute(items.update().where(items.c.run_key == self.run_key).values(
-                    state=TODO, owner=None, rank=None, host=None, pid=None, claimed_at=None,
-                    lease_until=None, attempts=0, finished_at=None, result=None))
+                    state=TODO, owner=None, rank=None, host=None, pid=None, node=None,
+                    claimed_at=None, lease_until=None, attempts=0, finished_at=None,
+                    result=None))
             self.generation = generation
             return generation
 
     # -- items ------------------------------------------------------------------------------
     def _expire_dead_holders(self, conn, now: float) -> None:
-        """Leases held by processes of this host that no longer exist end now."""
+        """Leases held by processes of this node (`node_id`, not merely this hostname) that no
+        longer exist end now; a holder elsewhere, or of unknown node, keeps its lease."""
+        if self.worker.node is None:
+            return
         held = conn.execute(select(items.c.idx, items.c.pid).where(
             items.c.run_key == self.run_key, items.c.state == RUNNING,
-            items.c.host == self.worker.host, items.c.lease_until >= now)).all()
+            items.c.node == self.worker.node, items.c.lease_until >= now)).all()
         dead = [r.idx for r in held if r.pid != self.worker.pid and not pid_alive(r.pid)]
         if dead:
             conn.execute(items.update().where(items.c.run_key == self.run_key,
@@ -166,7 +193,7 @@ class WorkQueue:
             w = self.worker
             conn.execute(items.update().where(items.c.run_key == self.run_key,
                                               items.c.idx == row.idx).values(
-                state=RUNNING, owner=w.owner, rank=w.rank, host=w.host, pid=w.pid,
+                state=RUNNING, owner=w.owner, rank=w.rank, host=w.host, pid=w.pid, node=w.node,
                 claimed_at=now, lease_until=now + self.lease_s, attempts=items.c.attempts + 1))
             return WorkItem(row.idx, row.name, row.cost)
 
@@ -197,8 +224,8 @@ class WorkQueue:
         """Give `idx` back (this process stops without a result: an error to re-raise)."""
         with self.db.tx() as conn:
             conn.execute(items.update().where(self._mine(idx)).values(
-                state=TODO, owner=None, rank=None, host=None, pid=None, claimed_at=None,
-                lease_until=None))
+                state=TODO, owner=None, rank=None, host=None, pid=None, node=None,
+                claimed_at=None, lease_until=None))
 
     # -- the whole run ----------------------------------------------------------------------
     def counts(self) -> dict:

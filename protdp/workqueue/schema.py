@@ -5,7 +5,8 @@ work_runs   one row per run: `run_key` (a digest of what the run computes: outpu
             is started again: every item is then verified afresh) and the number of items.
 work_items  one row per (run, item): the item's `idx` in the input, `name`, `cost` (claim
             order: largest first), `state` (todo / running / done / failed), who holds it
-            (`owner` = host:pid, `rank`, `host`, `pid`), since when (`claimed_at`), until when
+            (`owner` = host:pid[@node], `rank`, `host`, `pid`, `node`: where that pid is valid),
+            since when (`claimed_at`), until when
             (`lease_until`, database clock), `attempts`, `finished_at`, and the result row
             (`result`, JSON text) from which the run's summary is written.
 """
@@ -41,6 +42,7 @@ items = Table(
     Column("rank", Integer),
     Column("host", Text),
     Column("pid", Integer),
+    Column("node", Text),          # machine + pid namespace of `pid` (queue.node_id)
     Column("claimed_at", Float),
     Column("lease_until", Float),
     Column("attempts", Integer, nullable=False, default=0),
