@@ -24,6 +24,7 @@ import torch.distributed as dist
 
 from protdp.errors import InputError
 from protdp.fileio import read_json_object, torch_load_refusal
+from protdp.model.weight_checks import check_weights
 from protdp.parallel import collectives as coll
 from protdp.parallel.ddp import DataParallel
 from protdp.parallel.optimizer import DistributedOptimizer, merge_fragments
@@ -130,6 +131,9 @@ def load_checkpoint(path: str | Path, model: DataParallel,
     meta = _read_meta(path)
     model.finish_param_sync()
     blob = _load_tensors(path / MODEL_FILE)
+    if not isinstance(blob, dict) or "model" not in blob:
+        raise InputError("expected a dict with key 'model'", path=path / MODEL_FILE)
+    check_weights(blob["model"], path / MODEL_FILE, "model")  # |w| <= MAX_WEIGHT_MAGNITUDE
     with torch.no_grad():
         try:
             model.module.load_state_dict(blob["model"])  # copies into the param buffer views

@@ -41,6 +41,7 @@ from pathlib import Path
 import torch
 
 from protdp.errors import ConfigError
+from protdp.model.weight_checks import check_weights
 from protdp.parallel import NonFiniteGradientError
 from protdp.parallel.checkpoint import MODEL_FILE
 from protdp.parallel.config import default_bucket_size
@@ -191,3 +192,5 @@ def load(path: Path, model: DeepSpeedModel, opt: DeepSpeedOptimizer) -> None:
                                              load_lr_scheduler_states=False)
     if loaded is None:
         raise ConfigError(f"{folder}: DeepSpeed could not load this checkpoint")
+    # the weights DeepSpeed read from its own files, checked before any step uses them
+    check_weights(model.module.state_dict(), folder, "model")

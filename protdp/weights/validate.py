@@ -24,6 +24,7 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 
 from protdp.errors import InputError
+from protdp.model.weight_checks import value_problem
 
 FLOAT_KINDS = ("f",)                 # numpy dtype kinds a parameter array may have
 
@@ -85,7 +86,8 @@ def npz_headers(path: str | Path) -> dict[str, tuple]:
 
 
 def check_tensors(state: Mapping, path: str | Path) -> None:
-    """Every value a dense, real floating-point tensor holding values."""
+    """Every value a dense, real floating-point tensor holding finite values within
+    MAX_WEIGHT_MAGNITUDE (`protdp.model.weight_checks`)."""
     import torch
 
     for key, value in state.items():
@@ -101,6 +103,9 @@ def check_tensors(state: Mapping, path: str | Path) -> None:
         if value.is_complex() or not value.is_floating_point():
             raise InputError(f"dtype {value.dtype} is not a real floating-point parameter",
                              path=path, field=key)
+        problem = value_problem(key, value)   # finite, |w| <= MAX_WEIGHT_MAGNITUDE
+        if problem:
+            raise InputError(problem, path=path, field=key)
 
 
 def check_complete(state: Mapping, expected: Iterable[str], source_name: Callable[[str], str],
