@@ -344,8 +344,8 @@ def audit_predict_options() -> Counter:
 
 
 def sections(tmp: Path, fixture: Path, family_store: Path, complex_store: Path,
-             multimer_ckpt: Path) -> dict:
-    """Every round-4 section -> its outcome counts."""
+             multimer_ckpt: Path, only: str | None = None) -> dict:
+    """Every round-4 section (or the one named `only`) -> its outcome counts."""
     out = {}
     for name, fn in (("template_mmcif", lambda: audit_template_mmcif(tmp, fixture)),
                      ("templates_npz_json", lambda: audit_templates_npz(tmp)),
@@ -355,6 +355,8 @@ def sections(tmp: Path, fixture: Path, family_store: Path, complex_store: Path,
                          tmp, family_store)),
                      ("complex_store", lambda: audit_complex_store(tmp, complex_store)),
                      ("predict_options", audit_predict_options)):
+        if only is not None and name != only:
+            continue
         sub = tmp / name
         sub.mkdir()
         tmp_saved, tmp = tmp, sub

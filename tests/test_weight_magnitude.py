@@ -114,10 +114,14 @@ def test_training_checkpoint_for_prediction_and_resume(tmp_path):
     # resume through the engine: refused before anything is copied into the model
     target = build_model(cfg, verbose=False)
     before = {k: v.clone() for k, v in target.state_dict().items()}
-    ddp = types.SimpleNamespace(finish_param_sync=lambda: None, module=target)
+    ddp = types.SimpleNamespace(finish_param_sync=lambda: None, dp=1, module=target)
     _one_line(lambda: engine_ckpt.load_checkpoint(it / checkpointing.ENGINE, ddp), model_pt,
               "field 'model'", name)
     assert all(torch.equal(before[k], v) for k, v in target.state_dict().items())
+    state[name][0, 0] = -BOUND                                        # at the bound: resumes
+    torch.save({"model": state, "extra": {}}, it / checkpointing.ENGINE / "model.pt")
+    engine_ckpt.load_checkpoint(it / checkpointing.ENGINE, ddp)
+    assert target.state_dict()[name][0, 0] == -BOUND
 
 
 def test_openfold_import_refuses_huge_and_nan_values(tmp_path):
