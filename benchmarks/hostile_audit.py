@@ -257,7 +257,10 @@ def round4(label: str, only: str | None = None) -> int:
     entry.setdefault("cases", {}).update(results)
     if by_loader is not None:
         entry["weight_magnitude_by_loader"] = by_loader
-    entry.setdefault("section_seconds", {}).update({only or "all": round(time.time() - t0, 1)})
+    if only:
+        entry.setdefault("section_seconds", {})[only] = round(time.time() - t0, 1)
+    else:
+        entry["seconds"] = round(time.time() - t0, 1)
     totals = Counter()
     for c in entry["cases"].values():
         totals.update(c)
