@@ -104,3 +104,25 @@ def test_parameter_files_share_the_reader(tmp_path):
     path = _write(tmp_path / "p.npz", {"w": _npy((2 ** 20, 1024), np.float32, b"\0" * 64)})
     with pytest.raises(InputError, match="p.npz: field 'w': header declares shape"):
         npz_headers(path)
+
+
+@pytest.mark.parametrize("reader", ["complex features.npz", "weights compare npz"])
+def test_every_whole_npz_reader_checks_the_headers_first(tmp_path, reader):
+    """The readers that load every array of a user's .npz (`protdp predict` on a `complex
+    features` folder, `weights compare`'s features / reference files) share
+    `protdp.data.npz_headers.read_npz`: a 4 GB declaration over 16 bytes costs nothing."""
+    if reader.startswith("complex"):
+        from protdp.inference.complex_features_input import _read_npz as read
+    else:
+        from protdp.weights.store import read_npz as read
+    good = _write(tmp_path / "good.npz", {"aatype": _npy((4,), np.int32, b"\0" * 16)})
+    assert read(good)["aatype"].shape == (4,)
+    path = _write(tmp_path / "f.npz", {"aatype": _npy((10 ** 9,), np.int32, b"\0" * 16)})
+    tracemalloc.start()
+    try:
+        with pytest.raises(InputError, match="f.npz: field 'aatype': header declares shape"):
+            read(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 20 * 1024 ** 2, peak

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from protdp.data.bounds import MAX_COMPRESSION_RATIO, MAX_DECLARED_BYTES, declared_bytes
+from protdp.errors import InputError
 
 HEADER_ERRORS = (zipfile.BadZipFile, ValueError, OSError, EOFError, SyntaxError, KeyError)
 
@@ -89,3 +90,27 @@ def declared_problem(key: str, header: NpyHeader) -> str | None:
         return (f"{key} declares {need:,} bytes from {header.stored_bytes:,} stored bytes "
                 f"(bound {limit:,}, protdp.data.bounds)")
     return None
+
+
+def read_npz(path: str | Path, what: str = "file") -> dict[str, np.ndarray]:
+    """Every array of an .npz, never unpickled, each member's header checked first
+    (`declared_problem`: nothing allocated beyond the bytes the file holds); a folder, a missing
+    file, non-zip bytes (np.load would read a plain .npy or offer to unpickle) or a damaged
+    archive is one InputError naming the file as an .npz `what`."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"a directory, not an .npz {what}", path=path)
+    if not path.is_file():
+        raise InputError(f"{what} not found", path=path)
+    try:
+        if not zipfile.is_zipfile(path):
+            raise InputError(f"not an .npz {what} (not a zip archive of .npy arrays)", path=path)
+        for key, header in read_npz_headers(path).items():
+            problem = declared_problem(key, header)
+            if problem:
+                raise InputError(problem.removeprefix(f"{key}: "), path=path, field=key)
+        with np.load(path, allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
+    except HEADER_ERRORS as exc:
+        raise InputError(f"not a readable .npz {what} ({type(exc).__name__}: {exc})",
+                         path=path) from None

@@ -13,11 +13,11 @@ MSA part of the prediction's fingerprint.
 from __future__ import annotations
 
 import hashlib
-import zipfile
 from pathlib import Path
 
 import numpy as np
 
+from protdp.data.npz_headers import read_npz
 from protdp.data.residues import GAP_ID, RESTYPES
 from protdp.errors import InputError, ProtdpError
 from protdp.fileio import sha256_file
@@ -37,22 +37,9 @@ def is_features_folder(path: Path) -> bool:
 
 
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
-    """Every array of a features file, never unpickled; a folder, a missing file or non-zip
-    bytes is one line naming it (as `protdp.weights.store.read_npz`, a higher floor)."""
-    what = "features file"
-    if path.is_dir():
-        raise InputError(f"a directory, not an .npz {what}", path=path)
-    if not path.is_file():
-        raise InputError(f"{what} not found", path=path)
-    try:
-        if not zipfile.is_zipfile(path):     # else np.load reads .npy or offers to unpickle
-            raise InputError(f"not an .npz {what} (not a zip archive of .npy arrays)",
-                             path=path)
-        with np.load(path, allow_pickle=False) as data:
-            return {key: data[key] for key in data.files}
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
-        raise InputError(f"not a readable .npz {what} ({type(exc).__name__}: {exc})",
-                         path=path) from None
+    """Every array of a features file, headers checked first, never unpickled
+    (`protdp.data.npz_headers.read_npz`)."""
+    return read_npz(path, "features file")
 
 
 def _read(path: Path) -> dict[str, np.ndarray]:

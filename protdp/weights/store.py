@@ -17,23 +17,16 @@ import numpy as np
 from protdp.errors import InputError
 from protdp.fileio import atomic_write_json, replace_file
 from protdp.train.checkpointing import IMPORTED_MODEL_FILE
-from protdp.weights.validate import npz_file
+from protdp.data.npz_headers import read_npz as read_npz_checked
 
 PROVENANCE_FILE = "provenance.json"
 
 
 def read_npz(path: str | Path, what: str = "parameter file") -> dict[str, np.ndarray]:
-    """All arrays of an .npz file (no pickles); a missing, truncated or foreign file (a folder,
-    a plain .npy, any non-zip bytes) is one clear error naming it as `what`."""
-    path = npz_file(path, what)
-    try:
-        if not zipfile.is_zipfile(path):    # else np.load reads .npy or offers to unpickle it
-            raise InputError(f"not an .npz {what} (not a zip archive of .npy arrays)", path=path)
-        with np.load(path, allow_pickle=False) as data:
-            return {key: data[key] for key in data.files}
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
-        raise InputError(f"not a readable .npz {what} ({type(exc).__name__}: {exc})",
-                         path=path) from None
+    """All arrays of an .npz file (no pickles, headers checked first); a missing, truncated or
+    foreign file (a folder, a plain .npy, any non-zip bytes) is one clear error naming it as
+    `what` (`protdp.data.npz_headers.read_npz`)."""
+    return read_npz_checked(path, what)
 
 
 def npz_shapes(path: str | Path) -> dict[str, tuple]:
