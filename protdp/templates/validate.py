@@ -38,11 +38,26 @@ NAMES_KEY = "template_domain_names"   # [T] bytes, read by `protdp templates add
 MAX_NAME_BYTES = 1024                 # one domain name ("1abc_A"; PDB ids are 4 + chain)
 
 
-def header_problem(path: Path, length: int) -> str | None:
+def shape_problem(key: str, shape: tuple, length: int, what: str = "target") -> str | None:
+    """Why one template array's shape is not [T, length, *TRAILING_SHAPES[key]] with T <=
+    MAX_TEMPLATES (None: it is); the same words for a declared (header) and a loaded shape."""
+    tail = TRAILING_SHAPES[key]
+    if len(shape) != 2 + len(tail) or tuple(shape[2:]) != tail:
+        return f"{key} has shape {tuple(shape)}, expected [T, {length}, " \
+               f"{', '.join(map(str, tail))}]"
+    if shape[1] != length:
+        return f"{key} covers {shape[1]} residues, the {what} has {length}"
+    if shape[0] > MAX_TEMPLATES:
+        return f"{key} has {shape[0]} templates (expected 1 to {MAX_TEMPLATES}, " \
+               "protdp.data.bounds)"
+    return None
+
+
+def header_problem(path: Path, length: int, what: str = "target") -> str | None:
     """Why a templates.npz's member headers cannot describe template features of a
-    `length`-residue target (None: its arrays may be loaded): the declared shapes (T within
-    MAX_TEMPLATES, L the target's, AlphaFold's trailing axes) and declared bytes
-    (`protdp.data.npz_headers`) checked before np.load allocates what they declare."""
+    `length`-residue target (None: its arrays may be loaded): declared bytes
+    (`protdp.data.npz_headers`) and declared shapes (`shape_problem`) checked before np.load
+    allocates what they declare."""
     try:
         headers = read_npz_headers(path, set(FEATURE_KEYS) | {NAMES_KEY})
     except HEADER_ERRORS as exc:
@@ -52,16 +67,15 @@ def header_problem(path: Path, length: int) -> str | None:
         problem = declared_problem(key, h)
         if problem:
             return problem
-        tail = TRAILING_SHAPES.get(key, ())
         if key == NAMES_KEY:
-            ok = len(h.shape) == 1 and h.dtype.itemsize <= MAX_NAME_BYTES
+            if len(h.shape) != 1 or h.shape[0] > MAX_TEMPLATES or \
+                    h.dtype.itemsize > MAX_NAME_BYTES:
+                return (f"{key} declares shape {h.shape} ({h.dtype}), expected [T <= "
+                        f"{MAX_TEMPLATES}] names of up to {MAX_NAME_BYTES} bytes")
         else:
-            ok = len(h.shape) == 2 + len(tail) and tuple(h.shape[2:]) == tail and \
-                h.shape[1] == length
-        if not ok or h.shape[0] > MAX_TEMPLATES:
-            return (f"{key} declares shape {h.shape} ({h.dtype}), expected [T <= "
-                    f"{MAX_TEMPLATES}" + (f", {length}, {', '.join(map(str, tail))}]"
-                                          if key != NAMES_KEY else "] short names"))
+            problem = shape_problem(key, h.shape, length, what)
+            if problem:
+                return problem
     return None
 
 
@@ -71,15 +85,13 @@ def feature_problem(feats: dict, length: int, what: str = "target") -> str | Non
     if missing:
         return f"key {missing[0]} missing"
     T = None
-    for key, tail in TRAILING_SHAPES.items():
+    for key in TRAILING_SHAPES:
         a = feats[key]
         if not isinstance(a, np.ndarray) or a.dtype.kind not in "biuf":
             return f"{key} is not a numeric array"
-        if a.ndim != 2 + len(tail) or tuple(a.shape[2:]) != tail:
-            return f"{key} has shape {tuple(a.shape)}, expected [T, {length}, " \
-                   f"{', '.join(map(str, tail))}]"
-        if a.shape[1] != length:
-            return f"{key} covers {a.shape[1]} residues, the {what} has {length}"
+        problem = shape_problem(key, a.shape, length, what)
+        if problem:
+            return problem
         if T is not None and a.shape[0] != T:
             return f"{key} has {a.shape[0]} templates, template_aatype has {T}"
         T = a.shape[0]
@@ -108,7 +120,7 @@ def read_features(path: Path, length: int, what: str = "target") -> dict:
     """The template keys of one templates.npz (never unpickled), checked: the member headers
     first (`header_problem`: nothing allocated beyond what the file holds), then the arrays
     (`check_features`)."""
-    problem = header_problem(path, length)
+    problem = header_problem(path, length, what)
     if problem:
         raise InputError(f"not usable template features: {problem}", path=path)
     try:
