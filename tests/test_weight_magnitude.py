@@ -138,3 +138,17 @@ def test_openfold_import_refuses_huge_and_nan_values(tmp_path):
         torch.save(bad, pt)
         _one_line(lambda: import_params(pt, "openfold", sm_layers=cfg.sm_layers), str(pt),
                   key, needle)
+
+
+def test_resume_optimizer_shards_master_weights(tmp_path):
+    """The fp32 master weights a resume copies from the optimizer shards into the model are
+    weights too (DeepSpeed's ZeRO partitions: tests/test_deepspeed.py)."""
+    shard = tmp_path / "optim_rank00000.pt"
+    frag = {"start": 0, "end": 3, "master": torch.tensor([0.0, BOUND, -1.0]),
+            "exp_avg_sq": torch.tensor([1e12, 0.0, 0.0])}       # moments are not weights
+    torch.save({"fragments": {"w": [frag]}}, shard)
+    assert engine_ckpt._optimizer_states(tmp_path, {"optimizer_files": [shard.name]})
+    frag["master"][2] = -3e4
+    torch.save({"fragments": {"w": [frag]}}, shard)
+    _one_line(lambda: engine_ckpt._optimizer_states(tmp_path, {"optimizer_files": [shard.name]}),
+              str(shard), "field 'master'", "'w[0:3]' holds |w| = 3e+04")

@@ -114,6 +114,17 @@ def _load_tensors(f: Path):
         raise InputError(f"refused: {torch_load_refusal(exc)}", path=f) from None
 
 
+def _master_weights(state) -> dict:
+    """{"name[start:end]": fp32 master fragment} of one optimizer shard file: the weights a
+    resume copies into the model (checked as weights, `protdp.model.weight_checks`)."""
+    frags = state.get("fragments") if isinstance(state, dict) else None
+    if not isinstance(frags, dict):
+        return {}
+    return {f"{name}[{fr.get('start')}:{fr.get('end')}]": fr["master"]
+            for name, pieces in frags.items() if isinstance(pieces, list)
+            for fr in pieces if isinstance(fr, dict) and "master" in fr}
+
+
 def _optimizer_states(path: Path, meta: dict) -> list[dict]:
     states = []
     for name in meta["optimizer_files"]:
@@ -121,6 +132,7 @@ def _optimizer_states(path: Path, meta: dict) -> list[dict]:
         if not f.is_file():
             raise InputError("optimizer shard listed in meta.json is missing", path=f)
         states.append(_load_tensors(f))
+        check_weights(_master_weights(states[-1]), f, "master")
     return states
 
 
