@@ -10,11 +10,12 @@ non-finite, given to every loader of a user's weight file, classified as in
 
 Loaders: the monomer model file (raw and EMA weights: `predict`, `--finetune-from`,
 `weights export`), a training run folder read for prediction (engine/model.pt, ema.pt), a
-training resume (ema.pt; the engine's model.pt), `multimer_model.pt` (fine-tuning and
+training resume (ema.pt; the engine's model.pt; the fp32 master weights of the optimizer
+shards), `multimer_model.pt` (fine-tuning and
 prediction readers), `weights import` of AlphaFold `.npz` (monomer, multimer) and OpenFold
 `.pt`, and a second ensemble member given to `predict`. Only APIs main has are called, so the
 same section measures main (the "before" numbers). DeepSpeed's resume is not run here (it needs
-a launched process group; tests/test_deepspeed.py runs it).
+a launched process group; tests/test_deepspeed.py gives it a 1e30 fp32 master).
 """
 
 from __future__ import annotations
@@ -85,6 +86,16 @@ def _monomer_writers(tmp: Path):
                                     module=build_model(cfg, verbose=False))
         return engine_ckpt.load_checkpoint(it / ck.ENGINE, ddp)
 
+    def optimizer_shard(value, folder):
+        master = {k: v.float().flatten() for k, v in shadow.items()}
+        master[name] = _set_one(master[name], value)
+        torch.save({"fragments": {k: [{"start": 0, "end": len(v), "master": v}]
+                                  for k, v in master.items()}}, folder / "optim_rank00000.pt")
+        return folder / "optim_rank00000.pt"
+
+    def optimizer_resume(shard):
+        return engine_ckpt._optimizer_states(shard.parent, {"optimizer_files": [shard.name]})
+
     return {
         "model.pt weights (predict, --finetune-from)": (model_file, load_model_checkpoint),
         "model.pt EMA shadow": (lambda v, f: model_file(v, f, ema=True), load_model_checkpoint),
@@ -95,6 +106,7 @@ def _monomer_writers(tmp: Path):
         "resume ema.pt": (lambda v, f: run_folder(v, f, "ema"),
                           lambda it: ck.load_checkpoint(it, 0)),
         "resume engine model.pt": (lambda v, f: run_folder(v, f, "model"), engine_resume),
+        "resume optimizer shard fp32 master": (optimizer_shard, optimizer_resume),
     }, (model, cfg)
 
 

@@ -164,7 +164,7 @@ HOSTILE_SECTIONS = {"template_mmcif": "template mmCIF", "templates_npz_json": "t
                     "family_store_declared_sizes": "family store, verify + read",
                     "complex_store": "complex store, verify + read",
                     "predict_options": "predict options",
-                    "weight_magnitude": "weights 1e30 / NaN / Inf / 1.5e4 / at 1e4, 12 loaders"}
+                    "weight_magnitude": "weights 1e30 / NaN / Inf / 1.5e4 / at 1e4, 13 loaders"}
 OUTCOMES = ("raw", "silent", "hang", "rejected", "valid_change", "intact")
 
 
