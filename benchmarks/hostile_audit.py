@@ -14,10 +14,16 @@ silent outcome remains.
 
 Round 4 (issue 47, `--round4 LABEL`): template mmCIF / templates.npz / multimer_model.pt /
 family and complex stores / predict options (benchmarks/hostile_cases_47.py), with a `hang`
-outcome for a case past 30 s or 8 GiB; written under `round4_LABEL` (after, main_d2865ec).
+outcome for a case past 30 s or 8 GiB; written under `round4_LABEL` (after, main_d2865ec;
+the weight loaders: main_c7d6e3f).
 
     .venv/bin/python benchmarks/hostile_audit.py
     .venv/bin/python benchmarks/hostile_audit.py --round4 after
+    .venv/bin/python benchmarks/hostile_audit.py --round4 after --only weight_magnitude
+
+`--only SECTION` runs one round-4 section (a name of `hostile_cases_47.sections`, or
+`weight_magnitude`: every weight loader given 1e30 / NaN / Inf / 1.5e4 weights and one at the
+bound, `hostile_weights_47.py`) and merges it into the label's earlier results.
 """
 
 from __future__ import annotations
@@ -197,49 +203,79 @@ def audit_device_outputs(tmp: Path) -> Counter:
     return counts
 
 
-def round4(label: str) -> int:
-    """Issue 47's sections (benchmarks/hostile_cases_47.py) into the JSON under
-    `round4_<label>` (label "after": this tree; "main_d2865ec": the same script run against
-    main, the before numbers); the earlier rounds' results are kept as they are."""
-    sys.path.insert(0, str(REPO_ROOT / "tests"))
-    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+def _round4_setup(tmp: Path, fixture: Path, stores: bool) -> tuple:
+    """(family store, complex store, multimer checkpoint folder) the round-4 sections read; the
+    stores only when `stores` (the weights section alone needs the checkpoint)."""
     from complex_fixtures import GOOD_ROWS, write_manifest
     from data_fixtures import build_pairs_store
-    from hostile_cases_47 import limit_memory, sections
 
     from protdp.complex.store import build_complex_store
     from protdp.weights import cli as weights_cli
 
-    fixture = data_root().parent / "af2_reference"
-    t0 = time.time()
-    with tempfile.TemporaryDirectory() as d:
-        tmp = Path(d)
+    family = None
+    if stores:
         (tmp / "fam").mkdir()
         family = build_pairs_store(data_root(), ["2q2k_A"], tmp / "fam")
         build_complex_store(write_manifest(tmp / "m.tsv", GOOD_ROWS[4:]), tmp / "c.h5",
                             log=lambda _: 0)
-        mm = tmp / "mm"
-        weights_cli.main(["import", "--format", "alphafold", str(
-            fixture / "multimer" / "params" / "params_model_1_multimer_v3_small.npz"), "--out",
-            str(mm), "--alphafold-config", str(
-                fixture / "multimer" / "config_model_1_multimer_v3_small.json")])
+    mm = tmp / "mm"
+    weights_cli.main(["import", "--format", "alphafold", str(
+        fixture / "multimer" / "params" / "params_model_1_multimer_v3_small.npz"), "--out",
+        str(mm), "--alphafold-config", str(
+            fixture / "multimer" / "config_model_1_multimer_v3_small.json")])
+    return family, tmp / "c.h5", mm
+
+
+def round4(label: str, only: str | None = None) -> int:
+    """Issue 47's sections (benchmarks/hostile_cases_47.py, hostile_weights_47.py) into the
+    JSON under `round4_<label>` (label "after": this tree; "main_<commit>": the same script run
+    against main, the before numbers); `only`: that one section, merged into the label's
+    earlier results. The earlier rounds' results are kept as they are."""
+    sys.path.insert(0, str(REPO_ROOT / "tests"))
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    from hostile_cases_47 import limit_memory, sections
+    from hostile_weights_47 import audit_weight_magnitudes
+
+    fixture = data_root().parent / "af2_reference"
+    t0 = time.time()
+    results, by_loader = {}, None
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        family, complex_store, mm = _round4_setup(tmp, fixture, only != "weight_magnitude")
         (tmp / "cases").mkdir()
         limit_memory()
-        results = sections(tmp / "cases", fixture, family, tmp / "c.h5", mm)
-    totals = Counter()
-    for c in results.values():
-        totals.update(c)
+        if only != "weight_magnitude":
+            results = sections(tmp / "cases", fixture, family, complex_store, mm, only)
+        if only in (None, "weight_magnitude"):
+            (tmp / "cases" / "weights").mkdir()
+            print("weight_magnitude", flush=True)
+            by_loader = audit_weight_magnitudes(tmp / "cases" / "weights", fixture, mm)
+            results["weight_magnitude"] = dict(sum((Counter(c) for c in by_loader.values()),
+                                                   Counter()))
     doc = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
-    doc[f"round4_{label}"] = {"cases": results, "totals": dict(totals),
-                              "seconds": round(time.time() - t0, 1)}
+    entry = doc.get(f"round4_{label}", {}) if only else {}
+    entry.setdefault("cases", {}).update(results)
+    if by_loader is not None:
+        entry["weight_magnitude_by_loader"] = by_loader
+    if only:
+        entry.setdefault("section_seconds", {})[only] = round(time.time() - t0, 1)
+    else:
+        entry["seconds"] = round(time.time() - t0, 1)
+    totals = Counter()
+    for c in entry["cases"].values():
+        totals.update(c)
+    entry["totals"] = dict(totals)
+    doc[f"round4_{label}"] = entry
     RESULTS.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     print(json.dumps(dict(totals)))
-    return 1 if totals["raw"] or totals["silent"] or totals["hang"] else 0
+    bad = ("raw", "silent", "hang", "refused_valid")
+    return 1 if any(sum(Counter(c)[k] for k in bad) for c in results.values()) else 0
 
 
 def main() -> int:
     if len(sys.argv) > 2 and sys.argv[1] == "--round4":
-        return round4(sys.argv[2])
+        only = sys.argv[4] if len(sys.argv) > 4 and sys.argv[3] == "--only" else None
+        return round4(sys.argv[2], only)
     rng = random.Random(SEED)
     t0 = time.time()
     results = {}

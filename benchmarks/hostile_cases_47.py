@@ -368,8 +368,8 @@ def _features_bytes(num_recycles: int, L: int = 200, rows: int = 3000) -> int:
 
 
 def sections(tmp: Path, fixture: Path, family_store: Path, complex_store: Path,
-             multimer_ckpt: Path) -> dict:
-    """Every round-4 section -> its outcome counts."""
+             multimer_ckpt: Path, only: str | None = None) -> dict:
+    """Every round-4 section (or the one named `only`) -> its outcome counts."""
     out = {}
     for name, fn in (("template_mmcif", lambda: audit_template_mmcif(tmp, fixture)),
                      ("templates_npz_json", lambda: audit_templates_npz(tmp)),
@@ -379,6 +379,8 @@ def sections(tmp: Path, fixture: Path, family_store: Path, complex_store: Path,
                          tmp, family_store)),
                      ("complex_store", lambda: audit_complex_store(tmp, complex_store)),
                      ("predict_options", audit_predict_options)):
+        if only is not None and name != only:
+            continue
         sub = tmp / name
         sub.mkdir()
         tmp_saved, tmp = tmp, sub

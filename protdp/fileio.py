@@ -7,7 +7,6 @@ import json
 import os
 import re
 import stat
-from contextlib import contextmanager
 from pathlib import Path
 
 from protdp.errors import InputError
@@ -224,38 +223,3 @@ def read_json_object(path: str | Path, what: str) -> dict:
     if not isinstance(doc, dict):
         raise InputError(f"a JSON {type(doc).__name__}, expected {what}", path=path)
     return doc
-
-
-# --- .npz inputs: one reader for every layer ---------------------------------------------------
-
-@contextmanager
-def open_npz(path: str | Path, what: str = "file"):
-    """The lazy NpzFile of an .npz (each member read and decompressed only when indexed), never
-    unpickled; a folder, a missing path, a plain .npy or other non-zip bytes, or a damaged member
-    read inside the block is one InputError naming the file as `what`. Keep the block to reading
-    members: its ValueError / OSError are reported as the file's."""
-    import zipfile
-
-    import numpy as np
-
-    path = Path(path)
-    if path.is_dir():
-        raise InputError(f"a directory, not an .npz {what}", path=path)
-    if not path.is_file():
-        raise InputError(f"{what} not found", path=path)
-    try:
-        if not zipfile.is_zipfile(path):    # else np.load reads .npy or offers to unpickle it
-            raise InputError(f"not an .npz {what} (not a zip archive of .npy arrays)", path=path)
-        with np.load(path, allow_pickle=False) as data:
-            yield data
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
-        raise InputError(f"not a readable .npz {what} ({type(exc).__name__}: {exc})",
-                         path=path) from None
-
-
-def read_npz(path: str | Path, what: str = "file",
-             keys: tuple[str, ...] | None = None) -> dict:
-    """{key: array} of every array of an .npz (`open_npz`'s checks), or of those of `keys` it
-    holds (the other members are not decompressed)."""
-    with open_npz(path, what) as data:
-        return {k: data[k] for k in (data.files if keys is None else keys) if k in data.files}

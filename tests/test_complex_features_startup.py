@@ -1,6 +1,6 @@
 """Start-up on a `protdp complex features` folder (`complex_features_input`): each
 features.npz is hashed once (the recorded digest is its sha256) and only its chain arrays are
-decompressed, never the MSA or the templates; the one .npz reader (`protdp.fileio.open_npz`)
+decompressed, never the MSA or the templates; the one .npz reader (`protdp.data.npz_headers.read_npz`)
 serves the weights' `read_npz` with the same one-line errors."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from protdp.errors import InputError
-from protdp.fileio import read_npz, sha256_file
+from protdp.data.npz_headers import read_npz
+from protdp.fileio import sha256_file
 from protdp.inference import complex_features_input as cfi
 from protdp.weights.store import read_npz as weights_read_npz
 

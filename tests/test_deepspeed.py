@@ -128,3 +128,29 @@ def test_deepspeed_refuses_a_protdp_checkpoint(runs):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "no DeepSpeed checkpoint here (written by --engine protdp?)" in proc.stderr
+
+
+def test_deepspeed_resume_refuses_weights_beyond_the_bound(runs):
+    """DeepSpeed reads its own files (issue 47 D3): the weights it loaded are checked before any
+    step, a 1e30 in its fp32 master partition is one line naming the folder and the weight."""
+    import shutil
+
+    import torch
+
+    hostile = runs["tmp"] / "zero1_hostile"
+    shutil.copytree(runs["tmp"] / "zero1_ckpt", hostile)
+    for shard in hostile.glob("iter_*/engine/deepspeed/zero_pp_rank_*_optim_states.pt"):
+        blob = torch.load(shard, weights_only=False)    # DeepSpeed's own (trusted test) file
+        with torch.no_grad():
+            blob["optimizer_state_dict"]["single_partition_of_fp32_groups"][0][0] = 1e30
+        torch.save(blob, shard)
+    proc = subprocess.run(torchrun_cmd([*argv(runs["store"], 4, "--engine", "deepspeed"),
+                                        "--load", str(hostile), "--log-dir",
+                                        str(runs["tmp"] / "hostile_run")], nproc=2),
+                          env=worker_env(), cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode != 0 and "exitcode  : 2" in proc.stderr, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if "error:" in line and "1e+30" in line]
+    assert errors and all(f"{hostile}/iter_0000002/engine/deepspeed: field 'optimizer': weight "
+                          "'fp32 master partition 0" in e for e in errors), proc.stderr[-3000:]
+    assert "iter 3" not in proc.stderr               # refused before any step

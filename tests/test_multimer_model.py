@@ -181,7 +181,7 @@ def test_complex_predict_writes_every_complex_and_reports_a_bad_one(model, tmp_p
     first = next(k for k, v in blob["state_dict"].items() if v.is_floating_point())
     blob["state_dict"][first] = blob["state_dict"][first].clone().fill_(float("nan"))
     torch.save(blob, ckpt / "multimer_model.pt")
-    with pytest.raises(InputError, match=f"NaN/Inf, first {first}"):
+    with pytest.raises(InputError, match=f"NaN/Inf\\) in weight '{first}'"):
         load_multimer(ckpt)
 
 

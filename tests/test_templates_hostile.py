@@ -129,14 +129,14 @@ def test_broken_templates_npz_is_one_line(tmp_path):
     path = tmp_path / "pickled.npz"
     np.savez(path, **_good(L), template_domain_names=np.array([object()], dtype=object))
     np.savez(path, template_aatype=np.array([object()], dtype=object))
-    with pytest.raises(InputError, match="unreadable|not a numeric"):
+    with pytest.raises(InputError, match="unreadable|not a numeric|Python objects"):
         read_features(path, L)
 
 
 @pytest.mark.parametrize("text,match", [("[1, 2]", "a JSON list"),
                                         ('{"templates": {"id": "x"}}', "must be a list"),
                                         ('{"templates": [3]}', "must be a list"),
-                                        ("{", "unreadable")])
+                                        ("{", "invalid JSON")])
 def test_broken_templates_json_is_one_line(tmp_path, text, match):
     path = tmp_path / "templates.json"
     path.write_text(text)

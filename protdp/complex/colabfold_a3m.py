@@ -44,7 +44,7 @@ import numpy as np
 
 from protdp.data.parse import _ALLOWED as A3M_VALID_BYTES
 from protdp.data.parse import _NORMALIZE as A3M_LETTER_MAP
-from protdp.data.parse import Msa
+from protdp.data.parse import Msa, a3m_columns, a3m_widths
 from protdp.data.safeio import (atomic_write_text, check_readable, check_regular_file,
                                 decode_text, read_bytes)
 from protdp.errors import InputError
@@ -143,7 +143,7 @@ def _first_bad_character(records, k: int) -> str:
 
 def _decode(records: list[tuple[str, str, int]], lengths: list[int], path: Path) -> list[_Row]:
     """Every record -> its aligned letters, deletion counts and which chains have residues,
-    all rows at once (vectorised as `protdp.data.parse.parse_a3m`)."""
+    all rows at once (`protdp.data.parse.a3m_columns`, the core `parse_a3m` uses)."""
     if not records:
         return []
     enc = [s.encode("utf-8", "replace") for _, s, _ in records]
@@ -156,8 +156,7 @@ def _decode(records: list[tuple[str, str, int]], lengths: list[int], path: Path)
         raise InputError(f"unexpected character '{_first_bad_character(records, k)}' in row "
                          f"'{records[k][0][:40]}' (letters, '-' and '.' only)", path=path,
                          line=records[k][2])
-    is_ins = (b >= ord("a")) & (b <= ord("z"))
-    width = np.add.reduceat((~is_ins).astype(np.int64), starts)          # aligned cols per row
+    is_ins, width = a3m_widths(b, starts)                                # aligned cols per row
     wrong = np.flatnonzero(width != sum(lengths))
     if len(wrong):
         k = int(wrong[0])
@@ -165,13 +164,8 @@ def _decode(records: list[tuple[str, str, int]], lengths: list[int], path: Path)
                 if len(lengths) > 1 else f"the chain's query has {lengths[0]}")
         raise InputError(f"row '{records[k][0][:40]}' has {width[k]} aligned columns "
                          f"(upper-case letters and '-'); {need}", path=path, line=records[k][2])
-    n, W = len(records), sum(lengths)
-    cum = np.cumsum(is_ins, dtype=np.int32 if b.size < 2**31 - 1 else np.int64)
-    before = cum[~is_ins].reshape(n, W)                                   # insertions so far
-    dels = before.copy()                                                  # [N, W]
-    dels[:, 1:] -= before[:, :-1]
-    dels[:, 0] -= np.where(starts > 0, cum[np.maximum(starts - 1, 0)], 0).astype(cum.dtype)
-    aligned = _NORM[b[~is_ins]].reshape(n, W)                             # [N, W]
+    letters, dels = a3m_columns(b, starts, is_ins, sum(lengths))          # [N, W] each
+    aligned = _NORM[letters]                                              # [N, W]
     has = np.stack([(aligned[:, s] != _GAP).any(axis=1) for s in _segments(lengths)], 1)
     return [_Row(h, line, aligned[i], dels[i], has[i])
             for i, (h, _, line) in enumerate(records)]

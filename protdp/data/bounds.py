@@ -36,8 +36,11 @@ MAX_RESIDUES = 100_000
 MAX_MSA_ROWS = 10_000_000
 """MSA rows of one family or chain as stored."""
 MAX_WEIGHT_MAGNITUDE = 1e4
-"""|value| of any imported weight: AF2 / OpenFold parameters are all below ~ 100; 1e30 is a
-corrupt or hostile file whose forward pass overflows to NaN."""
+"""|value| of any weight any loader reads (`protdp.model.weight_checks`: model files, training
+checkpoints and resume, multimer_model.pt, weights import): the AlphaFold fixtures' parameters
+(DeepMind's initialisers) reach 4.02, protdp's and OpenFold-shaped ones 1.13
+(benchmarks/results/weight_magnitudes.json); 1e30 is a corrupt or hostile file whose forward
+pass overflows to NaN."""
 MAX_SEED = 2 ** 32 - 1
 """Seeds are unsigned 32-bit, as AlphaFold's `random_seed` (numpy's legacy RandomState)."""
 MAX_SEEDS = 100_000

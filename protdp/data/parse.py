@@ -204,6 +204,26 @@ def _finish(names: list[str], arr: np.ndarray, dels: np.ndarray, path: Path,
     return Msa([seqs[i] for i in keep], d, [names[i] for i in keep], [str(path)])
 
 
+def a3m_widths(b: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(is_insertion [bytes], aligned columns per row [N]) of a3m rows concatenated as bytes
+    `b` (uint8) with row `starts`: lower-case letters are insertions, the rest aligned."""
+    is_ins = (b >= ord("a")) & (b <= ord("z"))
+    return is_ins, np.add.reduceat((~is_ins).astype(np.int64), starts)
+
+
+def a3m_columns(b: np.ndarray, starts: np.ndarray, is_ins: np.ndarray, width: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """(aligned letters uint8 [N, W] as in the file, deletions [N, W]: insertions just before
+    each aligned column) of rows that all have `width` aligned columns; all rows at once (the
+    one vectorised a3m core: `parse_a3m` and `protdp.complex.colabfold_a3m`)."""
+    n = len(starts)
+    cum = np.cumsum(is_ins, dtype=np.int32 if b.size < 2**31 - 1 else np.int64)
+    before = cum[~is_ins].reshape(n, width)                            # insertions so far
+    base = np.where(starts > 0, cum[np.maximum(starts - 1, 0)], 0).astype(cum.dtype)  # [N]
+    dels = np.diff(before, axis=1, prepend=base[:, None])             # [N, W]
+    return b[~is_ins].reshape(n, width), dels
+
+
 def parse_a3m(text: str, path: str | Path = "<string>") -> Msa:
     """a3m text -> Msa (see module docstring for the convention). Vectorized over rows."""
     path = Path(path)
@@ -218,19 +238,13 @@ def parse_a3m(text: str, path: str | Path = "<string>") -> Msa:
     b = np.frombuffer("".join(seqs).encode("ascii"), np.uint8)        # all rows, concatenated
     lens = np.fromiter((len(x) for x in seqs), np.int64, len(seqs))
     starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
-    is_ins = (b >= ord("a")) & (b <= ord("z"))
-    width = np.add.reduceat((~is_ins).astype(np.int64), starts)       # aligned columns per row
+    is_ins, width = a3m_widths(b, starts)                             # aligned columns per row
     wrong = np.nonzero(width != width[0])[0]
     if len(wrong):
         k = int(wrong[0])
         raise InputError(f"row '{records[k][0]}' (record {k + 1}) has {width[k]} aligned "
                          f"columns but the query has {width[0]}", path=path, line=records[k][2])
-    n, W = len(seqs), int(width[0])
-    cum = np.cumsum(is_ins, dtype=np.int64)                           # insertions so far
-    before = cum[~is_ins].reshape(n, W)                               # [N, W]
-    base = np.where(starts > 0, cum[starts - 1], 0)                   # [N] count before row
-    dels = np.diff(before, axis=1, prepend=base[:, None])             # [N, W]
-    cols, dels = _project_on_query(b[~is_ins].reshape(n, W), dels)
+    cols, dels = _project_on_query(*a3m_columns(b, starts, is_ins, int(width[0])))
     return _finish([r[0] for r in records], cols, dels, path, [r[2] for r in records])
 
 

@@ -13,13 +13,15 @@ MSA part of the prediction's fingerprint.
 from __future__ import annotations
 
 import hashlib
+import zipfile
 from pathlib import Path
 
 import numpy as np
 
+from protdp.data.npz_headers import read_npz
 from protdp.data.residues import GAP_ID, RESTYPES
 from protdp.errors import InputError, ProtdpError
-from protdp.fileio import open_npz, sha256_file
+from protdp.fileio import sha256_file
 from protdp.inference.targets import Target, _assign_names
 from protdp.complex.inputs import CHAIN_IDS, MAX_CHAINS
 
@@ -41,15 +43,18 @@ CHAIN_KEYS = ("aatype", "asym_id")    # [L] each: all start-up reads of a featur
 
 
 def _read(path: Path, keys: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
-    """The features of `path` (never unpickled, `protdp.fileio.open_npz`), or only its `keys`
-    (the other members, the MSA and templates, not decompressed); a file without the keys a
-    multimer features file has is one error naming it."""
-    with open_npz(path, FEATURES_WHAT) as data:
-        missing = [k for k in REQUIRED_KEYS if k not in data.files]
-        if not missing:
-            return {k: data[k] for k in (data.files if keys is None else keys)}
-    raise InputError(f"not a multimer features file (no {', '.join(missing)}; write it "
-                     "with `protdp complex features`)", path=path)
+    """The features of `path` (never unpickled, headers checked first:
+    `protdp.data.npz_headers.read_npz`), or only its `keys` (the other members, the MSA and
+    templates, not decompressed); a file without the keys a multimer features file has is one
+    error naming it."""
+    feats = read_npz(path, FEATURES_WHAT, keys=keys)
+    with zipfile.ZipFile(path) as zf:                 # read_npz has opened it as a zip
+        members = {n.removesuffix(".npy") for n in zf.namelist()}
+    missing = [k for k in REQUIRED_KEYS if k not in members]
+    if missing:
+        raise InputError(f"not a multimer features file (no {', '.join(missing)}; write it "
+                         "with `protdp complex features`)", path=path)
+    return feats
 
 
 def chains_of(features: dict, path: Path | None = None) -> list[tuple[str, str]]:

@@ -24,6 +24,7 @@ import torch.distributed as dist
 
 from protdp.errors import InputError
 from protdp.fileio import read_json_object, torch_load_refusal
+from protdp.model.weight_checks import check_weights
 from protdp.parallel import collectives as coll
 from protdp.parallel.ddp import DataParallel
 from protdp.parallel.optimizer import DistributedOptimizer, merge_fragments
@@ -113,6 +114,17 @@ def _load_tensors(f: Path):
         raise InputError(f"refused: {torch_load_refusal(exc)}", path=f) from None
 
 
+def _master_weights(state) -> dict:
+    """{"name[start:end]": fp32 master fragment} of one optimizer shard file: the weights a
+    resume copies into the model (checked as weights, `protdp.model.weight_checks`)."""
+    frags = state.get("fragments") if isinstance(state, dict) else None
+    if not isinstance(frags, dict):
+        return {}
+    return {f"{name}[{fr.get('start')}:{fr.get('end')}]": fr["master"]
+            for name, pieces in frags.items() if isinstance(pieces, list)
+            for fr in pieces if isinstance(fr, dict) and "master" in fr}
+
+
 def _optimizer_states(path: Path, meta: dict) -> list[dict]:
     states = []
     for name in meta["optimizer_files"]:
@@ -120,6 +132,7 @@ def _optimizer_states(path: Path, meta: dict) -> list[dict]:
         if not f.is_file():
             raise InputError("optimizer shard listed in meta.json is missing", path=f)
         states.append(_load_tensors(f))
+        check_weights(_master_weights(states[-1]), f, "master")
     return states
 
 
@@ -130,6 +143,9 @@ def load_checkpoint(path: str | Path, model: DataParallel,
     meta = _read_meta(path)
     model.finish_param_sync()
     blob = _load_tensors(path / MODEL_FILE)
+    if not isinstance(blob, dict) or "model" not in blob:
+        raise InputError("expected a dict with key 'model'", path=path / MODEL_FILE)
+    check_weights(blob["model"], path / MODEL_FILE, "model")  # |w| <= MAX_WEIGHT_MAGNITUDE
     with torch.no_grad():
         try:
             model.module.load_state_dict(blob["model"])  # copies into the param buffer views

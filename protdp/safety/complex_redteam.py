@@ -34,8 +34,7 @@ from protdp.complex.inputs import MAX_CHAINS
 from protdp.resources import resolve_config
 from protdp.safety.redteam import (CONTROL_MSA, OTHER_MSA, RedTeamConfig, _files_outside,
                                    _global_checks, _tree, check_case, finish_report,
-                                   overflow_case_result, predict_cases, prepare_sandbox)
-from protdp.workflows import predict
+                                   in_memory_overflow, predict_cases, prepare_sandbox)
 
 CTRL = "ctrl_dimer"
 FLAG_REASONS = ["low_iptm", "uncertain_interface", "low_ipsae"]   # what a poor model may earn
@@ -163,26 +162,11 @@ def check_complex_files(row: dict, chains: int) -> list[str]:
 
 def overflow_case(loaded: LoadedModel, work: Path, fasta_text: str, msa_dir: Path,
                   cfg: PredictConfig, policy) -> dict:
-    """Finite weights x1e20 in the input embedder: NaN outputs must go to review as
+    """Finite weights x1e20 in the input embedder (in memory): NaN outputs must go to review as
     invalid_plddt with no structure file, never accepted."""
-    model = loaded.model
-    state = {k: v.clone() for k, v in model.state_dict().items()}
     fasta = work / "overflow.fasta"
     fasta.write_text(fasta_text)
-
-    def run_batch():
-        with torch.no_grad():
-            for n, prm in model.named_parameters():
-                if n.startswith("input_embedder"):
-                    prm.mul_(1e20)
-        return predict(loaded, fasta, work / "overflow_out", msa_dir=msa_dir, config=cfg,
-                       gating=policy, progress=False, device=next(model.parameters()).device,
-                       release_gate="off")
-
-    try:
-        res = overflow_case_result(run_batch)
-    finally:
-        model.load_state_dict(state)
+    res = in_memory_overflow(loaded, fasta, work / "overflow_out", msa_dir, cfg, policy)
     return {**res, "passed": not res["problems"]}
 
 

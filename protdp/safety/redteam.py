@@ -398,7 +398,9 @@ def checkpoint_cases(loaded, work: Path, fasta_text: str, msa_dir: Path, cfg: Pr
                     "expected": {"load_error": "non-finite ... " + name}, "observed": observed,
                     "problems": problems})
 
-    # 2. finite weights whose activations overflow: NaN outputs must never be accepted or written
+    # 2. weights beyond MAX_WEIGHT_MAGNITUDE (x1e20, which overflow every forward pass): the
+    #    loader refuses the file in one line; a model that overflows at run time (in memory
+    #    here) must never have its NaN outputs accepted or written
     with torch.no_grad():
         for n, prm in model.named_parameters():
             if n.startswith("input_embedder"):
@@ -406,12 +408,42 @@ def checkpoint_cases(loaded, work: Path, fasta_text: str, msa_dir: Path, cfg: Pr
     ovf_path = save_model_checkpoint(model, loaded.config, work / "overflow.pt",
                                      training_crop=loaded.training_crop)
     model.load_state_dict(state)
+    try:
+        load_model_checkpoint(ovf_path)
+        observed, problems = "loaded", ["checkpoint with |w| = 1e20 weights was loaded"]
+    except InputError as exc:
+        observed = str(exc)
+        problems = [] if "MAX_WEIGHT_MAGNITUDE" in observed else [f"unclear error: {exc}"]
+    results.append({"name": "checkpoint_huge_weights", "description":
+                    "a checkpoint with weights beyond MAX_WEIGHT_MAGNITUDE is refused",
+                    "expected": {"load_error": "... MAX_WEIGHT_MAGNITUDE"}, "observed": observed,
+                    "problems": problems})
     fasta = work / "overflow.fasta"
     fasta.write_text(fasta_text)
-    results.append(overflow_case_result(lambda: predict(
-        ovf_path, fasta, work / "overflow_out", msa_dir=msa_dir, config=cfg, gating=policy,
-        progress=False, device=next(model.parameters()).device, release_gate="off")))
+    results.append(in_memory_overflow(loaded, fasta, work / "overflow_out", msa_dir, cfg, policy))
     return results
+
+
+def in_memory_overflow(loaded, fasta: Path, out: Path, msa_dir: Path, cfg: PredictConfig,
+                       policy) -> dict:
+    """`overflow_case_result` of `loaded` with its input embedder x1e20 in memory (a file with
+    such weights is refused by the loader), the weights restored afterwards."""
+    model = loaded.model
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+
+    def run_batch():
+        with torch.no_grad():
+            for n, prm in model.named_parameters():
+                if n.startswith("input_embedder"):
+                    prm.mul_(1e20)
+        return predict(loaded, fasta, out, msa_dir=msa_dir, config=cfg, gating=policy,
+                       progress=False, device=next(model.parameters()).device,
+                       release_gate="off")
+
+    try:
+        return overflow_case_result(run_batch)
+    finally:
+        model.load_state_dict(state)
 
 
 def overflow_case_result(run_batch) -> dict:

@@ -14,7 +14,6 @@ training silently.
 
 from __future__ import annotations
 
-import json
 import zipfile
 from pathlib import Path
 
@@ -22,12 +21,62 @@ import numpy as np
 
 from protdp.data.atoms import COORD_LIMIT
 from protdp.data.bounds import MAX_TEMPLATES
+from protdp.data.npz_headers import HEADER_ERRORS, declared_problem, read_npz_headers
 from protdp.data.residue_constants import NUM_ATOM37
 from protdp.errors import InputError
+from protdp.fileio import read_json_object
 
 AATYPE_CLASSES = 22                   # HHblits alphabet: 20 amino acids, X, gap
 FEATURE_KEYS = ("template_aatype", "template_all_atom_positions", "template_all_atom_masks")
 NPZ_ERRORS = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
+
+
+TRAILING_SHAPES = {"template_aatype": (AATYPE_CLASSES,),                 # [T, L, *tail]
+                   "template_all_atom_positions": (NUM_ATOM37, 3),
+                   "template_all_atom_masks": (NUM_ATOM37,)}
+NAMES_KEY = "template_domain_names"   # [T] bytes, read by `protdp templates add-to-store`
+MAX_NAME_BYTES = 1024                 # one domain name ("1abc_A"; PDB ids are 4 + chain)
+
+
+def shape_problem(key: str, shape: tuple, length: int, what: str = "target") -> str | None:
+    """Why one template array's shape is not [T, length, *TRAILING_SHAPES[key]] with T <=
+    MAX_TEMPLATES (None: it is); the same words for a declared (header) and a loaded shape."""
+    tail = TRAILING_SHAPES[key]
+    if len(shape) != 2 + len(tail) or tuple(shape[2:]) != tail:
+        return f"{key} has shape {tuple(shape)}, expected [T, {length}, " \
+               f"{', '.join(map(str, tail))}]"
+    if shape[1] != length:
+        return f"{key} covers {shape[1]} residues, the {what} has {length}"
+    if shape[0] > MAX_TEMPLATES:
+        return f"{key} has {shape[0]} templates (expected 1 to {MAX_TEMPLATES}, " \
+               "protdp.data.bounds)"
+    return None
+
+
+def header_problem(path: Path, length: int, what: str = "target") -> str | None:
+    """Why a templates.npz's member headers cannot describe template features of a
+    `length`-residue target (None: its arrays may be loaded): declared bytes
+    (`protdp.data.npz_headers`) and declared shapes (`shape_problem`) checked before np.load
+    allocates what they declare."""
+    try:
+        headers = read_npz_headers(path, set(FEATURE_KEYS) | {NAMES_KEY})
+    except HEADER_ERRORS as exc:
+        text = str(exc).strip().splitlines()
+        return f"unreadable template features: {text[0][:200] if text else type(exc).__name__}"
+    for key, h in headers.items():
+        problem = declared_problem(key, h)
+        if problem:
+            return problem
+        if key == NAMES_KEY:
+            if len(h.shape) != 1 or h.shape[0] > MAX_TEMPLATES or \
+                    h.dtype.itemsize > MAX_NAME_BYTES:
+                return (f"{key} declares shape {h.shape} ({h.dtype}), expected [T <= "
+                        f"{MAX_TEMPLATES}] names of up to {MAX_NAME_BYTES} bytes")
+        else:
+            problem = shape_problem(key, h.shape, length, what)
+            if problem:
+                return problem
+    return None
 
 
 def feature_problem(feats: dict, length: int, what: str = "target") -> str | None:
@@ -35,18 +84,14 @@ def feature_problem(feats: dict, length: int, what: str = "target") -> str | Non
     missing = [k for k in FEATURE_KEYS if k not in feats]
     if missing:
         return f"key {missing[0]} missing"
-    want = {"template_aatype": (AATYPE_CLASSES,), "template_all_atom_positions": (NUM_ATOM37, 3),
-            "template_all_atom_masks": (NUM_ATOM37,)}
     T = None
-    for key, tail in want.items():
+    for key in TRAILING_SHAPES:
         a = feats[key]
         if not isinstance(a, np.ndarray) or a.dtype.kind not in "biuf":
             return f"{key} is not a numeric array"
-        if a.ndim != 2 + len(tail) or tuple(a.shape[2:]) != tail:
-            return f"{key} has shape {tuple(a.shape)}, expected [T, {length}, " \
-                   f"{', '.join(map(str, tail))}]"
-        if a.shape[1] != length:
-            return f"{key} covers {a.shape[1]} residues, the {what} has {length}"
+        problem = shape_problem(key, a.shape, length, what)
+        if problem:
+            return problem
         if T is not None and a.shape[0] != T:
             return f"{key} has {a.shape[0]} templates, template_aatype has {T}"
         T = a.shape[0]
@@ -72,7 +117,12 @@ def check_features(feats: dict, length: int, path, what: str = "target") -> dict
 
 
 def read_features(path: Path, length: int, what: str = "target") -> dict:
-    """The template keys of one templates.npz (never unpickled), checked (`check_features`)."""
+    """The template keys of one templates.npz (never unpickled), checked: the member headers
+    first (`header_problem`: nothing allocated beyond what the file holds), then the arrays
+    (`check_features`)."""
+    problem = header_problem(path, length, what)
+    if problem:
+        raise InputError(f"not usable template features: {problem}", path=path)
     try:
         with np.load(path, allow_pickle=False) as f:
             feats = {k: f[k] for k in f.files if k in FEATURE_KEYS}
@@ -85,13 +135,9 @@ def read_features(path: Path, length: int, what: str = "target") -> dict:
 def read_record(path: Path) -> dict:
     """templates.json: an object whose `templates` is a list of objects (id, chain, ...)."""
     try:
-        record = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise InputError(f"unreadable template record: {str(exc).splitlines()[0][:200]}",
-                         path=path) from None
-    if not isinstance(record, dict):
-        raise InputError(f"not a template record: a JSON {type(record).__name__}, expected an "
-                         "object", path=path)
+        record = read_json_object(path, "a template record object")
+    except OSError as exc:
+        raise InputError(f"unreadable template record: {exc.strerror or exc}", path=path) from None
     templates = record.get("templates", [])
     if not isinstance(templates, list) or not all(
             isinstance(t, dict) and isinstance(t.get("id"), str) and isinstance(t.get("chain"), str)

@@ -46,6 +46,7 @@ import torch
 
 from protdp.errors import ConfigError, InputError
 from protdp.fileio import read_json_object, sha256_file, torch_load_refusal
+from protdp.model.weight_checks import check_weights
 from protdp.parallel.checkpoint import MODEL_FILE
 
 TRACKER = "latest_checkpointed_iteration.txt"
@@ -275,8 +276,17 @@ def load_checkpoint(path: Path, rank: int) -> Loaded:
     # the EMA moves itself onto the model's device)
     rank_state = read_rank_file(rank_file) if rank_file.exists() else None
     return Loaded(path=path, iteration=int(meta["iteration"]), meta=meta,
-                  ema_state=load_cpu(path / EMA_FILE),
-                  rank_state=rank_state)
+                  ema_state=read_ema_file(path / EMA_FILE), rank_state=rank_state)
+
+
+def read_ema_file(path: Path) -> dict:
+    """`ema.pt` of a training checkpoint ({"shadow": weights, ...}), its shadow weights checked
+    (`protdp.model.weight_checks`: finite, |w| <= MAX_WEIGHT_MAGNITUDE)."""
+    blob = load_cpu(path)
+    if not isinstance(blob, dict) or not isinstance(blob.get("shadow"), dict):
+        raise InputError("not an EMA file (expected a dict with a 'shadow' dict)", path=path)
+    check_weights(blob["shadow"], path, "shadow")
+    return blob
 
 
 # ------------------------------------------------------------------ reader API (prediction)
@@ -363,10 +373,9 @@ def read_weights(path: str | Path) -> TrainedWeights:
     blob = load_cpu(model_pt)
     if not isinstance(blob, dict) or "model" not in blob:
         raise InputError("expected a dict with key 'model'", path=model_pt)
-    ema, ema_pt = None, it_dir / EMA_FILE
-    if ema_pt.is_file():
-        ema_blob = load_cpu(ema_pt)
-        ema = ema_blob.get("shadow") if isinstance(ema_blob, dict) else None
+    check_weights(blob["model"], model_pt, "model")     # finite, |w| <= MAX_WEIGHT_MAGNITUDE
+    ema_pt = it_dir / EMA_FILE
+    ema = read_ema_file(ema_pt)["shadow"] if ema_pt.is_file() else None
     return TrainedWeights(it_dir, meta, blob["model"], ema,
                           _files_digest(it_dir, _weight_files(it_dir)))
 
@@ -394,7 +403,10 @@ def read_model_file(path: str | Path) -> TrainedWeights:
     if not isinstance(blob, dict) or blob.get("format") != MODEL_FILE_FORMAT:
         raise InputError(f"not a protdp model checkpoint (expected format '{MODEL_FILE_FORMAT}'; "
                          "a training run is given as its folder)", path=path)
-    meta = {"config": {"model": blob["model_config"], "crop_size": blob.get("training_crop"),
+    check_weights(blob.get("state_dict"), path, "state_dict")   # |w| <= MAX_WEIGHT_MAGNITUDE
+    if blob.get("ema_shadow") is not None:
+        check_weights(blob["ema_shadow"], path, "ema_shadow")
+    meta = {"config": {"model": blob.get("model_config"), "crop_size": blob.get("training_crop"),
                        "max_msa_rows": blob.get("max_msa_rows")}}
     return TrainedWeights(path, meta, blob["state_dict"], blob.get("ema_shadow"),
                           sha256_file(path), kind="model-file")
@@ -419,8 +431,9 @@ def read_any_weights(path: str | Path) -> TrainedWeights:
 
 
 def merged_weights(trained: TrainedWeights) -> tuple[dict, str]:
-    """(state dict with the EMA applied where saved, "ema" | "raw"); NaN/Inf refused (a diverged
-    run can save them), naming the weight."""
+    """(state dict with the EMA applied where saved, "ema" | "raw"); NaN/Inf (a diverged run can
+    save them) and |w| beyond MAX_WEIGHT_MAGNITUDE refused, naming the weight (the readers above
+    check each file; this checks what is handed to the model, however it was read)."""
     merged = dict(trained.state_dict)
     weights = "raw"
     if trained.ema_shadow:
@@ -429,8 +442,5 @@ def merged_weights(trained: TrainedWeights) -> tuple[dict, str]:
             raise InputError(f"EMA has entries the model lacks: {unknown[:3]}", path=trained.path)
         merged.update({k: v.to(merged[k].dtype) for k, v in trained.ema_shadow.items()})
         weights = "ema"
-    for name, value in merged.items():
-        if (torch.is_tensor(value) and value.is_floating_point()
-                and not bool(torch.isfinite(value).all())):
-            raise InputError(f"non-finite values (NaN/Inf) in weight '{name}'", path=trained.path)
+    check_weights(merged, trained.path)
     return merged, weights

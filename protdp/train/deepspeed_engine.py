@@ -41,6 +41,7 @@ from pathlib import Path
 import torch
 
 from protdp.errors import ConfigError
+from protdp.model.weight_checks import check_weights
 from protdp.parallel import NonFiniteGradientError
 from protdp.parallel.checkpoint import MODEL_FILE
 from protdp.parallel.config import default_bucket_size
@@ -191,3 +192,9 @@ def load(path: Path, model: DeepSpeedModel, opt: DeepSpeedOptimizer) -> None:
                                              load_lr_scheduler_states=False)
     if loaded is None:
         raise ConfigError(f"{folder}: DeepSpeed could not load this checkpoint")
+    # the weights DeepSpeed read from its own files, checked before any step uses them: the
+    # module's and ZeRO's fp32 master partitions (copied into the module at the next step)
+    check_weights(model.module.state_dict(), folder, "model")
+    masters = getattr(model.engine.optimizer, "single_partition_of_fp32_groups", None) or []
+    check_weights({f"fp32 master partition {i} (rank {dist.get_rank()})": t.detach()
+                   for i, t in enumerate(masters)}, folder, "optimizer")

@@ -2,7 +2,7 @@
 {"kind": "alphafold_multimer", "multimer_config": dict, "state_dict": tensors}) as hostile
 input (issue 47): a truncated, empty or random file, a code-carrying pickle, a missing key,
 a config or `masking` dict of the wrong shape, sizes beyond `protdp.data.bounds`, and weights
-beyond MAX_WEIGHT_MAGNITUDE are each one InputError line naming the file and the field, as the
+beyond MAX_WEIGHT_MAGNITUDE (`protdp.model.weight_checks`) are each one InputError line naming the file and the field, as the
 monomer loader answers - never a traceback and never an allocation the file's bytes do not
 justify (the config is checked before a module is built)."""
 
@@ -12,14 +12,13 @@ import dataclasses
 import math
 from pathlib import Path
 
-import torch
-
 from protdp.config import load_config
-from protdp.data.bounds import MAX_BLOCKS, MAX_CHANNELS, MAX_MSA_ROWS, MAX_WEIGHT_MAGNITUDE
+from protdp.data.bounds import MAX_BLOCKS, MAX_CHANNELS, MAX_MSA_ROWS
 from protdp.errors import InputError, ProtdpError
 from protdp.model.config import ModelConfig
 from protdp.model.multimer.model import MultimerConfig
 from protdp.model.multimer.msa import MaskedMsaConfig
+from protdp.model.weight_checks import check_weights
 from protdp.train.checkpointing import load_cpu
 
 _INT_BOUNDS = {"num_msa": MAX_MSA_ROWS, "num_extra_msa": MAX_MSA_ROWS,
@@ -70,26 +69,6 @@ def multimer_config_from_dict(data, path) -> MultimerConfig:
     return MultimerConfig(trunk=trunk_cfg, masking=MaskedMsaConfig(**masking), **kept)
 
 
-def weights_problem(state: dict) -> str | None:
-    """Why a state dict cannot be a model's weights (None: it can): tensors only, named by
-    strings, floating weights finite and within MAX_WEIGHT_MAGNITUDE."""
-    for name, value in state.items():
-        if not isinstance(name, str) or not torch.is_tensor(value):
-            return f"entry {str(name)[:60]!r} is not a named tensor"
-        if value.layout != torch.strided or value.device.type == "meta":
-            return f"{name} is not a dense tensor"
-    bad = [k for k, v in state.items() if v.is_floating_point() and not torch.isfinite(v).all()]
-    if bad:       # worded as the monomer loader (train.checkpointing.merged_weights)
-        return f"{len(bad)} weight tensor(s) hold NaN/Inf, first {bad[0]}"
-    for name, value in state.items():
-        if value.is_floating_point() and value.numel():
-            peak = float(value.abs().max())
-            if peak > MAX_WEIGHT_MAGNITUDE:
-                return (f"{name} holds |w| = {peak:.3g} > {MAX_WEIGHT_MAGNITUDE:g} (the "
-                        "documented bound on imported weights, protdp.data.bounds)")
-    return None
-
-
 def read_multimer_file(file: Path) -> tuple[MultimerConfig, dict]:
     """(config, state dict) of one multimer_model.pt; see the module docstring."""
     blob = load_cpu(file)                       # truncated / empty / pickled code: one line
@@ -100,7 +79,5 @@ def read_multimer_file(file: Path) -> tuple[MultimerConfig, dict]:
     state = blob.get("state_dict")
     if not isinstance(state, dict) or not state:
         raise InputError("state_dict missing or empty", path=file, field="state_dict")
-    problem = weights_problem(state)
-    if problem:
-        raise InputError(problem, path=file, field="state_dict")
+    check_weights(state, file, "state_dict")   # finite, |w| <= MAX_WEIGHT_MAGNITUDE
     return cfg, state

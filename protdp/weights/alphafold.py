@@ -28,6 +28,7 @@ import numpy as np
 
 from protdp.errors import InputError
 from protdp.model.config import ModelConfig
+from protdp.model.weight_checks import value_problem
 
 PREFIX = "alphafold/alphafold_iteration/"
 EVO = PREFIX + "evoformer/"
@@ -390,7 +391,8 @@ def classify_keys(keys, entries: list[Entry]) -> dict[str, str]:
 
 
 def check_array(key: str, array: np.ndarray, expected: tuple) -> None:
-    """One AlphaFold array: the shape the config implies, floating point, finite; an error
+    """One AlphaFold array: the shape the config implies, floating point, finite and within
+    MAX_WEIGHT_MAGNITUDE (`protdp.model.weight_checks`); an error
     names the array, the shape it has and the expected one."""
     if tuple(array.shape) != tuple(expected):
         raise InputError(f"shape {tuple(array.shape)}, expected {tuple(expected)} from the "
@@ -399,6 +401,9 @@ def check_array(key: str, array: np.ndarray, expected: tuple) -> None:
         raise InputError(f"dtype {array.dtype} is not floating point", field=key)
     if not np.isfinite(array).all():
         raise InputError(f"{int((~np.isfinite(array)).sum())} non-finite value(s) (NaN/Inf)", field=key)
+    problem = value_problem(key, array)       # |w| <= MAX_WEIGHT_MAGNITUDE (one rule, one number)
+    if problem:
+        raise InputError(problem, field=key)
 
 
 def _check_shape(entries: list[Entry], array: np.ndarray) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from protdp.errors import InputError
-from protdp.train.multimer_file import weights_problem
+from protdp.model.weight_checks import weights_problem
 
 FOLDER_FILES = {"monomer": "model.pt", "multimer": "multimer_model.pt"}
 

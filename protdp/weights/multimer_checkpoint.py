@@ -26,6 +26,7 @@ from protdp.fileio import sha256_file
 from protdp.model.config import ModelConfig
 from protdp.model.multimer.model import MultimerConfig, MultimerModel
 from protdp.model.multimer.msa import MaskedMsaConfig
+from protdp.train.checkpointing import load_cpu
 from protdp.train.multimer_file import read_multimer_file
 from protdp.weights.alphafold_config import multimer_overrides
 from protdp.weights.alphafold_multimer import (infer_multimer_config, is_fused_evoformer,
@@ -157,7 +158,7 @@ def _read_blob(path: str | Path) -> dict:
     file = path / MULTIMER_MODEL_FILE if path.is_dir() else path
     if not file.is_file():
         raise InputError(f"no {MULTIMER_MODEL_FILE} (not a multimer checkpoint)", path=path)
-    return torch.load(file, map_location="cpu", weights_only=True)
+    return load_cpu(file)                   # a corrupt file: one line naming it
 
 
 def load_multimer(path: str | Path) -> MultimerModel:

@@ -18,13 +18,16 @@ from protdp import fileio
 from protdp.errors import InputError
 from protdp.fileio import atomic_write_json, replace_file
 from protdp.train.checkpointing import IMPORTED_MODEL_FILE
+from protdp.data.npz_headers import read_npz as read_npz_checked
 
 PROVENANCE_FILE = "provenance.json"
 
 
 def read_npz(path: str | Path, what: str = "parameter file") -> dict[str, np.ndarray]:
-    """All arrays of an .npz file, no pickles (`protdp.fileio.read_npz`, the one reader)."""
-    return fileio.read_npz(path, what)
+    """All arrays of an .npz file (no pickles, headers checked first); a missing, truncated or
+    foreign file (a folder, a plain .npy, any non-zip bytes) is one clear error naming it as
+    `what` (`protdp.data.npz_headers.read_npz`)."""
+    return read_npz_checked(path, what)
 
 
 def npz_shapes(path: str | Path) -> dict[str, tuple]:

@@ -16,27 +16,15 @@ the key for every malformed input, and no allocation a file's header merely asks
 from __future__ import annotations
 
 import contextlib
-import math
-import zipfile
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
-import numpy as np
-
+from protdp.data.npz_headers import (HEADER_ERRORS, DuplicateMember, declared_problem,
+                                     read_npz_headers)
 from protdp.errors import InputError
+from protdp.model.weight_checks import value_problem
 
 FLOAT_KINDS = ("f",)                 # numpy dtype kinds a parameter array may have
-
-
-def _header(fh) -> tuple[tuple, np.dtype, int]:
-    """(shape, dtype, header length) of one `.npy` member (numpy's own header reader)."""
-    version = np.lib.format.read_magic(fh)
-    read = {(1, 0): np.lib.format.read_array_header_1_0,
-            (2, 0): np.lib.format.read_array_header_2_0}.get(version)
-    if read is None:
-        raise ValueError(f"unsupported .npy format version {version}")
-    shape, _, dtype = read(fh)
-    return tuple(shape), dtype, fh.tell()
 
 
 def npz_file(path: str | Path, what: str = "parameter file") -> Path:
@@ -50,42 +38,35 @@ def npz_file(path: str | Path, what: str = "parameter file") -> Path:
 
 
 def npz_headers(path: str | Path) -> dict[str, tuple]:
-    """{key: shape} of every array of an .npz from its member headers only, each checked: a
-    float dtype, at least one axis, a declared size the member really holds, no duplicates."""
+    """{key: shape} of every array of an .npz from its member headers only
+    (`protdp.data.npz_headers`), each checked: a float dtype, at least one axis, a declared
+    size the member really holds, no duplicates."""
     path = npz_file(path)
-    shapes: dict[str, tuple] = {}
     try:
-        with zipfile.ZipFile(path) as zf:
-            for info in zf.infolist():
-                key = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
-                if key in shapes:
-                    raise InputError("the archive holds this array twice (duplicate zip "
-                                     "member); refusing to guess which one is meant",
-                                     path=path, field=key)
-                with zf.open(info) as fh:
-                    shape, dtype, offset = _header(fh)
-                if dtype.hasobject or dtype.kind not in FLOAT_KINDS:
-                    raise InputError(f"dtype {dtype} is not a floating-point parameter array",
-                                     path=path, field=key)
-                if not shape:
-                    raise InputError("a 0-d (scalar) array, expected a parameter array with "
-                                     "at least one axis", path=path, field=key)
-                declared = math.prod(shape) * dtype.itemsize
-                if declared != info.file_size - offset:
-                    raise InputError(f"header declares shape {shape} ({declared:,} bytes) but "
-                                     f"the member holds {info.file_size - offset:,} bytes",
-                                     path=path, field=key)
-                shapes[key] = shape
-    except InputError:
-        raise
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError, SyntaxError) as exc:
+        headers = read_npz_headers(path)
+    except DuplicateMember as exc:
+        raise InputError("the archive holds this array twice (duplicate zip member); refusing "
+                         "to guess which one is meant", path=path, field=exc.key) from None
+    except HEADER_ERRORS as exc:
         raise InputError(f"not a readable .npz parameter file ({type(exc).__name__}: {exc})",
                          path=path) from None
-    return shapes
+    for key, header in headers.items():
+        dtype = header.dtype
+        if dtype.hasobject or dtype.kind not in FLOAT_KINDS:
+            raise InputError(f"dtype {dtype} is not a floating-point parameter array",
+                             path=path, field=key)
+        if not header.shape:
+            raise InputError("a 0-d (scalar) array, expected a parameter array with "
+                             "at least one axis", path=path, field=key)
+        problem = declared_problem(key, header)
+        if problem:
+            raise InputError(problem.removeprefix(f"{key}: "), path=path, field=key)
+    return {key: header.shape for key, header in headers.items()}
 
 
 def check_tensors(state: Mapping, path: str | Path) -> None:
-    """Every value a dense, real floating-point tensor holding values."""
+    """Every value a dense, real floating-point tensor holding finite values within
+    MAX_WEIGHT_MAGNITUDE (`protdp.model.weight_checks`)."""
     import torch
 
     for key, value in state.items():
@@ -101,6 +82,9 @@ def check_tensors(state: Mapping, path: str | Path) -> None:
         if value.is_complex() or not value.is_floating_point():
             raise InputError(f"dtype {value.dtype} is not a real floating-point parameter",
                              path=path, field=key)
+        problem = value_problem(key, value)   # finite, |w| <= MAX_WEIGHT_MAGNITUDE
+        if problem:
+            raise InputError(problem, path=path, field=key)
 
 
 def check_complete(state: Mapping, expected: Iterable[str], source_name: Callable[[str], str],
