@@ -112,12 +112,14 @@ def test_every_whole_npz_reader_checks_the_headers_first(tmp_path, reader):
     features` folder, `weights compare`'s features / reference files) share
     `protdp.data.npz_headers.read_npz`: a 4 GB declaration over 16 bytes costs nothing."""
     if reader.startswith("complex"):
-        from protdp.inference.complex_features_input import _read_npz as read
+        from protdp.inference.complex_features_input import _read as read
     else:
         from protdp.weights.store import read_npz as read
-    good = _write(tmp_path / "good.npz", {"aatype": _npy((4,), np.int32, b"\0" * 16)})
+    rest = {k: _npy((4,), np.int32, b"\0" * 16) for k in ("asym_id", "msa")}
+    good = _write(tmp_path / "good.npz", {"aatype": _npy((4,), np.int32, b"\0" * 16), **rest})
     assert read(good)["aatype"].shape == (4,)
-    path = _write(tmp_path / "f.npz", {"aatype": _npy((10 ** 9,), np.int32, b"\0" * 16)})
+    path = _write(tmp_path / "f.npz", {"aatype": _npy((10 ** 9,), np.int32, b"\0" * 16),
+                                       **rest})
     tracemalloc.start()
     try:
         with pytest.raises(InputError, match="f.npz: field 'aatype': header declares shape"):

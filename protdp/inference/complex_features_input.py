@@ -47,14 +47,14 @@ def _read(path: Path, keys: tuple[str, ...] | None = None) -> dict[str, np.ndarr
     `protdp.data.npz_headers.read_npz`), or only its `keys` (the other members, the MSA and
     templates, not decompressed); a file without the keys a multimer features file has is one
     error naming it."""
-    feats = read_npz(path, FEATURES_WHAT, keys=keys)
-    with zipfile.ZipFile(path) as zf:                 # read_npz has opened it as a zip
+    read_npz(path, FEATURES_WHAT, keys=())           # a readable .npz, nothing decompressed
+    with zipfile.ZipFile(path) as zf:
         members = {n.removesuffix(".npy") for n in zf.namelist()}
     missing = [k for k in REQUIRED_KEYS if k not in members]
     if missing:
         raise InputError(f"not a multimer features file (no {', '.join(missing)}; write it "
                          "with `protdp complex features`)", path=path)
-    return feats
+    return read_npz(path, FEATURES_WHAT, keys=keys)
 
 
 def chains_of(features: dict, path: Path | None = None) -> list[tuple[str, str]]:
