@@ -20,7 +20,9 @@ event inserted by anyone holding only a database credential has no valid mac and
 names it, and an unsigned event can only ever make an item pending. A decision event carries
 `bound_sha256`, the item's content digest (its scores, paths and the sha256 of every file at
 enqueue) at the moment of the decision; `verify` checks it equals the enqueue digest, and export
-re-hashes the files against it (`protdp.review.binding`).
+re-hashes the files against it (`protdp.review.binding`). So the recorded file digests are
+covered by the keyed chain; `ReviewStore.verify` then re-hashes the files themselves
+(`protdp.review.rehash`).
 """
 
 from __future__ import annotations

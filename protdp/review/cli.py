@@ -91,7 +91,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
 
     s = sub.add_parser("verify", parents=[common],
-                       help="check the hash-chained audit log against items and reviewers")
+                       help="check the hash-chained audit log against items and reviewers, "
+                            "and re-hash every file an item is bound to")
     s.add_argument("--expect-head", default=None, metavar="SEQ:HASH",
                    help="a head printed by an earlier verify: it must still be in the log")
     s.add_argument("--json", action="store_true")
@@ -340,7 +341,12 @@ def _verify(store, args) -> int:
             print(f"PROBLEM {_safe(problem)}")
         if report["more_problems"]:
             print(f"... and {report['more_problems']} more")
-        print(f"{'ok' if report['ok'] else 'FAILED'}: {report['events']} audit events; head "
+        for problem in report["file_problems"]:
+            print(f"FILE {_safe(problem['line'])}")
+        if report["more_file_problems"]:
+            print(f"... and {report['more_file_problems']} more changed files")
+        print(f"{'ok' if report['ok'] else 'FAILED'}: {report['events']} audit events, "
+              f"{report['items_files_checked']} items' files re-hashed; head "
               f"{report['head']} (record it to detect a rewrite later: --expect-head)")
     return 0 if report["ok"] else 1
 

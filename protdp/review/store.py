@@ -35,7 +35,7 @@ from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.engine import Connection
 
 from protdp.errors import InputError
-from protdp.review import audit
+from protdp.review import audit, rehash
 from protdp.review.actions import (Admin, AuthError, Credential, Reviewer, add_reviewer_row,
                                    authorize, read_limits, session_hash, token_hash)
 from protdp.review.db import DEFAULT_BUSY_TIMEOUT_S, DEFAULT_QUEUE_URL, Database, normalize_url
@@ -304,10 +304,12 @@ class ReviewStore:
         with self.db.tx(readonly=True) as conn:
             return read_limits(conn)
 
-    def verify(self, expect_head: str | None = None) -> dict:
-        """Recompute the audit chain and replay it against items and reviewers."""
+    def verify(self, expect_head: str | None = None, *, files: bool = True) -> dict:
+        """Recompute the audit chain and replay it against items and reviewers, then (`files`)
+        re-hash every file the items are bound to (`protdp.review.rehash`)."""
         with self.db.tx(readonly=True) as conn:
-            return audit.verify(conn, expect_head)
+            report = audit.verify(conn, expect_head)
+        return rehash.check_files(self.db, report) if files else report
 
     def export_records(self) -> list[dict]:
         """Decided items with their features and full audit trail, oldest decision first."""

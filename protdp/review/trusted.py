@@ -25,7 +25,7 @@ def trusted_records(store, admin_token: str | None, *, require_bytes: bool
         raise AuthError("reading reviewed decisions as training signal needs the queue's admin "
                         "token: set PROTDP_REVIEW_ADMIN_TOKEN (or pass --admin-token)")
     store.admin(admin_token)                      # AuthError unless an admin token
-    report = store.verify()
+    report = store.verify(files=False)           # the chain; files: `mismatches` below
     if report["whole_log_suspect"]:
         shown = "; ".join(report["problems"][:3])
         raise QueueError(f"`protdp review verify` fails for the whole audit log ({shown}); "
