@@ -97,10 +97,12 @@ def _round(v, digits: int):
     return None if v is None else round(v, digits)
 
 
-def confidence_json(chains: list[tuple[str, str]], plddt, confidence: dict) -> dict:
+def confidence_json(chains: list[tuple[str, str]], plddt, confidence: dict, *,
+                    with_pae: bool = True) -> dict:
     """The scores of a complex (`complex_confidence` output + pLDDT) with chain ranges; the
     chain-pair matrices are keyed by chain id. Non-finite values (a diverged model's NaN
-    outputs, which the gate routes as invalid_plddt) are null, never a crash."""
+    outputs, which the gate routes as invalid_plddt) are null, never a crash. `with_pae=False`:
+    without the [L, L] "pae" (rounded one value at a time here), for callers that drop it."""
     ids = [c for c, _ in chains]
 
     def by_chain(m):
@@ -109,17 +111,19 @@ def confidence_json(chains: list[tuple[str, str]], plddt, confidence: dict) -> d
 
     per_residue = _plain(plddt)
     finite = [v for v in per_residue if v is not None]
-    return {"chains": chain_ranges(chains),
-            "plddt": [_round(v, 2) for v in per_residue],
-            "mean_plddt": round(float(np.mean(finite)), 2)
-            if finite and len(finite) == len(per_residue) else None,
-            "ptm": _round(_plain(confidence["ptm"]), 4),
-            "iptm": _round(_plain(confidence["iptm"]), 4),
-            "ranking_confidence": _round(_plain(confidence["ranking_confidence"]), 4),
-            "chain_pair_iptm": by_chain(confidence["chain_pair_iptm"]),
-            "interface_pae": _round(_plain(confidence["interface_pae"]), 2),
-            "chain_pair_pae": by_chain(confidence["chain_pair_pae"]),
-            "pae": [[_round(v, 2) for v in row] for row in _plain(confidence["pae"])]}
+    doc = {"chains": chain_ranges(chains),
+           "plddt": [_round(v, 2) for v in per_residue],
+           "mean_plddt": round(float(np.mean(finite)), 2)
+           if finite and len(finite) == len(per_residue) else None,
+           "ptm": _round(_plain(confidence["ptm"]), 4),
+           "iptm": _round(_plain(confidence["iptm"]), 4),
+           "ranking_confidence": _round(_plain(confidence["ranking_confidence"]), 4),
+           "chain_pair_iptm": by_chain(confidence["chain_pair_iptm"]),
+           "interface_pae": _round(_plain(confidence["interface_pae"]), 2),
+           "chain_pair_pae": by_chain(confidence["chain_pair_pae"])}
+    if with_pae:
+        doc["pae"] = [[_round(v, 2) for v in row] for row in _plain(confidence["pae"])]
+    return doc
 
 
 def write_confidence_json(path: str | Path, chains, plddt, confidence: dict) -> Path:

@@ -273,7 +273,8 @@ def complex_scores(chains: list[tuple[str, str]], top: dict) -> dict:
     from protdp.complex.outputs import confidence_json
 
     doc = confidence_json(chains, top["plddt"], {**top, "ranking_confidence":
-                                                 0.8 * top["iptm"] + 0.2 * top["ptm"]})
+                                                 0.8 * top["iptm"] + 0.2 * top["ptm"]},
+                          with_pae=False)            # the [L, L] PAE: not a score key
     from protdp.interface.complex import best_interface
 
     rows = interface_rows(chains, top)

@@ -59,9 +59,21 @@ def predict_queued(pred, targets: list, lengths: list, info: dict, *, queue_url:
     (pred.out_dir / WORK_DIR).mkdir(exist_ok=True)
     queue = WorkQueue(queue_url, run_key(pred.out_dir, info, pred.settings), lease_s=lease_s,
                       worker=Worker.this_process(rank), largest_first=largest_first)
+    try:
+        return queue, _drain_targets(pred, queue, targets, lengths, info, rank=rank,
+                                     progress=progress, prefetch_workers=prefetch_workers,
+                                     lookahead=lookahead)
+    except BaseException:
+        queue.close()            # the caller closes it only when it is returned
+        raise
+
+
+def _drain_targets(pred, queue: WorkQueue, targets: list, lengths: list, info: dict, *,
+                   rank: int, progress: bool, prefetch_workers: int, lookahead: int) -> list:
+    """Join `queue` with every target and predict claimed ones until none is left; the rows
+    this process recorded."""
     queue.join([WorkItem(t.index, t.target_id, target_cost(lengths[t.index])) for t in targets],
                label=str(pred.out_dir))
-
     prefetch = FeaturePrefetcher(pred, targets, info, prefetch_workers) \
         if prefetch_workers > 0 else None
 
@@ -85,5 +97,5 @@ def predict_queued(pred, targets: list, lengths: list, info: dict, *, queue_url:
     finally:
         if prefetch is not None:
             prefetch.close()
-    return queue, [row for _, row in mine]
+    return [row for _, row in mine]
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from protdp.data.npz_headers import HEADER_ERRORS, declared_problem, read_npz_headers
 from protdp.errors import InputError
 from protdp.interface.inputs import MAX_INPUT_BYTES, InputBytes
 from protdp.interface.scores import Residues
@@ -75,28 +76,25 @@ def _parse_json(data: bytes, path: Path) -> dict:
 
 
 def _npz_array(data: bytes, path: Path, key: str, shape: tuple) -> np.ndarray:
-    """The `key` array of an .npz's bytes, whose header must declare `shape` (checked before
-    anything is inflated: a small file cannot declare a 2 GB array)."""
+    """The `key` array of an .npz's bytes, whose header must declare `shape` and the bytes the
+    member holds (`protdp.data.npz_headers.declared_problem`), both checked before anything is
+    inflated: a small file cannot make np.load allocate gigabytes."""
     try:
-        with zipfile.ZipFile(io.BytesIO(data)) as z:
-            names = [n.removesuffix(".npy") for n in z.namelist()]
-            if key not in names:
-                raise InputError(f"no '{key}' array (has {', '.join(names) or 'none'})",
-                                 path=path)
-            with z.open(f"{key}.npy") as fh:
-                version = np.lib.format.read_magic(fh)
-                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                               else np.lib.format.read_array_header_2_0)
-                declared, _, dtype = read_header(fh)
-            if tuple(declared) != tuple(shape) or dtype.hasobject or \
-                    int(np.prod(declared)) * dtype.itemsize > MAX_INPUT_BYTES:
-                raise InputError(f"{key} is declared {'x'.join(map(str, declared))} ({dtype}) "
-                                 f"but the structure has {shape[0]} tokens", path=path,
-                                 field=key)
-            with z.open(f"{key}.npy") as fh:
-                return np.lib.format.read_array(fh, allow_pickle=False)
-    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile,
-            NotImplementedError) as exc:
+        headers = read_npz_headers(io.BytesIO(data), {key})
+        if key not in headers:
+            with zipfile.ZipFile(io.BytesIO(data)) as z:
+                names = [n.removesuffix(".npy") for n in z.namelist()]
+            raise InputError(f"no '{key}' array (has {', '.join(names) or 'none'})", path=path)
+        declared, dtype = headers[key].shape, headers[key].dtype
+        if declared != tuple(shape) or dtype.hasobject or headers[key].declared > MAX_INPUT_BYTES:
+            raise InputError(f"{key} is declared {'x'.join(map(str, declared))} ({dtype}) "
+                             f"but the structure has {shape[0]} tokens", path=path, field=key)
+        problem = declared_problem(key, headers[key])
+        if problem:
+            raise InputError(problem.removeprefix(f"{key}: "), path=path, field=key)
+        with zipfile.ZipFile(io.BytesIO(data)) as z, z.open(f"{key}.npy") as fh:
+            return np.lib.format.read_array(fh, allow_pickle=False)
+    except HEADER_ERRORS + (NotImplementedError,) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise InputError(f"not a readable .npz ({first})", path=path) from None
 

@@ -21,14 +21,12 @@ import shutil
 import sys
 from pathlib import Path
 
-import numpy as np
-
 from protdp.data.store import FamilyStore
 from protdp.errors import InputError
 from protdp.fileio import atomic_write_bytes, check_output, replace_file
 from protdp.templates.run import FEATURES_FILE
 from protdp.templates.training import write_family_templates
-from protdp.templates.validate import NPZ_ERRORS, read_features, real_templates
+from protdp.templates.validate import read_domain_names, read_features, real_templates
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="protdp templates", description=__doc__,
@@ -58,12 +56,7 @@ def store_fasta(store: Path, out: Path, force: bool) -> int:
 def _features(path: Path, length: int) -> dict:
     """The four stored keys of one templates.npz, checked against the family's length."""
     feats = read_features(path, length, "family")        # shapes, finiteness, masks (issue 47)
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            feats["template_domain_names"] = f["template_domain_names"]
-    except NPZ_ERRORS as exc:
-        raise InputError(f"unreadable template features: {str(exc).splitlines()[0][:200]}",
-                         path=path) from None
+    feats["template_domain_names"] = read_domain_names(path)   # header-checked (npz_headers)
     names = feats["template_domain_names"]
     if names.ndim != 1 or len(names) != len(feats["template_aatype"]):
         raise InputError(f"template_domain_names has shape {names.shape}, expected "

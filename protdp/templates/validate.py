@@ -14,21 +14,20 @@ training silently.
 
 from __future__ import annotations
 
-import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from protdp.data.atoms import COORD_LIMIT
 from protdp.data.bounds import MAX_TEMPLATES
-from protdp.data.npz_headers import HEADER_ERRORS, declared_problem, read_npz_headers
+from protdp.data.npz_headers import HEADER_ERRORS, declared_problem, read_npz, read_npz_headers
 from protdp.data.residue_constants import NUM_ATOM37
 from protdp.errors import InputError
 from protdp.fileio import read_json_object
 
 AATYPE_CLASSES = 22                   # HHblits alphabet: 20 amino acids, X, gap
 FEATURE_KEYS = ("template_aatype", "template_all_atom_positions", "template_all_atom_masks")
-NPZ_ERRORS = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
+FEATURES_WHAT = "template features file"
 
 
 TRAILING_SHAPES = {"template_aatype": (AATYPE_CLASSES,),                 # [T, L, *tail]
@@ -123,13 +122,17 @@ def read_features(path: Path, length: int, what: str = "target") -> dict:
     problem = header_problem(path, length, what)
     if problem:
         raise InputError(f"not usable template features: {problem}", path=path)
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            feats = {k: f[k] for k in f.files if k in FEATURE_KEYS}
-    except NPZ_ERRORS as exc:
-        raise InputError(f"unreadable template features: {str(exc).splitlines()[0][:200]}",
-                         path=path) from None
+    feats = read_npz(path, FEATURES_WHAT, keys=FEATURE_KEYS)     # headers checked again there
     return check_features(feats, length, path, what)
+
+
+def read_domain_names(path: Path) -> np.ndarray:
+    """The [T] template_domain_names of one templates.npz (`protdp templates add-to-store`),
+    through the one header-checked reader (`protdp.data.npz_headers.read_npz`)."""
+    names = read_npz(path, FEATURES_WHAT, keys=(NAMES_KEY,))
+    if NAMES_KEY not in names:
+        raise InputError(f"not usable template features: key {NAMES_KEY} missing", path=path)
+    return names[NAMES_KEY]
 
 
 def read_record(path: Path) -> dict:

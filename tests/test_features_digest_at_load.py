@@ -1,0 +1,62 @@
+"""A precomputed complex (`protdp complex features` folder) is hashed at start-up (the run's
+input digest) and again once `predict_target` has loaded it (`predictor.input_files`): the two
+digests bracket the load, so a features.npz replaced between start-up and its prediction is
+that target's one-line error naming the file (a rejected row), never predicted under the digest
+the run recorded for the earlier file; an unchanged file records the start-up digest."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from protdp.errors import InputError
+from protdp.fileio import sha256_file
+from protdp.inference import complex_features_input as cfi
+from protdp.inference.checkpoint import load_model_checkpoint, save_model_checkpoint
+from protdp.inference.predictor import PredictConfig, Predictor, input_files
+from protdp.model.model import build_model
+from protdp.paths import REPO_ROOT
+
+
+def _write(folder, n_rows: int):
+    rng = np.random.default_rng(n_rows)
+    asym = np.repeat(np.arange(1, 3), (6, 5)).astype(np.int32)                    # [L]
+    folder.mkdir(parents=True, exist_ok=True)
+    np.savez(folder / cfi.FEATURES_FILE, aatype=rng.integers(0, 20, 11).astype(np.int32),
+             asym_id=asym, msa=rng.integers(0, 22, (n_rows, 11)).astype(np.int32))
+    return folder / cfi.FEATURES_FILE
+
+
+def test_input_files_reuse_the_start_up_digest_or_refuse(tmp_path):
+    path = _write(tmp_path / "c0", 4)
+    [t], _ = cfi.read_features_targets(tmp_path)
+    assert t.error is None
+    assert input_files(t, [path]) == [{"path": str(path), "sha256": t.extra["features_sha256"]}]
+    _write(tmp_path / "c0", 5)                        # replaced after start-up
+    with pytest.raises(InputError) as err:
+        input_files(t, [path])
+    text = str(err.value)
+    assert text.startswith(str(path)) and "\n" not in text and "changed since" in text
+    assert t.extra["features_sha256"][:12] in text and sha256_file(path)[:12] in text
+
+
+def test_a_features_file_replaced_after_start_up_is_a_rejected_row(tmp_path):
+    torch.manual_seed(0)
+    tiny = yaml.safe_load((REPO_ROOT / "configs" / "model" / "tiny.yaml").read_text())
+    ckpt = save_model_checkpoint(build_model(tiny, verbose=False), None, tmp_path / "m.pt",
+                                 max_msa_rows=16)
+    pred = Predictor(load_model_checkpoint(ckpt, device="cpu"), tmp_path / "out",
+                     release_gate="off", config=PredictConfig(max_msa_rows=16, plots=False))
+    try:
+        path = _write(tmp_path / "feats" / "c0", 4)
+        [t], digest = cfi.read_features_targets(tmp_path / "feats")
+        _write(tmp_path / "feats" / "c0", 5)
+        row = pred.predict_target(t, {"path": str(tmp_path / "feats"), "sha256": digest,
+                                      "msa_dir": None})
+    finally:
+        pred.close()
+    assert row["status"] == "rejected" and row["reasons"] == ["invalid_input"], row
+    assert row["detail"].startswith(str(path)) and "changed since" in row["detail"]
+    assert not (tmp_path / "out" / "targets" / t.file_name).exists()
