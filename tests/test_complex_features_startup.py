@@ -1,5 +1,6 @@
 """Start-up on a `protdp complex features` folder (`complex_features_input`): each
-features.npz is hashed once (the recorded digest is its sha256) and only its chain arrays are
+features.npz is read once (`read_features_bytes`; the recorded digest is the sha256 of the
+bytes its chains are parsed from) and only its chain arrays are
 decompressed, never the MSA or the templates; the one .npz reader (`protdp.data.npz_headers.read_npz`)
 serves the weights' `read_npz` with the same one-line errors."""
 
@@ -42,24 +43,27 @@ def test_start_up_hashes_once_and_reads_only_the_chain_arrays(tmp_path, monkeypa
     arrays = _features_folder(tmp_path, n)
     (tmp_path / "bad").mkdir()
     np.savez(tmp_path / "bad" / cfi.FEATURES_FILE, aatype=np.zeros(3, np.int32))
-    read_keys, hashed = [], []
+    read_keys, read = [], []
     original_getitem = np.lib.npyio.NpzFile.__getitem__
 
     def recording_getitem(self, key):
         read_keys.append(key)
         return original_getitem(self, key)
 
-    def counting_sha256(path):
-        hashed.append(Path(path))
-        return sha256_file(path)
+    def counting_read(path, bound):
+        read.append(Path(path))
+        return original_read(path, bound)
+    original_read = cfi.read_raw
     monkeypatch.setattr(np.lib.npyio.NpzFile, "__getitem__", recording_getitem)
-    monkeypatch.setattr(cfi, "sha256_file", counting_sha256)
+    monkeypatch.setattr(cfi, "read_raw", counting_read)
+    monkeypatch.setattr(cfi, "sha256_file", lambda p: pytest.fail("hashed apart from its load"),
+                        raising=False)
 
     targets, digest = cfi.read_features_targets(tmp_path)
 
     assert set(read_keys) == set(cfi.CHAIN_KEYS) and len(read_keys) == 2 * n
     files = sorted(tmp_path.glob(f"c*/{cfi.FEATURES_FILE}"))
-    assert sorted(hashed) == files                           # once each; the bad one never
+    assert sorted(read) == sorted(files + [tmp_path / "bad" / cfi.FEATURES_FILE])  # once each
     good = [t for t in targets if t.error is None]
     assert [t.target_id for t in good] == [f"c{k}" for k in range(n)]
     for t, f in zip(good, files):
@@ -69,6 +73,7 @@ def test_start_up_hashes_once_and_reads_only_the_chain_arrays(tmp_path, monkeypa
     assert digest == expected
     bad = [t for t in targets if t.error is not None]
     assert len(bad) == 1 and "no asym_id, msa" in bad[0].error
+    assert "features_sha256" not in bad[0].extra                # not in the run's digest
     # the chains read from two small members are those of the whole file
     monkeypatch.undo()
     whole = cfi._read(files[0])

@@ -128,3 +128,39 @@ def test_every_whole_npz_reader_checks_the_headers_first(tmp_path, reader):
     finally:
         tracemalloc.stop()
     assert peak < 20 * 1024 ** 2, peak
+
+
+@pytest.mark.parametrize("form", ["bytes", "file object"])
+def test_the_bytes_and_file_object_forms_check_the_headers_first(tmp_path, form):
+    """read_npz of a file's bytes (what a caller that hashed them loads) or of an open binary
+    file: a 4 GB declaration over 16 bytes is refused from the header (nothing allocated), the
+    error names the `path` given, and a good archive loads the same arrays as from its path."""
+    from protdp.data.npz_headers import read_npz
+
+    rest = {k: _npy((4,), np.int32, np.arange(4, dtype=np.int32).tobytes()) for k in ("b", "c")}
+    good = _write(tmp_path / "good.npz", {"a": _npy((4,), np.int32, b"\0" * 16), **rest})
+    bomb = _write(tmp_path / "f.npz", {"a": _npy((10 ** 9,), np.int32, b"\0" * 16), **rest})
+
+    def read(path, **kw):
+        if form == "bytes":
+            return read_npz(path.read_bytes(), path=path, **kw)
+        with open(path, "rb") as fh:
+            fh.seek(5)                               # read from the start wherever it stands
+            return read_npz(fh, path=path, **kw)
+
+    loaded, ref = read(good), read_npz(good)
+    assert set(loaded) == set(ref) == {"a", "b", "c"}
+    assert all(np.array_equal(loaded[k], ref[k]) for k in ref)
+    assert list(read(good, keys=("c",))) == ["c"]
+    tracemalloc.start()
+    try:
+        with pytest.raises(InputError, match="f.npz: field 'a': header declares shape"):
+            read(bomb)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 20 * 1024 ** 2, peak
+    (tmp_path / "x.npz").write_bytes(b"not a zip archive")
+    with pytest.raises(InputError) as err:
+        read(tmp_path / "x.npz")
+    assert str(err.value).startswith(str(tmp_path / "x.npz")) and "not an .npz" in str(err.value)

@@ -50,6 +50,14 @@ MAX_COMPRESSION_RATIO = 1100
 """Declared bytes per stored byte an HDF5 dataset may claim (gzip/deflate tops out at ~1032:1)."""
 MAX_DECLARED_BYTES = 64 * 1024 ** 3
 """Bytes one stored array may declare, whatever the file size (64 GiB)."""
+MAX_FEATURES_FILE_BYTES = 16 * 1024 ** 3
+"""Bytes of one precomputed complex `features.npz` (`protdp predict` on a `complex features`
+folder), read once into memory so that the bytes hashed are the bytes loaded (16 GiB). Its bulk
+is the MSA-shaped members (msa int32, deletion_matrix float32 and their `_all_seq` twins: at
+most 16 bytes per row x residue): at AlphaFold-Multimer's 2,048 MSA rows per chain
+(MSA_CROP_SIZE), a 20-chain, 10,000-residue complex (beyond what an 80 GB card predicts) stores
+20 x 2,048 x 10,000 x 16 B = 6.6 GB uncompressed; the loaded arrays take at least as much memory
+again, so a larger file is refused before it is read."""
 
 
 def check_count(value, bound: int, what: str, *, path=None, minimum: int = 0) -> int:

@@ -12,9 +12,11 @@ MAX_COMPRESSION_RATIO and MAX_DECLARED_BYTES (a zip entry may itself lie about i
 
 from __future__ import annotations
 
+import io
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -57,7 +59,7 @@ def _npy_header(fh) -> tuple[tuple, np.dtype, int]:
     return tuple(shape), dtype, fh.tell()
 
 
-def read_npz_headers(path: str | Path, keys=None) -> dict[str, NpyHeader]:
+def read_npz_headers(path: str | Path | BinaryIO, keys=None) -> dict[str, NpyHeader]:
     """{key: NpyHeader} of the members of an .npz (those in `keys`, or all), headers only;
     a member listed twice is a ValueError (np.load silently keeps one). Raises the
     HEADER_ERRORS of an unreadable archive for the caller to name."""
@@ -92,28 +94,52 @@ def declared_problem(key: str, header: NpyHeader) -> str | None:
     return None
 
 
-def read_npz(path: str | Path, what: str = "file",
-             keys: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
+def read_npz(source: str | Path | bytes | BinaryIO, what: str = "file",
+             keys: tuple[str, ...] | None = None, *,
+             path: str | Path | None = None) -> dict[str, np.ndarray]:
     """Every array of an .npz (or those of `keys` it holds: the other members are neither
     checked nor decompressed), never unpickled, each member's header checked first
-    (`declared_problem`: nothing allocated beyond the bytes the file holds); a folder, a missing
-    file, non-zip bytes (np.load would read a plain .npy or offer to unpickle) or a damaged
-    archive is one InputError naming the file as an .npz `what`."""
-    path = Path(path)
-    if path.is_dir():
-        raise InputError(f"a directory, not an .npz {what}", path=path)
-    if not path.is_file():
-        raise InputError(f"{what} not found", path=path)
+    (`declared_problem`: nothing allocated beyond the bytes the source holds). `source` is a
+    path, the file's bytes or an open binary file object: a caller that hashed the bytes loads
+    exactly those bytes (`path` then names them in errors). A folder, a missing file, non-zip
+    bytes (np.load would read a plain .npy or offer to unpickle) or a damaged archive is one
+    InputError naming the file as an .npz `what`."""
+    fh, name = _source(source, what, path)
     try:
-        if not zipfile.is_zipfile(path):
-            raise InputError(f"not an .npz {what} (not a zip archive of .npy arrays)", path=path)
-        for key, header in read_npz_headers(path, keys).items():
+        if not zipfile.is_zipfile(fh):
+            raise InputError(f"not an .npz {what} (not a zip archive of .npy arrays)", path=name)
+        _rewind(fh)
+        for key, header in read_npz_headers(fh, keys).items():
             problem = declared_problem(key, header)
             if problem:
-                raise InputError(problem.removeprefix(f"{key}: "), path=path, field=key)
-        with np.load(path, allow_pickle=False) as data:
+                raise InputError(problem.removeprefix(f"{key}: "), path=name, field=key)
+        _rewind(fh)
+        with np.load(fh, allow_pickle=False) as data:
             wanted = data.files if keys is None else [k for k in keys if k in data.files]
             return {key: data[key] for key in wanted}
     except HEADER_ERRORS as exc:
         raise InputError(f"not a readable .npz {what} ({type(exc).__name__}: {exc})",
-                         path=path) from None
+                         path=name) from None
+
+
+def _source(source, what: str, path):
+    """(a path or a seekable binary file object, the name errors give) of an .npz source:
+    bytes are read from memory, a file object from its start (the caller keeps it open)."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return io.BytesIO(source), path
+    if hasattr(source, "read"):
+        return source, path if path is not None else getattr(source, "name", None)
+    source = Path(source)
+    name = source if path is None else path
+    if source.is_dir():
+        raise InputError(f"a directory, not an .npz {what}", path=name)
+    if not source.is_file():
+        raise InputError(f"{what} not found", path=name)
+    return source, name
+
+
+def _rewind(fh) -> None:
+    """Back to the start of a file object (zipfile.is_zipfile and ZipFile leave it anywhere;
+    np.load reads its magic from where it stands); a path needs nothing."""
+    if hasattr(fh, "seek"):
+        fh.seek(0)

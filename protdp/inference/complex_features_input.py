@@ -13,15 +13,17 @@ MSA part of the prediction's fingerprint.
 from __future__ import annotations
 
 import hashlib
+import io
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
+from protdp.data.bounds import MAX_FEATURES_FILE_BYTES
 from protdp.data.npz_headers import read_npz
+from protdp.data.safeio import check_regular_file, read_raw
 from protdp.data.residues import GAP_ID, RESTYPES
 from protdp.errors import InputError, ProtdpError
-from protdp.fileio import sha256_file
 from protdp.inference.targets import Target, _assign_names
 from protdp.complex.inputs import CHAIN_IDS, MAX_CHAINS
 
@@ -42,19 +44,34 @@ REQUIRED_KEYS = ("aatype", "asym_id", "msa")
 CHAIN_KEYS = ("aatype", "asym_id")    # [L] each: all start-up reads of a features file
 
 
-def _read(path: Path, keys: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
+def read_features_bytes(path: Path) -> tuple[bytes, str]:
+    """(the bytes of a features file, their sha256), read once: the digest a run records is
+    that of the very bytes it loads (never a second read of a file that may have changed). A
+    file over MAX_FEATURES_FILE_BYTES is one error, before it is read."""
+    bound = MAX_FEATURES_FILE_BYTES
+    size = check_regular_file(path).st_size
+    if size > bound:
+        raise InputError(f"{size:,} bytes, over the {bound:,}-byte bound on a features file "
+                         "(MAX_FEATURES_FILE_BYTES, protdp.data.bounds)", path=path)
+    data = read_raw(path, bound)
+    return data, hashlib.sha256(data).hexdigest()
+
+
+def _read(path: Path, keys: tuple[str, ...] | None = None, *,
+          data: bytes | None = None) -> dict[str, np.ndarray]:
     """The features of `path` (never unpickled, headers checked first:
     `protdp.data.npz_headers.read_npz`), or only its `keys` (the other members, the MSA and
-    templates, not decompressed); a file without the keys a multimer features file has is one
-    error naming it."""
-    read_npz(path, FEATURES_WHAT, keys=())           # a readable .npz, nothing decompressed
-    with zipfile.ZipFile(path) as zf:
+    templates, not decompressed), read from `data` (the file's bytes) when given; a file
+    without the keys a multimer features file has is one error naming it."""
+    source = path if data is None else data
+    read_npz(source, FEATURES_WHAT, keys=(), path=path)  # a readable .npz, nothing decompressed
+    with zipfile.ZipFile(path if data is None else io.BytesIO(data)) as zf:
         members = {n.removesuffix(".npy") for n in zf.namelist()}
     missing = [k for k in REQUIRED_KEYS if k not in members]
     if missing:
         raise InputError(f"not a multimer features file (no {', '.join(missing)}; write it "
                          "with `protdp complex features`)", path=path)
-    return read_npz(path, FEATURES_WHAT, keys=keys)
+    return read_npz(source, FEATURES_WHAT, keys=keys, path=path)
 
 
 def chains_of(features: dict, path: Path | None = None) -> list[tuple[str, str]]:
@@ -73,16 +90,19 @@ def chains_of(features: dict, path: Path | None = None) -> list[tuple[str, str]]
 
 def read_features_targets(folder: Path) -> tuple[list[Target], str]:
     """One Target per `<complex>/features.npz` (sorted by folder name) and a digest over the
-    files' names and sha256s, each file hashed once (kept as the target's `features_sha256`)
-    and only its chain arrays (`CHAIN_KEYS`) decompressed. A file that cannot be read is that
+    files' names and sha256s, each file read once (`read_features_bytes`), its chain arrays
+    (`CHAIN_KEYS`, the only ones decompressed) parsed from the bytes hashed (the digest kept as
+    the target's `features_sha256`). A file that cannot be read is that
     target's error (one row)."""
     targets, digest = [], hashlib.sha256()
     for index, path in enumerate(sorted(folder.glob(f"*/{FEATURES_FILE}"))):
         name = path.parent.name
         t = Target(index, name, name, "", 1, extra={"features_npz": str(path), "source": path})
         try:
-            t.raw_sequence = ":".join(s for _, s in chains_of(_read(path, CHAIN_KEYS), path))
-            t.extra["features_sha256"] = sha256_file(path)
+            data, sha = read_features_bytes(path)
+            t.raw_sequence = ":".join(s for _, s in chains_of(
+                _read(path, CHAIN_KEYS, data=data), path))
+            t.extra["features_sha256"] = sha
             digest.update(f"{name}\0{t.extra['features_sha256']}\n".encode())
         except ProtdpError as exc:
             t.error = str(exc)
@@ -93,10 +113,14 @@ def read_features_targets(folder: Path) -> tuple[list[Target], str]:
 
 def features_inputs(t: Target, *, max_length: int) -> dict:
     """The model input of one precomputed complex, shaped as `complexes.build_features`'s:
-    {"features", "chains", "files" ([the features file]), "report", "msa_depth" (the
-    unpaired+paired MSA rows, `num_alignments`), "coverage" [L], "note"}."""
+    {"features", "chains", "files" ([the features file]), "sha256s" ([the sha256 of the bytes
+    loaded]), "report", "msa_depth" (the unpaired+paired MSA rows, `num_alignments`),
+    "coverage" [L], "note"}. The file is read once; bytes other than those hashed at start-up
+    (`features_sha256`) are that target's error, never parsed."""
     path = Path(t.extra["features_npz"])
-    feats = _read(path)
+    data, digest = read_features_bytes(path)
+    check_unchanged(t, [digest], path)
+    feats = _read(path, data=data)
     chains = chains_of(feats, path)
     total = sum(len(s) for _, s in chains)
     if total > max_length:
@@ -105,7 +129,20 @@ def features_inputs(t: Target, *, max_length: int) -> dict:
     msa = np.asarray(feats["msa"])                                         # [S, L]
     depth = int(feats["num_alignments"]) if "num_alignments" in feats else int(msa.shape[0])
     coverage = (msa[:depth] != GAP_ID).sum(axis=0).astype(int).tolist()
-    return {"features": feats, "chains": chains, "files": [path], "report": {},
+    return {"features": feats, "chains": chains, "files": [path], "sha256s": [digest],
+            "report": {},
             "msa_depth": depth, "coverage": coverage, "note": "",
             "records": {cid: {"description": f"{t.target_id} chain {cid}", "sequence": seq}
                         for cid, seq in chains}}
+
+
+def check_unchanged(t: Target, digests: list[str], path: Path | None) -> None:
+    """A precomputed complex's features.npz must be the bytes hashed at start-up (its
+    `features_sha256`, in the run's input digest): a file replaced meanwhile is that target's
+    one-line error, never predicted under the digest the run recorded for the earlier file."""
+    started = t.extra.get("features_sha256")
+    if started is not None and digests != [started]:
+        now = digests[0][:12] if digests else "none"
+        raise InputError(f"changed since this run started (sha256 {started[:12]}... then, "
+                         f"{now}... now): start the run again to predict the new file",
+                         path=path)

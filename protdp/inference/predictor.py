@@ -41,6 +41,7 @@ from protdp.errors import ConfigError, InputError, ProtdpError
 from protdp.gating import GateDecision, GatePolicy, load_gate_policy, route
 from protdp.gating.release import weaker_thresholds
 from protdp.inference.checkpoint import LoadedModel, checkpoint_home, sha256_file
+from protdp.inference.complex_features_input import check_unchanged
 from protdp.inference.targets import (Target, clean_sequence, find_msa_files, load_msa,
                                       sha256_text)
 from protdp.inference.complexes import (COMPLEX_HINT, COMPLEX_SCORE_KEYS, complex_inputs,
@@ -173,19 +174,15 @@ def msa_coverage(msa, length: int) -> list[int]:
     return (msa.tokens() != GAP_ID).sum(axis=0).astype(int).tolist()
 
 
-def input_files(t: Target, paths: list[Path]) -> list[dict]:
-    """[{"path", "sha256"}] of the input files a target was predicted from, hashed after they
-    were read. A precomputed complex's features.npz was hashed at start-up too (its
-    `features_sha256`, in the run's input digest): the two digests bracket the load, so they
-    must agree; a file replaced meanwhile is that target's one-line error, never predicted
-    under the digest the run recorded for the earlier file."""
-    files = [{"path": str(p), "sha256": sha256_file(p)} for p in paths]
-    started = t.extra.get("features_sha256")
-    if started is not None and [f["sha256"] for f in files] != [started]:
-        raise InputError(f"changed since this run started (sha256 {started[:12]}... then, "
-                         f"{files[0]['sha256'][:12]}... now): start the run again to predict "
-                         "the new file", path=paths[0] if paths else None)
-    return files
+def input_files(t: Target, paths: list[Path], digests: list[str] | None = None) -> list[dict]:
+    """[{"path", "sha256"}] of the input files a target was predicted from: `digests` of the
+    bytes loaded where the loader hashed them (a precomputed complex's features.npz, read once:
+    `complex_features_input.features_inputs`), else hashed after they were read. A features.npz
+    must still be the bytes hashed at start-up (`check_unchanged`)."""
+    if digests is None:
+        digests = [sha256_file(p) for p in paths]
+    check_unchanged(t, digests, paths[0] if paths else None)
+    return [{"path": str(p), "sha256": d} for p, d in zip(paths, digests)]
 
 
 RELEASE_GATES = ("enforce", "review", "off")
@@ -375,7 +372,7 @@ class Predictor:
             else:
                 seq, msa_paths = self._monomer_inputs(t, fasta)
                 row["length"] = len(seq)
-            msa_files = input_files(t, msa_paths)        # features.npz: as at start-up
+            msa_files = input_files(t, msa_paths, (built or {}).get("sha256s"))
             fp = self.fingerprint(sha256_text(t.raw_sequence if built else seq), msa_files)
             tdir = self.targets_dir / t.file_name
             pid = prediction_id(fp)
