@@ -8,6 +8,8 @@ Each member's header is read with numpy's own reader (`np.lib.format.read_magic`
 `read_array_header_{1,2}_0`); `declared_problem` compares the bytes its shape declares with
 the bytes the zip member really holds, and with the zip entry's compressed size x
 MAX_COMPRESSION_RATIO and MAX_DECLARED_BYTES (a zip entry may itself lie about its size).
+`read_npz` reads a path, a file's bytes or an open binary file object, so that a caller that
+hashes a file (a precomputed complex's features.npz) loads exactly the bytes it hashed.
 """
 
 from __future__ import annotations
