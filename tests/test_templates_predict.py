@@ -98,3 +98,33 @@ def test_predict_uses_the_templates_msa_search_wrote(ckpt, af2_reference, tmp_pa
     assert prov["templates"]["source"].endswith("templates.npz")
     recorded = json.loads((msas / row["file_name"] / "templates.json").read_text())["templates"]
     assert prov["templates"]["templates"] == recorded[:4] and len(recorded) >= 1
+
+
+def test_template_bytes_read_once_are_the_bytes_every_target_parses(af2_reference, tmp_path,
+                                                                    monkeypatch):  # noqa: F811
+    """The --template file is read once when the run starts: its sha256 (the prediction's
+    identity) is of those bytes and a file replaced mid-run changes no later target."""
+    import hashlib
+    import shutil
+
+    from protdp.errors import InputError
+    from protdp.templates import inputs
+
+    raw = af2_reference / "templates" / "raw_inputs"
+    cif = tmp_path / "4hhb.cif"
+    shutil.copy(raw / "mmcif" / "4hhb.cif", cif)
+    original = hashlib.sha256(cif.read_bytes()).hexdigest()
+    query = "".join(l.strip() for l in (raw / "4hhb_B_1-61.fasta").read_text().splitlines()[1:])
+    provider = inputs.TemplateProvider(4, (f"{cif}:A",))
+    [f] = provider.files
+    assert f.sha256 == original
+    first, record = provider.for_target(query, None, "t")
+    cif.write_text("not a structure\n")                      # replaced after the run started
+    again, record2 = provider.for_target(query, None, "t")
+    assert record2 == record
+    assert all(torch.equal(first[k], again[k]) for k in first)
+    with pytest.raises(InputError, match="not a readable mmCIF"):   # a new run reads the new bytes
+        inputs.TemplateProvider(4, (f"{cif}:A",)).for_target(query, None, "t")
+    monkeypatch.setattr(inputs, "MAX_TEMPLATE_FILE_BYTES", 8)
+    with pytest.raises(InputError, match="4hhb.cif: template file larger than 8 bytes"):
+        inputs.TemplateProvider(4, (f"{cif}:A",))

@@ -50,6 +50,10 @@ MAX_COMPRESSION_RATIO = 1100
 """Declared bytes per stored byte an HDF5 dataset may claim (gzip/deflate tops out at ~1032:1)."""
 MAX_DECLARED_BYTES = 64 * 1024 ** 3
 """Bytes one stored array may declare, whatever the file size (64 GiB)."""
+MAX_TEMPLATE_FILE_BYTES = 1024 ** 3
+"""Bytes of one `--template` mmCIF, read once into memory so that the bytes hashed into a
+prediction's identity are the bytes parsed for every target (1 GiB; the largest PDB entries'
+mmCIF files, whole ribosomes and viral capsids, are a few hundred MB)."""
 MAX_FEATURES_FILE_BYTES = 16 * 1024 ** 3
 """Bytes of one precomputed complex `features.npz` (`protdp predict` on a `complex features`
 folder), read once into memory so that the bytes hashed are the bytes loaded (16 GiB). Its bulk

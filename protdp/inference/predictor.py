@@ -289,9 +289,8 @@ class Predictor:
             (with_templates or self.models)[0].config, templates)
         self.template_loader = None if self.templates is None else self.templates.for_target
         if templates:   # custom templates: their bytes are part of the prediction's identity
-            self.settings["templates"] = [
-                {"spec": str(t), "sha256": sha256_file(Path(str(t).rsplit(":", 1)[0]))
-                 if Path(str(t).rsplit(":", 1)[0]).is_file() else None} for t in templates]
+            self.settings["templates"] = [   # the bytes every target parses (read once)
+                {"spec": f.spec, "sha256": f.sha256} for f in self.templates.files]
 
     def _check_release(self, gate: str, loaded: LoadedModel) -> tuple[dict, dict]:
         """The checkpoint's release record under `gate`: "enforce" refuses an unreleased

@@ -14,12 +14,14 @@ none (the model then sees AlphaFold's own no-template placeholder).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from protdp.data.bounds import MAX_TEMPLATE_FILE_BYTES
 from protdp.data.residues import HHBLITS_TO_ID
 from protdp.errors import InputError
 from protdp.templates.featurize import TemplateError, _features, _stack, kalign
@@ -47,13 +49,39 @@ def parse_spec(spec: str) -> tuple[Path, str | None]:
     return Path(path or spec), (chain or None)
 
 
-def custom_template(query: str, spec: str, kalign_binary: str = "kalign") -> tuple[dict, dict]:
-    """One `--template` structure aligned to `query` -> (AlphaFold feature row, record)."""
+@dataclass(frozen=True)
+class TemplateFile:
+    """The bytes of one `--template` file, read once when the run starts: their sha256 is the
+    prediction's identity (provenance) and every target parses these same bytes, so a file
+    replaced mid-run changes nothing. `data` None: not a regular file (each target's error)."""
+
+    spec: str
+    data: bytes | None = field(repr=False)
+    sha256: str | None
+
+
+def read_template_file(spec: str) -> TemplateFile:
+    """`spec`'s file read once (bounded by MAX_TEMPLATE_FILE_BYTES, protdp.data.bounds)."""
+    path, _ = parse_spec(spec)
+    if not path.is_file():
+        return TemplateFile(str(spec), None, None)
+    with open(path, "rb") as fh:
+        data = fh.read(MAX_TEMPLATE_FILE_BYTES + 1)
+    if len(data) > MAX_TEMPLATE_FILE_BYTES:
+        raise InputError(f"template file larger than {MAX_TEMPLATE_FILE_BYTES:,} bytes "
+                         "(MAX_TEMPLATE_FILE_BYTES, protdp.data.bounds)", path=path)
+    return TemplateFile(str(spec), data, hashlib.sha256(data).hexdigest())
+
+
+def custom_template(query: str, spec: str, kalign_binary: str = "kalign",
+                    data: bytes | None = None) -> tuple[dict, dict]:
+    """One `--template` structure aligned to `query` -> (AlphaFold feature row, record);
+    `data`: the file's bytes read when the run started (`read_template_file`)."""
     path, chain = parse_spec(spec)
-    if not path.is_file():     # a FIFO or device is named as what it is, not as missing
+    if data is None and not path.is_file():   # a FIFO or device is named as what it is
         raise InputError("not a regular file (a FIFO, device or folder)" if path.exists()
                          else "template file not found", path=path)
-    s = read_structure(path)
+    s = read_structure(path, data=data)
     if not s.chain_to_seqres:
         raise InputError("no protein chain with coordinates in the first model", path=path)
     chain = chain or next(iter(s.chain_to_seqres))
@@ -88,11 +116,17 @@ class TemplateProvider:
     max_templates: int
     specs: tuple[str, ...] = ()
     kalign_binary: str = "kalign"
+    files: tuple[TemplateFile, ...] = ()      # the specs' bytes, read once (`read_template_file`)
+
+    def __post_init__(self):
+        if self.specs and not self.files:
+            self.files = tuple(read_template_file(s) for s in self.specs)
 
     def for_target(self, query: str, msa_dir, file_name: str) -> tuple[dict, dict]:
         """(model inputs or {}, provenance record {source, templates, warnings})."""
         if self.specs:
-            rows, used = zip(*(custom_template(query, s, self.kalign_binary) for s in self.specs))
+            rows, used = zip(*(custom_template(query, f.spec, self.kalign_binary, f.data)
+                               for f in self.files))
             feats = check_features(_stack(list(rows)), len(query), ", ".join(self.specs))
             return model_inputs(feats, self.max_templates), {
                 "source": "--template", "templates": list(used)[:self.max_templates]}

@@ -74,10 +74,11 @@ def _number(text: str, kind, category: str, tag: str, path: Path, row: int) -> i
     return value
 
 
-def _open_block(path: Path):
-    """The sole data block of an mmCIF file; unreadable or empty is an InputError naming it."""
+def _open_block(path: Path, data: bytes | None = None):
+    """The sole data block of an mmCIF file (parsed from `data`, its bytes read earlier, when
+    given); unreadable or empty is an InputError naming it."""
     try:
-        doc = gemmi.cif.read(str(path))
+        doc = gemmi.cif.read(str(path)) if data is None else gemmi.cif.read_string(data)
         if len(doc) == 0:               # an empty file: sole_block() raises an IndexError
             raise InputError("not a readable mmCIF file: no data block (empty file?)", path=path)
         return doc.sole_block()
@@ -102,10 +103,12 @@ def _release_date(block, path: Path) -> dt.date | None:
     return release
 
 
-def read_structure(path: str | Path, file_id: str | None = None) -> TemplateStructure:
-    """Parse `path`; a file that is not an mmCIF with protein chains is an InputError naming it."""
+def read_structure(path: str | Path, file_id: str | None = None,
+                   data: bytes | None = None) -> TemplateStructure:
+    """Parse `path` (or `data`, the bytes read from it); a file that is not an mmCIF with protein
+    chains is an InputError naming it."""
     path = Path(path)
-    block = _open_block(path)
+    block = _open_block(path, data)
     file_id = (file_id or path.stem).lower()
     release = _release_date(block, path)
     out = TemplateStructure(file_id, release)
