@@ -212,14 +212,26 @@ def atomic_write_json(path: str | Path, obj, *, sort_keys: bool = False,
     return atomic_write_bytes(path, text.encode())
 
 
-def read_json_object(path: str | Path, what: str) -> dict:
-    """A JSON file that must hold an object (`what` names it in the error): damaged JSON, binary
-    data or another JSON type is one InputError naming the file."""
+def read_json_object(path: str | Path, what: str, data: bytes | None = None) -> dict:
+    """A JSON file that must hold an object (`what` names it in the error; `data`: its bytes,
+    read earlier): damaged JSON, binary data or another JSON type is one InputError naming the
+    file."""
     path = Path(path)
     try:
-        doc = json.loads(path.read_text())
+        doc = json.loads(path.read_text() if data is None else data.decode())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputError(f"invalid JSON: {exc}", path=path) from None
     if not isinstance(doc, dict):
         raise InputError(f"a JSON {type(doc).__name__}, expected {what}", path=path)
     return doc
+
+
+def read_bounded(path: str | Path, limit: int, what: str) -> bytes:
+    """The bytes of `path`, one read of at most `limit` bytes (a larger file is one InputError
+    naming it and the bound: nothing beyond the bound is read)."""
+    path = Path(path)
+    with open(path, "rb") as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise InputError(f"{what} larger than {limit:,} bytes (protdp.data.bounds)", path=path)
+    return data

@@ -98,6 +98,32 @@ def test_predict_uses_the_templates_msa_search_wrote(ckpt, af2_reference, tmp_pa
     assert prov["templates"]["source"].endswith("templates.npz")
     recorded = json.loads((msas / row["file_name"] / "templates.json").read_text())["templates"]
     assert prov["templates"]["templates"] == recorded[:4] and len(recorded) >= 1
+    # the template files are part of the prediction's identity, digests of the bytes parsed
+    import hashlib
+    files = {f["path"]: f["sha256"] for f in prov["templates"]["files"]}
+    assert files == {str(p): hashlib.sha256(p.read_bytes()).hexdigest()
+                     for p in (msas / row["file_name"] / "templates.npz",
+                               msas / row["file_name"] / "templates.json")}
+    again = predict(ckpt, fasta, tmp_path / "o", msa_dir=msas, release_gate="review",
+                    device="cpu", progress=False)
+    assert again.rows[0]["status"] == "skipped"
+    record = msas / row["file_name"] / "templates.json"          # new templates: a new prediction
+    record.write_text(json.dumps({**json.loads(record.read_text()), "note": "re-searched"}))
+    third = predict(ckpt, fasta, tmp_path / "o", msa_dir=msas, release_gate="review",
+                    device="cpu", progress=False)
+    assert third.rows[0]["status"] != "skipped"
+    assert third.rows[0]["prediction_id"] != row["prediction_id"]
+
+
+def test_a_template_file_changed_between_identity_and_parse_is_refused(tmp_path):
+    from protdp.errors import InputError
+    from protdp.inference.predictor import check_template_files
+    hashed = [{"path": str(tmp_path / "templates.npz"), "sha256": "a" * 64}]
+    check_template_files(hashed, {"files": hashed})
+    for parsed in ([{"path": hashed[0]["path"], "sha256": "b" * 64}], [],
+                   hashed + [{"path": str(tmp_path / "templates.json"), "sha256": "c" * 64}]):
+        with pytest.raises(InputError, match="changed since this target's identity"):
+            check_template_files(hashed, {"files": parsed})
 
 
 def test_template_bytes_read_once_are_the_bytes_every_target_parses(af2_reference, tmp_path,

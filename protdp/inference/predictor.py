@@ -34,7 +34,7 @@ from protdp import __version__
 from protdp.config import to_dict
 from protdp.data.bounds import check_predict_bounds
 from protdp.data.msa_passes import query_features
-from protdp.templates.inputs import template_names, template_provider
+from protdp.templates.inputs import target_template_files, template_names, template_provider
 from protdp.data.residues import GAP_ID
 from protdp.data.screening import ScreeningList
 from protdp.errors import ConfigError, InputError, ProtdpError
@@ -185,6 +185,18 @@ def input_files(t: Target, paths: list[Path], digests: list[str] | None = None) 
     return [{"path": str(p), "sha256": d} for p, d in zip(paths, digests)]
 
 
+def check_template_files(hashed: list[dict], record: dict) -> None:
+    """The template files parsed (`record["files"]`, digests of the bytes read) must be those
+    hashed into the prediction's identity; a file changed in between is this target's error."""
+    parsed = {f["path"]: f["sha256"] for f in record.get("files", [])}
+    want = {f["path"]: f["sha256"] for f in hashed}
+    for path in sorted(set(parsed) | set(want)):
+        if parsed.get(path) != want.get(path):
+            raise InputError(f"changed since this target's identity was computed (sha256 "
+                             f"{str(want.get(path))[:12]}, parsed {str(parsed.get(path))[:12]})"
+                             ": run again", path=path)
+
+
 RELEASE_GATES = ("enforce", "review", "off")
 
 
@@ -319,13 +331,25 @@ class Predictor:
             trunk.bf16 = False
 
     # -- one target ------------------------------------------------------------------------
-    def fingerprint(self, seq_sha: str, msa_files: list[dict]) -> str:
+    def fingerprint(self, seq_sha: str, msa_files: list[dict],
+                    template_files: list[dict] = ()) -> str:
+        """The prediction's identity: settings, sequence, the MSA files' bytes and the target's
+        searched template files' bytes (left out when there are none, so older runs keep theirs)."""
         predict = {k: v for k, v in self.settings["predict"].items()
                    if k not in LATER_SETTINGS or v != LATER_SETTINGS[k]}
-        blob = json.dumps({"settings": {**self.settings, "predict": predict},
-                           "sequence_sha256": seq_sha,
-                           "msa": [m["sha256"] for m in msa_files]}, sort_keys=True)
-        return sha256_text(blob)
+        doc = {"settings": {**self.settings, "predict": predict}, "sequence_sha256": seq_sha,
+               "msa": [m["sha256"] for m in msa_files]}
+        if template_files:
+            doc["template_files"] = [m["sha256"] for m in template_files]
+        return sha256_text(json.dumps(doc, sort_keys=True))
+
+    def target_template_files(self, t: Target, fasta: dict) -> list[dict]:
+        """[{"path", "sha256"}] of the templates.npz / templates.json a target's templates are
+        read from (none with --template or a template-free checkpoint)."""
+        if self.templates is None or self.templates.specs:
+            return []
+        return [{"path": str(p), "sha256": sha256_file(p)}
+                for p in target_template_files(fasta["msa_dir"], t.file_name)]
 
     def features(self, sequence: str, msa, family_id: str = "query", *,
                  seed: int | None = None, loaded: LoadedModel | None = None) -> dict:
@@ -372,7 +396,9 @@ class Predictor:
                 seq, msa_paths = self._monomer_inputs(t, fasta)
                 row["length"] = len(seq)
             msa_files = input_files(t, msa_paths, (built or {}).get("sha256s"))
-            fp = self.fingerprint(sha256_text(t.raw_sequence if built else seq), msa_files)
+            template_files = [] if built else self.target_template_files(t, fasta)
+            fp = self.fingerprint(sha256_text(t.raw_sequence if built else seq), msa_files,
+                                  template_files)
             tdir = self.targets_dir / t.file_name
             pid = prediction_id(fp)
             pdir = tdir / pid
@@ -401,6 +427,7 @@ class Predictor:
                 if self.templates is not None:
                     template_inputs, template_record = self.template_loader(
                         seq, fasta["msa_dir"], t.file_name)
+                    check_template_files(template_files, template_record)
                 preds, timings = self._run_ensemble(seq, msa, t.file_name, forward,
                                                     template_inputs)
                 timings["features"] = round(time.perf_counter() - t0 - sum(

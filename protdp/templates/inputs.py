@@ -24,6 +24,7 @@ import torch
 from protdp.data.bounds import MAX_TEMPLATE_FILE_BYTES
 from protdp.data.residues import HHBLITS_TO_ID
 from protdp.errors import InputError
+from protdp.fileio import read_bounded
 from protdp.templates.featurize import TemplateError, _features, _stack, kalign
 from protdp.templates.mmcif import read_structure
 from protdp.templates.run import FEATURES_FILE, RECORD_FILE
@@ -65,12 +66,19 @@ def read_template_file(spec: str) -> TemplateFile:
     path, _ = parse_spec(spec)
     if not path.is_file():
         return TemplateFile(str(spec), None, None)
-    with open(path, "rb") as fh:
-        data = fh.read(MAX_TEMPLATE_FILE_BYTES + 1)
-    if len(data) > MAX_TEMPLATE_FILE_BYTES:
-        raise InputError(f"template file larger than {MAX_TEMPLATE_FILE_BYTES:,} bytes "
-                         "(MAX_TEMPLATE_FILE_BYTES, protdp.data.bounds)", path=path)
+    data = read_bounded(path, MAX_TEMPLATE_FILE_BYTES, "template file")
     return TemplateFile(str(spec), data, hashlib.sha256(data).hexdigest())
+
+
+def target_template_files(msa_dir, file_name: str) -> list[Path]:
+    """The files a target's searched templates are read from (`templates.npz` and its record
+    beside the MSAs), those that exist: part of the prediction's identity."""
+    if msa_dir is None:
+        return []
+    folder = Path(msa_dir) / file_name
+    if not (folder / FEATURES_FILE).is_file():
+        return []
+    return [p for p in (folder / FEATURES_FILE, folder / RECORD_FILE) if p.exists()]
 
 
 def custom_template(query: str, spec: str, kalign_binary: str = "kalign",
@@ -130,14 +138,19 @@ class TemplateProvider:
             feats = check_features(_stack(list(rows)), len(query), ", ".join(self.specs))
             return model_inputs(feats, self.max_templates), {
                 "source": "--template", "templates": list(used)[:self.max_templates]}
-        folder = None if msa_dir is None else Path(msa_dir) / file_name
-        if folder is None or not (folder / FEATURES_FILE).is_file():
+        paths = target_template_files(msa_dir, file_name)
+        if not paths:
             return {}, {"source": None, "templates": []}
-        feats = read_features(folder / FEATURES_FILE, len(query))      # checked (issue 47)
-        record = read_record(folder / RECORD_FILE)
+        features, record_file = Path(msa_dir) / file_name / FEATURES_FILE, paths[0].with_name(
+            RECORD_FILE)
+        data = {p: read_bounded(p, MAX_TEMPLATE_FILE_BYTES, "template file") for p in paths}
+        feats = read_features(features, len(query), data=data[features])   # checked (issue 47)
+        record = read_record(record_file, data.get(record_file))
         return model_inputs(feats, self.max_templates), {
-            "source": str(folder / FEATURES_FILE), **record,
-            "templates": record.get("templates", [])[:self.max_templates]}
+            "source": str(features), **record,
+            "templates": record.get("templates", [])[:self.max_templates],
+            "files": [{"path": str(p), "sha256": hashlib.sha256(b).hexdigest()}
+                      for p, b in data.items()]}       # the bytes parsed (the identity's check)
 
 
 def template_provider(config, specs: tuple[str, ...]) -> TemplateProvider | None:

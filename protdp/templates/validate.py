@@ -14,6 +14,7 @@ training silently.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
@@ -52,13 +53,15 @@ def shape_problem(key: str, shape: tuple, length: int, what: str = "target") -> 
     return None
 
 
-def header_problem(path: Path, length: int, what: str = "target") -> str | None:
+def header_problem(path: Path, length: int, what: str = "target",
+                   data: bytes | None = None) -> str | None:
     """Why a templates.npz's member headers cannot describe template features of a
     `length`-residue target (None: its arrays may be loaded): declared bytes
     (`protdp.data.npz_headers`) and declared shapes (`shape_problem`) checked before np.load
     allocates what they declare."""
     try:
-        headers = read_npz_headers(path, set(FEATURE_KEYS) | {NAMES_KEY})
+        headers = read_npz_headers(path if data is None else io.BytesIO(data),
+                                   set(FEATURE_KEYS) | {NAMES_KEY})
     except HEADER_ERRORS as exc:
         text = str(exc).strip().splitlines()
         return f"unreadable template features: {text[0][:200] if text else type(exc).__name__}"
@@ -115,14 +118,16 @@ def check_features(feats: dict, length: int, path, what: str = "target") -> dict
     return feats
 
 
-def read_features(path: Path, length: int, what: str = "target") -> dict:
-    """The template keys of one templates.npz (never unpickled), checked: the member headers
-    first (`header_problem`: nothing allocated beyond what the file holds), then the arrays
-    (`check_features`)."""
-    problem = header_problem(path, length, what)
+def read_features(path: Path, length: int, what: str = "target",
+                  data: bytes | None = None) -> dict:
+    """The template keys of one templates.npz (never unpickled; parsed from `data`, its bytes
+    read earlier, when given), checked: the member headers first (`header_problem`: nothing
+    allocated beyond what the file holds), then the arrays (`check_features`)."""
+    problem = header_problem(path, length, what, data)
     if problem:
         raise InputError(f"not usable template features: {problem}", path=path)
-    feats = read_npz(path, FEATURES_WHAT, keys=FEATURE_KEYS)     # headers checked again there
+    feats = read_npz(path if data is None else data, FEATURES_WHAT, keys=FEATURE_KEYS,
+                     path=path)                                  # headers checked again there
     return check_features(feats, length, path, what)
 
 
@@ -135,10 +140,11 @@ def read_domain_names(path: Path) -> np.ndarray:
     return names[NAMES_KEY]
 
 
-def read_record(path: Path) -> dict:
-    """templates.json: an object whose `templates` is a list of objects (id, chain, ...)."""
+def read_record(path: Path, data: bytes | None = None) -> dict:
+    """templates.json (or `data`, its bytes read earlier): an object whose `templates` is a
+    list of objects (id, chain, ...)."""
     try:
-        record = read_json_object(path, "a template record object")
+        record = read_json_object(path, "a template record object", data)
     except OSError as exc:
         raise InputError(f"unreadable template record: {exc.strerror or exc}", path=path) from None
     templates = record.get("templates", [])
