@@ -34,7 +34,7 @@ from protdp.data.atoms import (backbone_from_atom37, is_amino_acid, pick_residue
 from protdp.data.placement import align_map, place_residues  # noqa: F401  (align_map re-exported)
 from protdp.data.residue_constants import ATOM_ORDER
 from protdp.data.residues import RESTYPES, msa_row_to_ids, residue_name_to_letter
-from protdp.data.safeio import format_suffix, read_text
+from protdp.data.safeio import decode_text, format_suffix, read_text, unpack
 from protdp.errors import InputError
 
 SS_ROW_NAMES = frozenset({"ss_pred", "ss_conf", "ss_dssp", "sa_dssp"})
@@ -64,6 +64,7 @@ class Msa:
     names: list[str]                # row names (first header word)
     sources: list[str] = field(default_factory=list)  # files this MSA came from
     query_cut: bool = False         # the file ends inside its query record (no final newline)
+    file_sha256: list[str] = field(default_factory=list)  # of the stored bytes parsed (`sources`)
 
     @property
     def query(self) -> str:
@@ -404,11 +405,12 @@ def _parse_psicov(text: str, path: Path) -> Msa:
     return _aligned_msa([f"row{i}" for i in range(len(rows))], rows, lines, path)
 
 
-def parse_msa(path: str | Path, fmt: str | None = None) -> Msa:
+def parse_msa(path: str | Path, fmt: str | None = None, raw: bytes | None = None) -> Msa:
     """Read an MSA file (a3m, Stockholm, aligned FASTA, Clustal, PSICOV; plain or .gz); format
-    from the extension unless `fmt` is given. Raises InputError naming file and line."""
+    from the extension unless `fmt` is given; `raw`: the file's stored bytes, read earlier (the
+    caller hashed them). Raises InputError naming file and line."""
     path = Path(path)
-    text = read_text(path)
+    text = read_text(path) if raw is None else decode_text(unpack(raw, path), path)
     fmt = detect_msa_format(path, text) if fmt is None else fmt
     if fmt not in MSA_FORMATS:
         raise InputError(f"unknown MSA format '{fmt}'; expected one of {MSA_FORMATS}", path=path)

@@ -140,7 +140,11 @@ def _gunzip(data: bytes, path: str | Path, max_bytes: int) -> bytes:
 
 def read_bytes(path: str | Path, max_bytes: int = MAX_INPUT_BYTES) -> bytes:
     """File content, gunzipped when it is gzip data (by magic bytes or a `.gz` suffix)."""
-    data = read_raw(path, max_bytes)
+    return unpack(read_raw(path, max_bytes), path, max_bytes)
+
+
+def unpack(data: bytes, path: str | Path, max_bytes: int = MAX_INPUT_BYTES) -> bytes:
+    """The content of a file's stored bytes `data` (`read_raw`): gunzipped when gzip data."""
     if data.startswith(GZIP_MAGIC):
         return _gunzip(data, path, max_bytes)
     if str(path).lower().endswith(".gz") and data:

@@ -187,8 +187,20 @@ def input_files(t: Target, paths: list[Path], digests: list[str] | None = None) 
 
 def check_template_files(hashed: list[dict], record: dict) -> None:
     """The template files parsed (`record["files"]`, digests of the bytes read) must be those
-    hashed into the prediction's identity; a file changed in between is this target's error."""
-    parsed = {f["path"]: f["sha256"] for f in record.get("files", [])}
+    hashed into the prediction's identity."""
+    check_parsed(hashed, {f["path"]: f["sha256"] for f in record.get("files", [])})
+
+
+def check_msa_files(hashed: list[dict], paths: list[Path], msa) -> None:
+    """The MSA files parsed (`Msa.file_sha256`, digests of the bytes read; possibly in a
+    prefetch worker, before the identity was computed) must be those hashed into it."""
+    check_parsed(hashed, {} if msa is None else dict(zip(map(str, paths), msa.file_sha256)))
+
+
+def check_parsed(hashed: list[dict], parsed: dict[str, str]) -> None:
+    """{path: sha256} of the bytes a target was parsed from must equal the digests in its
+    identity (`hashed`); a file changed in between is this target's error, never a prediction
+    recorded under bytes it was not made from."""
     want = {f["path"]: f["sha256"] for f in hashed}
     for path in sorted(set(parsed) | set(want)):
         if parsed.get(path) != want.get(path):
@@ -421,6 +433,7 @@ class Predictor:
             elif done is None:
                 t0 = time.perf_counter()
                 msa = self.msa_loader(msa_paths)
+                check_msa_files(msa_files, msa_paths, msa)
                 msa_depth = 1 if msa is None else msa.depth
                 hits = self.screening.hits(seq) if self.screening is not None else []
                 template_inputs, template_record = None, None

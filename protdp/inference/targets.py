@@ -18,7 +18,7 @@ from pathlib import Path
 from protdp.data.parse import MSA_EXTENSIONS as _MSA_FORMAT_EXTENSIONS
 from protdp.data.parse import Msa, merge_msas, parse_msa
 from protdp.data.residues import RESTYPES
-from protdp.data.safeio import check_readable, decode_text, read_bytes
+from protdp.data.safeio import check_readable, decode_text, read_bytes, read_raw
 from protdp.errors import InputError
 from protdp.inference.writers import printable, safe_name
 
@@ -167,14 +167,18 @@ def find_msa_files(msa_dir: Path | None, file_name: str) -> list[Path]:
 
 
 def load_msa(files: list[Path]) -> Msa | None:
-    """Parse (and merge, AF2-style) the target's MSA files; None when there are none. Any
-    failure (including a reader's internal error) is one InputError naming the file."""
+    """Parse (and merge, AF2-style) the target's MSA files; None when there are none. Each file
+    is read once and parsed from the bytes read, whose sha256s are the Msa's `file_sha256`
+    (the predictor checks them against the prediction's identity). Any failure (including a
+    reader's internal error) is one InputError naming the file."""
     if not files:
         return None
-    msas = []
+    msas, digests = [], []
     for f in files:
+        raw = read_raw(f)
+        digests.append(hashlib.sha256(raw).hexdigest())
         try:
-            msas.append(parse_msa(f))
+            msas.append(parse_msa(f, raw=raw))
         except InputError:
             raise
         except MemoryError:
@@ -182,4 +186,6 @@ def load_msa(files: list[Path]) -> Msa | None:
         except Exception:   # noqa: BLE001  (a library bug must reject this target only)
             raise InputError("could not be read as an MSA: the reader failed on its content "
                              "(malformed or unsupported file)", path=f) from None
-    return msas[0] if len(msas) == 1 else merge_msas(msas)
+    msa = msas[0] if len(msas) == 1 else merge_msas(msas)
+    msa.file_sha256 = digests
+    return msa
