@@ -221,3 +221,11 @@ def test_complex_features_cli_reproduces_alphafold_from_an_msa_folder(tmp_path, 
     doc = json.loads((tmp_path / "out" / "hb2" / "pairing.json").read_text())
     assert doc["uniprot_msas"]["A"]["malformed_uniprot_names"] == 1
     assert len(doc["paired_rows"]) < 23        # the malformed row's species lost a pair
+    # a chain searched only in the pairing database: the line says so (it said both hints)
+    (msas / "hb3_A").mkdir()
+    shutil.copy(RAW / "hbA_1-36.a3m", msas / "hb3_A" / "uniprot.a3m")
+    rc = protdp_main(["complex", "features", "--fasta", str(inputs / "hb3.fasta"), "--msa-dir",
+                      str(msas), "--out", str(tmp_path / "out3")])
+    err = capsys.readouterr().err
+    assert rc == 1 and f"chain A: no MSA under {msas / 'hb3_A'} (only the pairing database " \
+        "'uniprot', which pairs the chains but is not their MSA: search e.g. UniRef90 too)" in err

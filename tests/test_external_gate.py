@@ -55,6 +55,7 @@ def test_colabfold_folder_through_gate_and_queue(tmp_path, cases, capsys):
                         "--queue-url", f"sqlite:///{queue}"]) == 0
     cap = capsys.readouterr()
     assert "3 targets: 0 accepted, 2 need review, 1 unreadable" in cap.out
+    assert f"  error: fixture_2p90_A02_x2: {src / bad_scores.name}: field 'pae'" in cap.err, cap.err
     rows = _summary(out)
     assert rows["fixture_2p90_A02_x2"]["status"] == "error"
     assert f"{bad_scores.name}: field 'pae': PAE is 89x90" in rows["fixture_2p90_A02_x2"]["detail"]

@@ -346,6 +346,24 @@ def test_csv_row_over_the_field_limit_is_one_rejected_row(tmp_path):
     assert targets[1].raw_sequence == SEQS["short"] and targets[1].line == 3
 
 
+def test_complex_features_folder_given_to_a_monomer_names_the_multimer_checkpoint(tmp_path):
+    """The --out folder of `protdp complex features` given to a monomer checkpoint was 'no
+    FASTA, a3m or CSV files in the input folder'; now the line says what the folder is and
+    that it needs a multimer checkpoint. A folder with neither keeps the old line."""
+    from protdp.errors import InputError
+    from protdp.inference.inputs import read_inputs
+    features = tmp_path / "features"
+    (features / "dimer").mkdir(parents=True)
+    np.savez(features / "dimer" / "features.npz", aatype=np.zeros(3, np.int32))
+    with pytest.raises(InputError) as exc:
+        read_inputs(features)
+    assert str(features) in str(exc.value)
+    assert "complex features" in str(exc.value) and "needs a multimer checkpoint" in str(exc.value)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="no FASTA, a3m or CSV files in the input folder"):
+        read_inputs(tmp_path / "empty")
+
+
 def test_missing_fasta_or_checkpoint_leaves_no_output_folder(tmp_path, capsys):
     """`predict --fasta` or `--checkpoint` with a typo: one line naming it, and no empty --out
     folder made."""

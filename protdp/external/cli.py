@@ -39,8 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         sink.close()
     for r in rows:
-        print(printable(f"  {r['status']}: {r['target']}: {r['route'] or ''} {r['detail']}"
-                        .rstrip()),
+        said = " ".join(part for part in (r["route"], r["detail"]) if part)  # error: no route
+        print(printable(f"  {r['status']}: {r['target']}: {said}".rstrip()),
               file=sys.stdout if r["status"] == "ok" else sys.stderr)
     ok = [r for r in rows if r["status"] == "ok"]
     flagged = sum(r["route"] == "needs_review" for r in ok)

@@ -109,12 +109,14 @@ def chain_inputs(t: ComplexTarget, msa_dir: Path | None, *, pairing_db: str = PA
                                   None if t.is_homomer else _query_msa(seq), None))
             continue
         stem = safe_name(names[c.chain_id])
-        files = [f for f in find_msa_files(msa_dir, stem)
-                 if not f.name.startswith(f"{pairing_db}.")]
+        found = find_msa_files(msa_dir, stem)
+        files = [f for f in found if not f.name.startswith(f"{pairing_db}.")]
         if not files:
-            raise InputError(f"{where}: no MSA under {msa_dir / stem} (run `protdp msa search "
-                             f"--complexes` first); the pairing database '{pairing_db}' is not "
-                             f"one (search e.g. UniRef90 too)", path=t.path, line=c.line)
+            hint = (f"only the pairing database '{pairing_db}', which pairs the chains but is "
+                    "not their MSA: search e.g. UniRef90 too" if found
+                    else "run `protdp msa search --complexes` first")
+            raise InputError(f"{where}: no MSA under {msa_dir / stem} ({hint})",
+                             path=t.path, line=c.line)
         msa = load_msa(files)
         if msa.query != seq:
             raise InputError(f"{where}: the MSA's query is not the chain's sequence",

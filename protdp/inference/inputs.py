@@ -19,6 +19,7 @@ from pathlib import Path
 
 from protdp.errors import InputError
 from protdp.fileio import sha256_file
+from protdp.inference.complex_features_input import FEATURES_FILE
 from protdp.inference.targets import Target, _assign_names, _read_text, read_targets
 
 FASTA_SUFFIXES = (".fasta", ".fa", ".faa", ".fas", ".fasta.gz", ".fa.gz")
@@ -100,6 +101,11 @@ def read_inputs(path: str | Path) -> tuple[list[Target], str]:
         files = [p for p in named if p.is_file()]
         special = [p for p in named if not p.is_file() and not p.is_dir()]   # FIFO, device
         if not files and not special:
+            if any(path.glob(f"*/{FEATURES_FILE}")):      # `protdp complex features --out`
+                raise InputError(f"a folder of complex features (<complex>/{FEATURES_FILE}, "
+                                 "from `protdp complex features`) needs a multimer checkpoint "
+                                 "(`protdp weights import` of params_model_N_multimer_v3.npz); "
+                                 "this one is a monomer", path=path)
             raise InputError("no FASTA, a3m or CSV files in the input folder", path=path)
         targets: list[Target] = []
         digest = hashlib.sha256()

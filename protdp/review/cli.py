@@ -346,7 +346,8 @@ def _verify(store, args) -> int:
         if report["more_file_problems"]:
             print(f"... and {report['more_file_problems']} more changed files")
         print(f"{'ok' if report['ok'] else 'FAILED'}: {report['events']} audit events, "
-              f"{report['items_files_checked']} items' files re-hashed; head "
+              f"the files of {report['items_files_checked']} item"
+              f"{'' if report['items_files_checked'] == 1 else 's'} re-hashed; head "
               f"{report['head']} (record it to detect a rewrite later: --expect-head)")
     return 0 if report["ok"] else 1
 
