@@ -206,3 +206,21 @@ def overfitted_2p90(structures_dir: Path) -> dict:
         torch.set_num_threads(threads)
     return {"cfg": cfg, "batch": batch, "model": model, "out": out, "history": history,
             "sequence": "".join(RESTYPES[i] for i in batch["aatype"].tolist())}
+
+
+def tiny_predictor(tmp_path: Path, max_msa_rows: int = 16):
+    """A `Predictor` of a freshly initialised tiny model (release gate off), writing to
+    `tmp_path / "out"`; close it after use."""
+    import yaml
+
+    from protdp.inference.checkpoint import load_model_checkpoint, save_model_checkpoint
+    from protdp.inference.predictor import PredictConfig, Predictor
+    from protdp.model.model import build_model
+
+    torch.manual_seed(0)
+    tiny = yaml.safe_load((CONFIG_DIR / "tiny.yaml").read_text())
+    ckpt = save_model_checkpoint(build_model(tiny, verbose=False), None, tmp_path / "m.pt",
+                                 max_msa_rows=max_msa_rows)
+    return Predictor(load_model_checkpoint(ckpt, device="cpu"), tmp_path / "out",
+                     release_gate="off",
+                     config=PredictConfig(max_msa_rows=max_msa_rows, plots=False))

@@ -12,16 +12,12 @@ import hashlib
 
 import numpy as np
 import pytest
-import torch
-import yaml
 
+from model_fixtures import tiny_predictor
 from protdp.errors import InputError
 from protdp.fileio import sha256_file
 from protdp.inference import complex_features_input as cfi
-from protdp.inference.checkpoint import load_model_checkpoint, save_model_checkpoint
-from protdp.inference.predictor import PredictConfig, Predictor, input_files
-from protdp.model.model import build_model
-from protdp.paths import REPO_ROOT
+from protdp.inference.predictor import input_files
 
 
 def _write(folder, n_rows: int):
@@ -47,12 +43,7 @@ def test_input_files_reuse_the_start_up_digest_or_refuse(tmp_path):
 
 
 def test_a_features_file_replaced_after_start_up_is_a_rejected_row(tmp_path):
-    torch.manual_seed(0)
-    tiny = yaml.safe_load((REPO_ROOT / "configs" / "model" / "tiny.yaml").read_text())
-    ckpt = save_model_checkpoint(build_model(tiny, verbose=False), None, tmp_path / "m.pt",
-                                 max_msa_rows=16)
-    pred = Predictor(load_model_checkpoint(ckpt, device="cpu"), tmp_path / "out",
-                     release_gate="off", config=PredictConfig(max_msa_rows=16, plots=False))
+    pred = tiny_predictor(tmp_path)
     try:
         path = _write(tmp_path / "feats" / "c0", 4)
         [t], digest = cfi.read_features_targets(tmp_path / "feats")

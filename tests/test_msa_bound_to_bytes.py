@@ -10,15 +10,11 @@ import gzip
 import hashlib
 
 import pytest
-import torch
-import yaml
 
+from model_fixtures import tiny_predictor
 from protdp.errors import InputError
-from protdp.inference.checkpoint import load_model_checkpoint, save_model_checkpoint
-from protdp.inference.predictor import PredictConfig, Predictor, check_msa_files, input_files
+from protdp.inference.predictor import check_msa_files, input_files
 from protdp.inference.targets import Target, load_msa
-from protdp.model.model import build_model
-from protdp.paths import REPO_ROOT
 
 QUERY = "MKTAYIAKQRQISFVKSHFSRQ"
 
@@ -43,12 +39,7 @@ def test_load_msa_records_the_digests_of_the_bytes_it_parsed(tmp_path):
 
 
 def test_an_msa_changed_between_parse_and_identity_is_a_rejected_row(tmp_path):
-    torch.manual_seed(0)
-    tiny = yaml.safe_load((REPO_ROOT / "configs" / "model" / "tiny.yaml").read_text())
-    ckpt = save_model_checkpoint(build_model(tiny, verbose=False), None, tmp_path / "m.pt",
-                                 max_msa_rows=16)
-    pred = Predictor(load_model_checkpoint(ckpt, device="cpu"), tmp_path / "out",
-                     release_gate="off", config=PredictConfig(max_msa_rows=16, plots=False))
+    pred = tiny_predictor(tmp_path)
     msas = tmp_path / "msas"
     msas.mkdir()
     path = _a3m(msas / "t.a3m", 2)
