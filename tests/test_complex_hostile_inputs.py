@@ -186,7 +186,7 @@ def test_complex_predict_bad_features_dir_and_files(tmp_path, ckpt, capsys):  # 
     detail = {r["target"]: r["detail"] for r in read_summary(tmp_path / "o" / "summary.tsv")}
     assert "pickle" not in "".join(detail.values())
     assert f"{feats / 'bin' / 'features.npz'}: not an .npz features file" in detail["bin"]
-    assert f"{feats / 'dir' / 'features.npz'}: a directory, not an .npz features file" \
+    assert f"{feats / 'dir' / 'features.npz'}: a directory, not a regular file" \
         in detail["dir"]
 
 @pytest.fixture
